@@ -1,0 +1,72 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Conn is a service's connection: core NATS for request/reply and JetStream for everything durable.
+type Conn struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+}
+
+// Connect dials NATS and keeps reconnecting forever, so a service survives a NATS node going away.
+// name identifies the service replica in the server's connection list.
+func Connect(ctx context.Context, url, name string) (*Conn, error) {
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectBufSize(64<<20),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	// RetryOnFailedConnect returns at once; wait here, bounded by ctx, so callers start on a live link.
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, fmt.Errorf("connect to nats %s: %w", url, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Conn{NC: nc, JS: js}, nil
+}
+
+// Close drains the connection: subscriptions finish what they hold, pending publishes are flushed.
+func (c *Conn) Close() {
+	if c == nil || c.NC == nil {
+		return
+	}
+	if err := c.NC.Drain(); err != nil {
+		c.NC.Close()
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.NC.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.NC.Close()
+}
+
+// ErrNotFound is returned by the store helpers when a key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a compare-and-set lost against a concurrent writer.
+var ErrConflict = errors.New("revision conflict")

@@ -1,0 +1,297 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrMalformed marks a message that can never be handled (it does not decode, or says something
+// impossible). Consume parks it on dead.<subject>, counts it and terminates it: no crash, no redelivery loop.
+var ErrMalformed = errors.New("malformed message")
+
+// ErrPermanent marks a message whose handling failed for good (parked like a malformed one).
+var ErrPermanent = errors.New("permanent failure")
+
+// RetryError asks Consume to redeliver the message after Delay (a negative acknowledgement).
+type RetryError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryError) Error() string { return fmt.Sprintf("retry in %s: %v", e.Delay, e.Err) }
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err so that the message is redelivered after d.
+func RetryAfter(d time.Duration, err error) error { return &RetryError{Delay: d, Err: err} }
+
+// Msg is one delivered message.
+type Msg struct {
+	Subject   string
+	Data      []byte
+	Header    nats.Header
+	Meta      Meta
+	Delivered uint64 // 1 on first delivery
+	StreamSeq uint64
+	Time      time.Time // when the stream stored it
+	raw       jetstream.Msg
+}
+
+// Decode unmarshals the payload; a failure wraps ErrMalformed.
+func (m *Msg) Decode(into proto.Message) error {
+	if err := proto.Unmarshal(m.Data, into); err != nil {
+		return fmt.Errorf("decode %T from %s: %w", into, m.Subject, errors.Join(ErrMalformed, err))
+	}
+	return nil
+}
+
+// InProgress tells JetStream the handler is still working (extends the ack wait).
+func (m *Msg) InProgress() {
+	if m.raw != nil {
+		_ = m.raw.InProgress()
+	}
+}
+
+// Handler handles one message. nil: ack. ErrMalformed/ErrPermanent: park and terminate.
+// *RetryError: nak with its delay. Anything else: nak with back-off by delivery count.
+type Handler func(ctx context.Context, m *Msg) error
+
+// ConsumerSpec describes a durable pull consumer and how it is worked.
+type ConsumerSpec struct {
+	Stream  string
+	Durable string
+	Filters []string
+	// AckWait before an unacknowledged message is redelivered (default 30s).
+	AckWait time.Duration
+	// MaxAckPending bounds the messages in flight across all replicas (default 8192).
+	MaxAckPending int
+	// Workers handling messages concurrently in this process (default 1).
+	Workers int
+	// Key, when set, sends messages with the same key to the same worker, in order.
+	Key func(m *Msg) string
+	// Batch is how many messages one pull asks for (default 256).
+	Batch int
+	// DeliverNew starts a newly created consumer at the end of the stream instead of the beginning.
+	DeliverNew bool
+	Logger     *slog.Logger
+}
+
+// Consume creates (or reuses) the durable consumer and handles messages until ctx is cancelled.
+// Then it stops pulling, lets the workers finish what they hold, and returns nil.
+func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler) error {
+	cons, err := EnsureConsumer(ctx, js, spec)
+	if err != nil {
+		return err
+	}
+	return Work(ctx, js, cons, spec, h)
+}
+
+// EnsureConsumer creates or updates the durable consumer of spec.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       spec.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       orDuration(spec.AckWait, 30*time.Second),
+		MaxAckPending: orInt(spec.MaxAckPending, 8192),
+		MaxDeliver:    -1, // at least once: never give up on a message; hopeless ones are parked explicitly
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if spec.DeliverNew {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	if len(spec.Filters) == 1 {
+		cfg.FilterSubject = spec.Filters[0]
+	} else {
+		cfg.FilterSubjects = spec.Filters
+	}
+	var cons jetstream.Consumer
+	err := retry(ctx, func() error {
+		var err error
+		cons, err = js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported) {
+			return err
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", spec.Durable, spec.Stream, err)
+	}
+	return cons, nil
+}
+
+// Work handles messages of an existing consumer until ctx is cancelled.
+func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, spec ConsumerSpec, h Handler) error {
+	log := spec.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	workers := orInt(spec.Workers, 1)
+	batch := orInt(spec.Batch, 256)
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("pull %s: %w", spec.Durable, err)
+	}
+	w := &worker{js: js, spec: spec, h: h, log: log}
+
+	queues := make([]chan jetstream.Msg, workers)
+	var wg sync.WaitGroup
+	// Handlers get a context that outlives ctx by a grace period, so in-flight work can finish
+	// (and ack) during shutdown instead of being cut in the middle of a compare-and-set.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	for i := range queues {
+		queues[i] = make(chan jetstream.Msg, batch)
+		wg.Add(1)
+		go func(q <-chan jetstream.Msg) {
+			defer wg.Done()
+			for raw := range q {
+				w.handle(hctx, raw)
+			}
+		}(queues[i])
+	}
+
+	stop := context.AfterFunc(ctx, func() { it.Drain() })
+	defer stop()
+	var rr int
+	for {
+		raw, err := it.Next()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				log.Error("pull failed", "consumer", spec.Durable, "err", err)
+			}
+			break
+		}
+		idx := 0
+		if workers > 1 {
+			if spec.Key != nil {
+				hs := fnv.New32a()
+				_, _ = hs.Write([]byte(spec.Key(toMsg(raw))))
+				idx = int(hs.Sum32() % uint32(workers))
+			} else {
+				idx = rr % workers
+				rr++
+			}
+		}
+		queues[idx] <- raw
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		log.Warn("handlers still busy at shutdown; their messages will be redelivered", "consumer", spec.Durable)
+		hcancel()
+		<-done
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("consumer %s stopped", spec.Durable)
+}
+
+type worker struct {
+	js   jetstream.JetStream
+	spec ConsumerSpec
+	h    Handler
+	log  *slog.Logger
+}
+
+func toMsg(raw jetstream.Msg) *Msg {
+	m := &Msg{Subject: raw.Subject(), Data: raw.Data(), Header: raw.Headers(), raw: raw}
+	m.Meta = MetaFrom(m.Header)
+	if md, err := raw.Metadata(); err == nil {
+		m.Delivered = md.NumDelivered
+		m.StreamSeq = md.Sequence.Stream
+		m.Time = md.Timestamp
+	}
+	return m
+}
+
+func (w *worker) handle(ctx context.Context, raw jetstream.Msg) {
+	m := toMsg(raw)
+	err := w.safeHandle(ctx, m)
+	name := w.spec.Durable
+	var re *RetryError
+	switch {
+	case err == nil:
+		Count("handled."+name, 1)
+		_ = raw.Ack()
+	case errors.Is(err, ErrMalformed) || errors.Is(err, ErrPermanent):
+		Count("malformed."+name, 1)
+		if perr := Park(ctx, w.js, m, err); perr != nil {
+			w.log.Error("cannot park message; will retry", "consumer", name, "subject", m.Subject, "err", perr)
+			_ = raw.NakWithDelay(time.Second)
+			return
+		}
+		w.log.Warn("message parked", "consumer", name, "subject", m.Subject, "err", err)
+		_ = raw.Term()
+	case errors.As(err, &re):
+		Count("retries."+name, 1)
+		_ = raw.NakWithDelay(re.Delay)
+	default:
+		Count("errors."+name, 1)
+		d := backoff(m.Delivered)
+		w.log.Warn("handler failed; will retry", "consumer", name, "subject", m.Subject, "delivery", m.Delivered, "in", d, "err", err)
+		_ = raw.NakWithDelay(d)
+	}
+}
+
+// safeHandle turns a handler panic into a parked message: one bad message never takes a service down.
+func (w *worker) safeHandle(ctx context.Context, m *Msg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: handler panic: %v", ErrPermanent, r)
+		}
+	}()
+	return w.h(ctx, m)
+}
+
+// Park copies m to dead.<subject> with the reason in a header.
+func Park(ctx context.Context, js jetstream.JetStream, m *Msg, reason error) error {
+	h := nats.Header{}
+	for k, v := range m.Header {
+		if k == HdrMsgID {
+			continue
+		}
+		h[k] = v
+	}
+	h.Set(HdrDeadReason, reason.Error())
+	h.Set(HdrDeadSubject, m.Subject)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := js.PublishMsg(pctx, &nats.Msg{Subject: SubjDeadPrefix + m.Subject, Header: h, Data: m.Data})
+	return err
+}
+
+func backoff(delivered uint64) time.Duration {
+	d := 100 * time.Millisecond
+	for i := uint64(1); i < delivered && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
+func orInt(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrExists is returned by Create when the key is already there.
+var ErrExists = errors.New("already exists")
+
+// Get reads key into m and returns its revision; ErrNotFound when absent or deleted.
+func Get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message) (uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get %s/%s: %w", kv.Bucket(), key, err)
+	}
+	if err := proto.Unmarshal(e.Value(), m); err != nil {
+		return 0, fmt.Errorf("decode %s/%s: %w", kv.Bucket(), key, errors.Join(ErrMalformed, err))
+	}
+	return e.Revision(), nil
+}
+
+// Create writes key only if it does not exist; ErrExists otherwise.
+func Create(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message) (uint64, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := kv.Create(ctx, key, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create %s/%s: %w", kv.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+// Update writes key only if its revision is still rev (compare-and-set); ErrConflict otherwise.
+// rev 0 means "the key must not exist", like Create.
+func Update(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message, rev uint64) (uint64, error) {
+	if rev == 0 {
+		r, err := Create(ctx, kv, key, m)
+		if errors.Is(err, ErrExists) {
+			return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrConflict)
+		}
+		return r, err
+	}
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	newRev, err := kv.Update(ctx, key, data, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%s/%s at %d: %w", kv.Bucket(), key, rev, ErrConflict)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update %s/%s: %w", kv.Bucket(), key, err)
+	}
+	return newRev, nil
+}
+
+// Delete removes key only if its revision is still rev; ErrConflict otherwise.
+func Delete(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64) error {
+	err := kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%s/%s at %d: %w", kv.Bucket(), key, rev, ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s/%s: %w", kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+// Mutate reads key, lets f change it, and writes it back with compare-and-set, retrying on conflicts
+// (up to attempts times). f returns false to leave the entry unchanged. The returned revision is the
+// entry's revision after the call. ErrNotFound if the key is absent.
+func Mutate[T proto.Message](ctx context.Context, kv jetstream.KeyValue, key string, newT func() T, attempts int, f func(T) (bool, error)) (T, uint64, error) {
+	var zero T
+	for i := 0; i < attempts; i++ {
+		m := newT()
+		rev, err := Get(ctx, kv, key, m)
+		if err != nil {
+			return zero, 0, err
+		}
+		changed, err := f(m)
+		if err != nil {
+			return zero, rev, err
+		}
+		if !changed {
+			return m, rev, nil
+		}
+		newRev, err := Update(ctx, kv, key, m, rev)
+		if errors.Is(err, ErrConflict) {
+			Count("kv.conflicts."+kv.Bucket(), 1)
+			continue
+		}
+		if err != nil {
+			return zero, 0, err
+		}
+		return m, newRev, nil
+	}
+	return zero, 0, fmt.Errorf("%s/%s: %w after %d attempts", kv.Bucket(), key, ErrConflict, attempts)
+}

@@ -1,0 +1,232 @@
+// Package bus is the one place that knows how podbus talks over NATS JetStream: the names of subjects,
+// streams, consumers, KV buckets and headers, their provisioning, the connection, and typed
+// publish/consume helpers that every service uses.
+//
+// The pod pipeline (every arrow is a JetStream subject on a limits-retention stream, so the whole
+// history can be replayed):
+//
+//	kubectl ─HTTP─▶ admission ─pod.cmd.*─▶ store ─pod.pending─▶ scheduler(s) ─pod.scheduled─▶ binder
+//	                    ▲  (reply: core NATS)   │ KV create/CAS                                  │ CAS alloc + pod
+//	                    └──────────────────────┘                                                 ▼
+//	status ◀─status.pod.<node>, node.heartbeat.<node>── agent(<node>) ◀──pod.bound.<node>, pod.terminate.<node>
+//	  │ CAS pod/node status, delete gone pods ─pod.deleted─▶ binder (release), scheduler (requeue)
+//	  └─event.<ns>.<name> (every service records Kubernetes events)
+package bus
+
+import (
+	"strings"
+)
+
+// Streams. All use limits retention: a message stays after it is consumed, for auditing and replay.
+const (
+	StreamPods       = "PODS"       // pod.>: commands and pipeline steps
+	StreamStatus     = "STATUS"     // status.>: agent status reports
+	StreamHeartbeats = "HEARTBEATS" // node.>: node heartbeats
+	StreamEvents     = "EVENTS"     // event.>: Kubernetes events
+	StreamDead       = "DEAD"       // dead.>: messages that could not be handled, parked for inspection
+)
+
+// Subjects. Node, namespace and pod names inside subjects always go through Token.
+const (
+	SubjPodCreate      = "pod.cmd.create"
+	SubjPodUpdate      = "pod.cmd.update"
+	SubjPodDelete      = "pod.cmd.delete"
+	SubjPodCommands    = "pod.cmd.*"
+	SubjPodPending     = "pod.pending"
+	SubjPodScheduled   = "pod.scheduled"
+	SubjPodDeleted     = "pod.deleted"
+	subjPodBoundPrefix = "pod.bound."
+	subjPodTermPrefix  = "pod.terminate."
+	subjStatusPodPref  = "status.pod."
+	subjHeartbeatPref  = "node.heartbeat."
+	subjEventPrefix    = "event."
+	SubjDeadPrefix     = "dead."
+
+	SubjAllPods       = "pod.>"
+	SubjAllStatus     = "status.>"
+	SubjAllPodStatus  = "status.pod.*"
+	SubjAllHeartbeats = "node.heartbeat.*"
+	SubjAllEvents     = "event.>"
+	SubjAllDead       = "dead.>"
+	SubjPodBoundAll   = "pod.bound.*"
+)
+
+// KV buckets: the consistent store. Every write is a compare-and-set on the entry's revision.
+const (
+	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
+	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
+	BucketAlloc = "alloc" // key NodeKey(name) -> podbusv1.NodeAllocation (written by the binder only)
+)
+
+// Durable consumer names. Consumers with the same name are shared by all replicas of a service.
+const (
+	ConsumerStore         = "store"
+	ConsumerScheduler     = "scheduler"
+	ConsumerBinder        = "binder"
+	ConsumerBinderDeleted = "binder-deleted"
+	ConsumerStatus        = "status"
+	ConsumerHeartbeats    = "status-heartbeats"
+	consumerAgentPrefix   = "agent-"
+)
+
+// Headers carried by every pipeline message.
+const (
+	HdrMsgID       = "Nats-Msg-Id" // JetStream de-duplication
+	HdrCorrelation = "Podbus-Correlation"
+	HdrActor       = "Podbus-Actor" // service/replica that published the message
+	HdrPodUID      = "Podbus-Pod-Uid"
+	HdrReply       = "Podbus-Reply" // core NATS subject where the store answers a command
+	HdrUser        = "Podbus-User"
+	HdrDeadReason  = "Podbus-Dead-Reason"
+	HdrDeadSubject = "Podbus-Dead-Subject"
+)
+
+// SubjReplyPrefix is where admission replicas receive the store's answers: SubjReplyPrefix + id + "." + n.
+const SubjReplyPrefix = "podbus.reply."
+
+// SubjLogsPrefix is the request/reply subject prefix for a node agent's container logs.
+const SubjLogsPrefix = "podbus.logs."
+
+// SubjPodBound is the subject on which the binder hands a pod to a node's agent.
+func SubjPodBound(node string) string { return subjPodBoundPrefix + Token(node) }
+
+// SubjPodTerminate is the subject on which a node's agent is told to stop a pod.
+func SubjPodTerminate(node string) string { return subjPodTermPrefix + Token(node) }
+
+// SubjPodStatus is the subject of a node's pod status reports.
+func SubjPodStatus(node string) string { return subjStatusPodPref + Token(node) }
+
+// SubjHeartbeat is the subject of a node's heartbeats.
+func SubjHeartbeat(node string) string { return subjHeartbeatPref + Token(node) }
+
+// SubjEvent is the subject of events about one object: event.<ns>.<name> ("_" for cluster-scoped).
+func SubjEvent(namespace, name string) string {
+	if namespace == "" {
+		namespace = "_"
+	}
+	return subjEventPrefix + Token(namespace) + "." + Token(name)
+}
+
+// SubjEventsFor filters events of one namespace ("" for all).
+func SubjEventsFor(namespace string) string {
+	if namespace == "" {
+		return SubjAllEvents
+	}
+	return subjEventPrefix + Token(namespace) + ".*"
+}
+
+// SubjLogs is the request subject of one node agent's log service.
+func SubjLogs(node string) string { return SubjLogsPrefix + Token(node) }
+
+// ConsumerAgent is the durable consumer name of one node's agent.
+func ConsumerAgent(node string) string { return consumerAgentPrefix + Token(node) }
+
+// PodKey is the KV key of a pod. Namespaces are DNS labels (no dots), so the first token is always
+// the namespace and a watch on PodKeyPrefix(ns) selects one namespace.
+func PodKey(namespace, name string) string { return Token(namespace) + "." + Token(name) }
+
+// PodKeyPrefix filters pod keys of one namespace ("" for all).
+func PodKeyPrefix(namespace string) string {
+	if namespace == "" {
+		return ">"
+	}
+	return Token(namespace) + ".>"
+}
+
+// SplitPodKey reverses PodKey.
+func SplitPodKey(key string) (namespace, name string, ok bool) {
+	ns, n, found := strings.Cut(key, ".")
+	if !found {
+		return "", "", false
+	}
+	namespace, ok1 := Untoken(ns)
+	name, ok2 := Untoken(n)
+	return namespace, name, ok1 && ok2
+}
+
+// NodeKey is the KV key of a node (nodes and alloc buckets).
+func NodeKey(name string) string { return Token(name) }
+
+// Token encodes a Kubernetes name as one subject token and one KV key part. Names are DNS subdomains
+// ([a-z0-9.-]), where '.' would split a subject: it becomes '_'. Anything else outside [A-Za-z0-9-]
+// (never valid in a name, but names from elsewhere, such as host names, may have it) becomes =XX.
+func Token(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isPlain(c) {
+			clean = false
+			break
+		}
+	}
+	if clean && s != "" {
+		return s
+	}
+	if s == "" {
+		return "="
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case isPlain(c):
+			b.WriteByte(c)
+		case c == '.':
+			b.WriteByte('_')
+		default:
+			const hex = "0123456789ABCDEF"
+			b.WriteByte('=')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		}
+	}
+	return b.String()
+}
+
+// Untoken reverses Token.
+func Untoken(t string) (string, bool) {
+	if t == "=" {
+		return "", true
+	}
+	if !strings.ContainsAny(t, "_=") {
+		return t, t != ""
+	}
+	var b strings.Builder
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c == '_':
+			b.WriteByte('.')
+		case c == '=':
+			if i+2 >= len(t) {
+				return "", false
+			}
+			hi, ok1 := unhex(t[i+1])
+			lo, ok2 := unhex(t[i+2])
+			if !ok1 || !ok2 {
+				return "", false
+			}
+			b.WriteByte(hi<<4 | lo)
+			i += 2
+		case isPlain(c):
+			b.WriteByte(c)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+func isPlain(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-'
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,138 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options shape the streams and buckets. Zero values give the embedded single-server defaults.
+type Options struct {
+	// Replicas of every stream and bucket: 1 on one server, 3 in a cluster.
+	Replicas int
+	// MaxAge of the pipeline history (PODS, STATUS). Zero keeps it for 7 days.
+	MaxAge time.Duration
+	// Memory storage instead of files (load tests of the pipeline alone).
+	Memory bool
+}
+
+func (o Options) replicas() int {
+	if o.Replicas <= 0 {
+		return 1
+	}
+	return o.Replicas
+}
+
+func (o Options) storage() jetstream.StorageType {
+	if o.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// StreamConfigs are the streams podbus needs.
+func StreamConfigs(o Options) []jetstream.StreamConfig {
+	age := o.MaxAge
+	if age == 0 {
+		age = 7 * 24 * time.Hour
+	}
+	mk := func(name string, subjects []string, maxAge time.Duration) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:       name,
+			Subjects:   subjects,
+			Retention:  jetstream.LimitsPolicy,
+			Storage:    o.storage(),
+			Replicas:   o.replicas(),
+			MaxAge:     maxAge,
+			Duplicates: 2 * time.Minute,
+			Discard:    jetstream.DiscardOld,
+		}
+	}
+	return []jetstream.StreamConfig{
+		mk(StreamPods, []string{SubjAllPods}, age),
+		mk(StreamStatus, []string{SubjAllStatus}, age),
+		mk(StreamHeartbeats, []string{SubjAllHeartbeats}, time.Hour),
+		mk(StreamEvents, []string{SubjAllEvents}, time.Hour), // Kubernetes keeps events for one hour
+		mk(StreamDead, []string{SubjAllDead}, age),
+	}
+}
+
+// KVConfigs are the buckets podbus needs.
+func KVConfigs(o Options) []jetstream.KeyValueConfig {
+	mk := func(name, desc string) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: o.storage(), Replicas: o.replicas()}
+	}
+	return []jetstream.KeyValueConfig{
+		mk(BucketPods, "podbus pods; revision = resourceVersion"),
+		mk(BucketNodes, "podbus nodes"),
+		mk(BucketAlloc, "podbus committed requests per node (binder)"),
+	}
+}
+
+// Provision creates or updates every stream and bucket. It is idempotent and safe when several
+// replicas start at once: a lost creation race is retried as an update.
+func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
+	for _, cfg := range StreamConfigs(o) {
+		if err := retry(ctx, func() error {
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		}); err != nil {
+			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range KVConfigs(o) {
+		if err := retry(ctx, func() error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
+		}); err != nil {
+			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// retry runs f a few times: concurrent provisioning and a cluster still electing leaders fail transiently.
+func retry(ctx context.Context, f func() error) error {
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = f(); err == nil {
+			return nil
+		}
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(50*(attempt+1)) * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// Buckets are the opened KV buckets.
+type Buckets struct {
+	Pods, Nodes, Alloc jetstream.KeyValue
+}
+
+// OpenBuckets opens the provisioned buckets.
+func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
+	var b Buckets
+	for _, x := range []struct {
+		name string
+		dst  *jetstream.KeyValue
+	}{{BucketPods, &b.Pods}, {BucketNodes, &b.Nodes}, {BucketAlloc, &b.Alloc}} {
+		err := retry(ctx, func() error {
+			kv, err := js.KeyValue(ctx, x.name)
+			*x.dst = kv
+			return err
+		})
+		if err != nil {
+			return Buckets{}, fmt.Errorf("open bucket %s: %w", x.name, err)
+		}
+	}
+	return b, nil
+}

@@ -1,0 +1,117 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+// Meta is what travels in the headers of a pipeline message.
+type Meta struct {
+	MsgID       string // JetStream de-duplication id; empty: none
+	Correlation string // follows one pod through every step
+	PodUID      string
+	Reply       string // core NATS subject for the store's answer
+	User        string // the authenticated API user, on commands
+	Actor       string // set by the Publisher
+}
+
+func (m Meta) header() nats.Header {
+	h := make(nats.Header, 5)
+	set := func(k, v string) {
+		if v != "" {
+			h[k] = []string{v}
+		}
+	}
+	set(HdrMsgID, m.MsgID)
+	set(HdrCorrelation, m.Correlation)
+	set(HdrPodUID, m.PodUID)
+	set(HdrReply, m.Reply)
+	set(HdrUser, m.User)
+	set(HdrActor, m.Actor)
+	return h
+}
+
+// MetaFrom reads Meta back from headers.
+func MetaFrom(h nats.Header) Meta {
+	return Meta{
+		MsgID:       h.Get(HdrMsgID),
+		Correlation: h.Get(HdrCorrelation),
+		PodUID:      h.Get(HdrPodUID),
+		Reply:       h.Get(HdrReply),
+		User:        h.Get(HdrUser),
+		Actor:       h.Get(HdrActor),
+	}
+}
+
+// Publisher publishes protobuf messages on JetStream subjects, stamping the acting service.
+type Publisher struct {
+	js    jetstream.JetStream
+	actor string
+}
+
+// NewPublisher returns a publisher that signs every message with actor ("scheduler/sched-a").
+func NewPublisher(js jetstream.JetStream, actor string) *Publisher {
+	return &Publisher{js: js, actor: actor}
+}
+
+// Actor is the identity stamped on every message.
+func (p *Publisher) Actor() string { return p.actor }
+
+func (p *Publisher) msg(subject string, m proto.Message, meta Meta) (*nats.Msg, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %T for %s: %w", m, subject, err)
+	}
+	meta.Actor = p.actor
+	return &nats.Msg{Subject: subject, Data: data, Header: meta.header()}, nil
+}
+
+// Publish stores m on its stream and returns once JetStream acknowledged it (the message is durable).
+func (p *Publisher) Publish(ctx context.Context, subject string, m proto.Message, meta Meta) error {
+	msg, err := p.msg(subject, m, meta)
+	if err != nil {
+		return err
+	}
+	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}
+
+// PublishAsync sends m without waiting; the caller must wait on the future (or on Wait) before it
+// acknowledges whatever caused the publish.
+func (p *Publisher) PublishAsync(subject string, m proto.Message, meta Meta) (jetstream.PubAckFuture, error) {
+	msg, err := p.msg(subject, m, meta)
+	if err != nil {
+		return nil, err
+	}
+	f, err := p.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return f, nil
+}
+
+// Wait waits for the futures of async publishes and returns the first error.
+func Wait(ctx context.Context, futures ...jetstream.PubAckFuture) error {
+	var first error
+	for _, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if first == nil {
+				first = fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
