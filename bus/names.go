@@ -75,6 +75,7 @@ const (
 	HdrCorrelation = "Podbus-Correlation"
 	HdrActor       = "Podbus-Actor" // service/replica that published the message
 	HdrPodUID      = "Podbus-Pod-Uid"
+	HdrKey         = "Podbus-Key"   // namespace/name of the pod, for per-pod ordering without decoding
 	HdrReply       = "Podbus-Reply" // core NATS subject where the store answers a command
 	HdrUser        = "Podbus-User"
 	HdrDeadReason  = "Podbus-Dead-Reason"

@@ -14,6 +14,7 @@ type Meta struct {
 	MsgID       string // JetStream de-duplication id; empty: none
 	Correlation string // follows one pod through every step
 	PodUID      string
+	Key         string // "namespace/name"
 	Reply       string // core NATS subject for the store's answer
 	User        string // the authenticated API user, on commands
 	Actor       string // set by the Publisher
@@ -29,6 +30,7 @@ func (m Meta) header() nats.Header {
 	set(HdrMsgID, m.MsgID)
 	set(HdrCorrelation, m.Correlation)
 	set(HdrPodUID, m.PodUID)
+	set(HdrKey, m.Key)
 	set(HdrReply, m.Reply)
 	set(HdrUser, m.User)
 	set(HdrActor, m.Actor)
@@ -41,6 +43,7 @@ func MetaFrom(h nats.Header) Meta {
 		MsgID:       h.Get(HdrMsgID),
 		Correlation: h.Get(HdrCorrelation),
 		PodUID:      h.Get(HdrPodUID),
+		Key:         h.Get(HdrKey),
 		Reply:       h.Get(HdrReply),
 		User:        h.Get(HdrUser),
 		Actor:       h.Get(HdrActor),
