@@ -100,11 +100,8 @@ func SubjPodStatus(node string) string { return subjStatusPodPref + Token(node) 
 // SubjHeartbeat is the subject of a node's heartbeats.
 func SubjHeartbeat(node string) string { return subjHeartbeatPref + Token(node) }
 
-// SubjEvent is the subject of events about one object: event.<ns>.<name> ("_" for cluster-scoped).
+// SubjEvent is the subject of events about one object: event.<ns>.<name> ("=" for cluster-scoped).
 func SubjEvent(namespace, name string) string {
-	if namespace == "" {
-		namespace = "_"
-	}
 	return subjEventPrefix + Token(namespace) + "." + Token(name)
 }
 
@@ -188,9 +185,6 @@ func Token(s string) string {
 func Untoken(t string) (string, bool) {
 	if t == "=" {
 		return "", true
-	}
-	if !strings.ContainsAny(t, "_=") {
-		return t, t != ""
 	}
 	var b strings.Builder
 	for i := 0; i < len(t); i++ {

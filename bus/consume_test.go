@@ -1,0 +1,175 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+func TestConsumeAcksParksAndRetries(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := bus.NewPublisher(c.JS, "test/1")
+
+	var handled, attempts atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "t", Filters: []string{bus.SubjPodDeleted}, Workers: 3,
+			Key: func(m *bus.Msg) string { return m.Meta.PodUID }}, func(ctx context.Context, m *bus.Msg) error {
+			var d pb.PodDeleted
+			if err := m.Decode(&d); err != nil {
+				return err
+			}
+			if d.GetUid() == "flaky" && attempts.Add(1) < 3 {
+				return bus.RetryAfter(10*time.Millisecond, errors.New("not yet"))
+			}
+			if d.GetUid() == "panic" {
+				panic("boom")
+			}
+			handled.Add(1)
+			return nil
+		})
+	}()
+
+	for _, uid := range []string{"a", "flaky", "b", "panic"} {
+		if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A payload that is not protobuf at all.
+	if _, err := c.JS.Publish(ctx, bus.SubjPodDeleted, []byte{0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool { return handled.Load() == 3 }, "handled %d of 3", handled.Load())
+	if attempts.Load() < 3 {
+		t.Errorf("flaky message handled after %d attempts, want 3", attempts.Load())
+	}
+
+	// The garbage and the panicking message are parked on dead.<subject> with a reason.
+	dead, err := c.JS.Stream(ctx, bus.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 5*time.Second, func() bool {
+		info, err := dead.Info(ctx)
+		return err == nil && info.State.Msgs == 2
+	}, "two parked messages")
+	m, err := dead.GetLastMsgForSubject(ctx, "dead."+bus.SubjPodDeleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get(bus.HdrDeadReason) == "" || m.Header.Get(bus.HdrDeadSubject) != bus.SubjPodDeleted {
+		t.Errorf("parked message headers: %v", m.Header)
+	}
+	if got := bus.Counter("malformed.t"); got != 2 {
+		t.Errorf("malformed counter = %d, want 2", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Consume returned %v on shutdown", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Consume did not return after cancel")
+	}
+	// Nothing is left unacknowledged.
+	cons, err := c.JS.Consumer(context.Background(), bus.StreamPods, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Errorf("consumer left %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
+	}
+}
+
+func TestKVCompareAndSet(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	b, err := bus.OpenBuckets(ctx, c.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bus.PodKey("default", "web.v1")
+	rev, err := bus.Create(ctx, b.Pods, key, &pb.Pod{Metadata: &pb.ObjectMeta{Name: "web.v1", Uid: "u1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Create(ctx, b.Pods, key, &pb.Pod{}); !errors.Is(err, bus.ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+	rev2, err := bus.Update(ctx, b.Pods, key, &pb.Pod{Metadata: &pb.ObjectMeta{Name: "web.v1", Uid: "u1", Generation: 2}}, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Update(ctx, b.Pods, key, &pb.Pod{}, rev); !errors.Is(err, bus.ErrConflict) {
+		t.Fatalf("stale update: %v, want ErrConflict", err)
+	}
+	if err := bus.Delete(ctx, b.Pods, key, rev); !errors.Is(err, bus.ErrConflict) {
+		t.Fatalf("stale delete: %v, want ErrConflict", err)
+	}
+	var got pb.Pod
+	if r, err := bus.Get(ctx, b.Pods, key, &got); err != nil || r != rev2 || got.GetMetadata().GetGeneration() != 2 {
+		t.Fatalf("get = %d %v %v", r, err, &got)
+	}
+	// Mutate retries through a concurrent writer.
+	calls := 0
+	_, _, err = bus.Mutate(ctx, b.Pods, key, func() *pb.Pod { return &pb.Pod{} }, 5, func(p *pb.Pod) (bool, error) {
+		calls++
+		if calls == 1 { // someone else writes in between
+			if _, err := bus.Update(ctx, b.Pods, key, &pb.Pod{Metadata: &pb.ObjectMeta{Name: "web.v1", Generation: 3}}, rev2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Metadata.Generation++
+		return true, nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("mutate: %v after %d calls", err, calls)
+	}
+	if _, err := bus.Get(ctx, b.Pods, key, &got); err != nil || got.GetMetadata().GetGeneration() != 4 {
+		t.Fatalf("after mutate: %v %v", err, &got)
+	}
+	if err := b.Pods.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Get(ctx, b.Pods, key, &got); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("get deleted: %v", err)
+	}
+	_ = jetstream.ErrKeyNotFound
+}
+
+func TestProvisionIsIdempotentAndConcurrent(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			c, err := bus.Connect(ctx, url, "p")
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.NC.Close()
+			errs <- bus.Provision(ctx, c.JS, bus.Options{})
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("provision: %v", err)
+		}
+	}
+}
