@@ -1,0 +1,100 @@
+// Command podbus runs the podbus services: all of them in one process (`podbus up`) or one per process.
+// main only parses flags (and PODBUS_* environment variables) and signals; the work is in the packages.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = []command{
+	{"up", "everything in one process: embedded NATS, the services, simulated nodes, the API", runUp},
+	{"nats", "an embedded nats-server with JetStream (standalone or a cluster member)", runNATS},
+	{"admission", "the Kubernetes API front door", runAdmission},
+	{"store", "the store: the only writer of new pods", runStore},
+	{"scheduler", "a scheduler replica (run as many as you like)", runScheduler},
+	{"binder", "the binder: commits scheduling decisions with compare-and-set", runBinder},
+	{"status", "the status service: pod and node status, events, node monitor", runStatus},
+	{"agent", "a node agent (kubelet)", runAgent},
+	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
+	{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
+}
+
+const version = "v0.1.0"
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: podbus <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nEvery flag can also be set as PODBUS_<FLAG> (e.g. PODBUS_NATS=nats://n1:4222).\n")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
+	for _, c := range commands {
+		if c.name != os.Args[1] {
+			continue
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := c.run(ctx, os.Args[2:])
+		stop()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "podbus %s: %v\n", c.name, err)
+			os.Exit(1)
+		}
+		return
+	}
+	usage()
+	os.Exit(2)
+}
+
+func logLevel() slog.Level {
+	switch strings.ToLower(os.Getenv("PODBUS_LOG")) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// parse parses args, then fills every flag not given on the command line from PODBUS_<NAME>.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "PODBUS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", env, e)
+			}
+		}
+	})
+	return err
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/fake"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/health"
+	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/loadtest"
+	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/scheduler"
+	"github.com/podbus/podbus/services/status"
+	"github.com/podbus/podbus/services/store"
+)
+
+// common are the flags every service has.
+type common struct {
+	nats       string
+	id         string
+	healthAddr string
+	replicas   int
+}
+
+func (c *common) register(fs *flag.FlagSet, service string) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.nats, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
+	fs.StringVar(&c.id, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "replica identity (stamped on every message)")
+	fs.StringVar(&c.healthAddr, "health-addr", "", "serve /healthz, /readyz and /debug/vars here (e.g. :8081)")
+	fs.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets when this service provisions them (3 in a cluster)")
+}
+
+// serve connects, provisions, and runs one service with its health endpoint until ctx ends.
+func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
+	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: c.replicas}); err != nil {
+		return err
+	}
+	svc, err := mk(conn)
+	if err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return health.Serve(gctx, c.healthAddr, func() bool { return ready.Load() && conn.NC.IsConnected() })
+	})
+	g.Go(func() error {
+		ready.Store(true)
+		return svc.Run(gctx)
+	})
+	return g.Wait()
+}
+
+func runStore(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("store", flag.ExitOnError)
+	c.register(fs, "store")
+	workers := fs.Int("workers", 8, "commands handled at once")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "store", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return store.New(store.Config{ID: c.id, Workers: *workers}, cn)
+	})
+}
+
+func runScheduler(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
+	c.register(fs, "scheduler")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "scheduler", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return scheduler.New(scheduler.Config{ID: c.id}, cn)
+	})
+}
+
+func runBinder(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("binder", flag.ExitOnError)
+	c.register(fs, "binder")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "binder", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return binder.New(binder.Config{ID: c.id}, cn)
+	})
+}
+
+func runStatus(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("status", flag.ExitOnError)
+	c.register(fs, "status")
+	grace := fs.Duration("node-monitor-grace-period", 40*time.Second, "a node whose heartbeats stop for this long becomes NotReady")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "status", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace}, cn)
+	})
+}
+
+func runAdmission(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("admission", flag.ExitOnError)
+	c.register(fs, "admission")
+	addr := fs.String("listen", "127.0.0.1:6443", "address of the Kubernetes API")
+	tokens := fs.String("tokens", "", "bearer tokens as token=user,token=user (empty: anonymous access)")
+	kubeconfig := fs.String("kubeconfig-out", "", "write a kubeconfig for this API here")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	toks := map[string]string{}
+	for _, kv := range strings.Split(*tokens, ",") {
+		if t, u, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			toks[t] = u
+		}
+	}
+	return c.serve(ctx, "admission", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks}, cn)
+		if err != nil {
+			return nil, err
+		}
+		if *kubeconfig != "" {
+			token := ""
+			for t := range toks {
+				token = t
+				break
+			}
+			if err := up.WriteKubeconfig(*kubeconfig, "http://"+*addr, token); err != nil {
+				return nil, err
+			}
+		}
+		return svc, nil
+	})
+}
+
+func runAgent(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("agent", flag.ExitOnError)
+	c.register(fs, "agent")
+	host, _ := os.Hostname()
+	node := fs.String("node", host, "node name")
+	runtime := fs.String("runtime", "fake", "container runtime: fake")
+	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node")
+	cpu := fs.String("cpu", "8", "cpu capacity")
+	mem := fs.String("memory", "32Gi", "memory capacity")
+	maxPods := fs.Int("max-pods", 110, "maximum pods")
+	labels := fs.String("node-labels", "", "labels to add when registering the node (k=v,k=v)")
+	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
+	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *runtime != "fake" {
+		return fmt.Errorf("runtime %q is not available in this build (use fake)", *runtime)
+	}
+	lbls := map[string]string{}
+	for _, kv := range strings.Split(*labels, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			lbls[k] = v
+		}
+	}
+	c.id = *node
+	return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		rt, err := fake.New(fake.Config{StartDelay: *startDelay, PodCIDR: *cidr})
+		if err != nil {
+			return nil, err
+		}
+		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, HeartbeatInterval: *hb}, cn, rt)
+	})
+}
+
+func runNATS(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("nats", flag.ExitOnError)
+	host := fs.String("host", "127.0.0.1", "client listen host")
+	port := fs.Int("port", 4222, "client port")
+	store := fs.String("store", ".podbus/nats", "JetStream storage directory")
+	name := fs.String("name", "podbus", "server name (unique in a cluster)")
+	cluster := fs.String("cluster-name", "", "join a cluster of this name")
+	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
+	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
+	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz) or 0")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort}
+	if *cluster != "" {
+		cfg.ClusterName, cfg.ClusterListen = *cluster, *listen
+		for _, r := range strings.Split(*routes, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.Routes = append(cfg.Routes, r)
+			}
+		}
+	}
+	srv, err := bus.RunServer(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "nats-server %s listening on %s\n", *name, srv.ClientURL())
+	<-ctx.Done()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return nil
+}
+
+func runUp(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	var cfg up.Config
+	fs.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
+	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
+	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, kubeconfig)")
+	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
+	fs.IntVar(&cfg.Nodes, "nodes", 3, "simulated nodes")
+	fs.StringVar(&cfg.NodeCPU, "node-cpu", "8", "cpu of each simulated node")
+	fs.StringVar(&cfg.NodeMemory, "node-memory", "32Gi", "memory of each simulated node")
+	fs.IntVar(&cfg.MaxPods, "max-pods", 110, "pods per simulated node")
+	fs.DurationVar(&cfg.StartDelay, "start-delay", 300*time.Millisecond, "simulated container start time")
+	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	c, err := up.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
+	<-ctx.Done()
+	return c.Wait()
+}
+
+func runLoadtest(ctx context.Context, args []string) error {
+	cfg, err := loadtest.ParseFlags(args)
+	if err != nil {
+		return err
+	}
+	return loadtest.Run(ctx, cfg, os.Stdout)
+}

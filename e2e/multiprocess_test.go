@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podbus/podbus/bus/bustest"
+)
+
+// buildPodbus compiles cmd/podbus once per test binary run.
+func buildPodbus(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "podbus")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/podbus")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+}
+
+func spawn(t *testing.T, bin, name string, args ...string) *process {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{name: name, cmd: cmd, out: &out}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("--- %s output:\n%s", name, out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and expects a clean exit: consumers drained, exit code 0.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("%s exited with %v", p.name, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("%s did not stop on SIGTERM", p.name)
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+// Every service as its own podbus process over TCP to one NATS server gives the same result as `up`.
+func TestServicesAsSeparateProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildPodbus(t)
+	natsPort := freePort(t)
+	apiPort := freePort(t)
+	url := "nats://127.0.0.1:" + strconv.Itoa(natsPort)
+	nats := spawn(t, bin, "nats", "nats", "--port", strconv.Itoa(natsPort), "--store", t.TempDir())
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(natsPort))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, "nats-server listening")
+
+	var procs []*process
+	for _, s := range []struct {
+		name string
+		args []string
+	}{
+		{"store", []string{"store"}},
+		{"scheduler-a", []string{"scheduler", "--id", "sched-a"}},
+		{"scheduler-b", []string{"scheduler", "--id", "sched-b"}},
+		{"binder", []string{"binder"}},
+		{"status", []string{"status"}},
+		{"admission", []string{"admission", "--listen", "127.0.0.1:" + strconv.Itoa(apiPort)}},
+		{"agent-n1", []string{"agent", "--node", "n1", "--pod-cidr", "10.42.1.0/24", "--cpu", "4", "--memory", "8Gi"}},
+		{"agent-n2", []string{"agent", "--node", "n2", "--pod-cidr", "10.42.2.0/24", "--cpu", "4", "--memory", "8Gi"}},
+	} {
+		procs = append(procs, spawn(t, bin, s.name, append(s.args, "--nats", url)...))
+	}
+	api := "http://127.0.0.1:" + strconv.Itoa(apiPort)
+	client := &http.Client{Timeout: 10 * time.Second}
+	bustest.Eventually(t, 60*time.Second, func() bool {
+		resp, err := client.Get(api + "/api/v1/nodes")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var list struct{ Items []json.RawMessage }
+		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Items) == 2
+	}, "API up with two nodes")
+
+	const n = 20
+	for i := 0; i < n; i++ {
+		if code, body := post(t, client, api, "default", podJSON("default", fmt.Sprintf("mp-%d", i), "100m", "64Mi")); code != http.StatusCreated {
+			t.Fatalf("create: %d %s", code, body)
+		}
+	}
+	conn := bustest.Conn(t, url, "observer")
+	all := waitAll(t, conn, n, 60*time.Second, isReady)
+	nodes := map[string]int{}
+	for _, p := range all {
+		nodes[p.GetSpec().GetNodeName()]++
+	}
+	if len(nodes) != 2 {
+		t.Errorf("pods spread over %v, want both nodes used", nodes)
+	}
+	checkInvariants(t, conn)
+
+	for _, p := range procs {
+		p.stop(t)
+	}
+	nats.stop(t)
+}

@@ -1,0 +1,358 @@
+// Package up composes a whole podbus cluster in one process: an embedded nats-server (or an external
+// one), the five services, simulated node agents and the API, and writes a kubeconfig for kubectl.
+// It is what `podbus up` / `make run` runs and what the end-to-end tests start.
+package up
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/fake"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/scheduler"
+	"github.com/podbus/podbus/services/status"
+	"github.com/podbus/podbus/services/store"
+)
+
+// Config shapes the cluster.
+type Config struct {
+	// NATSURL of an existing server; empty starts an embedded one storing in DataDir/nats.
+	NATSURL string
+	// NATSPort for the embedded server (0: 4222 would clash in tests, so -1 picks a random port).
+	NATSPort int
+	// DataDir holds the embedded server's storage and the kubeconfig (default .podbus).
+	DataDir string
+	// APIAddr is where the Kubernetes API listens (default 127.0.0.1:6443; ":0" style picks a port).
+	APIAddr string
+	// Nodes is how many simulated nodes to run, each with NodeCPU, NodeMemory and MaxPods.
+	Nodes      int
+	NodeCPU    string
+	NodeMemory string
+	MaxPods    int
+	// StartDelay of the simulated runtime (time to "start" a container).
+	StartDelay time.Duration
+	// Schedulers is the number of scheduler replicas (default 1).
+	Schedulers int
+	// HeartbeatInterval of the agents (default 10s).
+	HeartbeatInterval time.Duration
+	// NoServices starts only NATS and the agents (the services run elsewhere).
+	NoServices bool
+	// Memory keeps streams in memory (load tests of the pipeline alone).
+	Memory bool
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.DataDir == "" {
+		c.DataDir = ".podbus"
+	}
+	if c.APIAddr == "" {
+		c.APIAddr = "127.0.0.1:6443"
+	}
+	if c.NodeCPU == "" {
+		c.NodeCPU = "8"
+	}
+	if c.NodeMemory == "" {
+		c.NodeMemory = "32Gi"
+	}
+	if c.MaxPods == 0 {
+		c.MaxPods = 110
+	}
+	if c.Schedulers == 0 {
+		c.Schedulers = 1
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.NATSPort == 0 {
+		c.NATSPort = -1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Cluster is a running podbus.
+type Cluster struct {
+	APIURL     string
+	NATSURL    string
+	Kubeconfig string
+
+	srv  *server.Server
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+	conn []*bus.Conn
+}
+
+// runner is what every service is.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// Start brings a cluster up and returns when the API answers and the nodes are registered.
+// Everything stops when ctx is cancelled; Wait returns then.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	cfg.defaults()
+	log := cfg.Logger
+	c := &Cluster{}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	url := cfg.NATSURL
+	if url == "" {
+		srv, err := bus.RunServer(bus.ServerConfig{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats"), Name: "podbus"})
+		if err != nil {
+			return nil, err
+		}
+		c.srv = srv
+		url = srv.ClientURL()
+	}
+	c.NATSURL = url
+	fail := func(err error) (*Cluster, error) {
+		c.closeConns()
+		if c.srv != nil {
+			c.srv.Shutdown()
+		}
+		return nil, err
+	}
+	dial := func(name string) (*bus.Conn, error) {
+		cn, err := bus.Connect(ctx, url, name)
+		if err != nil {
+			return nil, err
+		}
+		c.conn = append(c.conn, cn)
+		return cn, nil
+	}
+	root, err := dial("podbus-up")
+	if err != nil {
+		return fail(err)
+	}
+	if err := bus.Provision(ctx, root.JS, bus.Options{Memory: cfg.Memory}); err != nil {
+		return fail(err)
+	}
+
+	var api *admission.Service
+	if !cfg.NoServices {
+		type mk func(cn *bus.Conn) (runner, error)
+		services := []struct {
+			name string
+			mk   mk
+		}{
+			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0"}, cn) }},
+			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0"}, cn) }},
+			{"status", func(cn *bus.Conn) (runner, error) { return status.New(status.Config{ID: "status-0"}, cn) }},
+		}
+		for i := 0; i < cfg.Schedulers; i++ {
+			id := fmt.Sprintf("sched-%d", i)
+			services = append(services, struct {
+				name string
+				mk   mk
+			}{"scheduler", func(cn *bus.Conn) (runner, error) { return scheduler.New(scheduler.Config{ID: id}, cn) }})
+		}
+		for _, s := range services {
+			cn, err := dial("podbus-" + s.name)
+			if err != nil {
+				return fail(err)
+			}
+			r, err := s.mk(cn)
+			if err != nil {
+				return fail(fmt.Errorf("%s: %w", s.name, err))
+			}
+			c.run(ctx, s.name, r)
+		}
+		cn, err := dial("podbus-admission")
+		if err != nil {
+			return fail(err)
+		}
+		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr}, cn)
+		if err != nil {
+			return fail(fmt.Errorf("admission: %w", err))
+		}
+		c.run(ctx, "admission", api)
+	}
+
+	// Agents share a few connections: 100 simulated nodes need not open 100 sockets.
+	var agentConns []*bus.Conn
+	for i := 0; i < min(cfg.Nodes, 4); i++ {
+		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i))
+		if err != nil {
+			return fail(err)
+		}
+		agentConns = append(agentConns, cn)
+	}
+	for i := 0; i < cfg.Nodes; i++ {
+		name := NodeName(i)
+		rt, err := fake.New(fake.Config{StartDelay: cfg.StartDelay, PodCIDR: PodCIDR(i)})
+		if err != nil {
+			return fail(err)
+		}
+		a, err := agent.New(agent.Config{
+			Node:              name,
+			PodCIDR:           PodCIDR(i),
+			CPU:               cfg.NodeCPU,
+			Memory:            cfg.NodeMemory,
+			MaxPods:           cfg.MaxPods,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+		}, agentConns[i%len(agentConns)], rt)
+		if err != nil {
+			return fail(fmt.Errorf("agent %s: %w", name, err))
+		}
+		c.run(ctx, "agent "+name, a)
+	}
+
+	if api != nil {
+		addr, err := waitAddr(ctx, api)
+		if err != nil {
+			return fail(err)
+		}
+		c.APIURL = "http://" + addr
+		c.Kubeconfig = filepath.Join(cfg.DataDir, "kubeconfig")
+		if err := WriteKubeconfig(c.Kubeconfig, c.APIURL, ""); err != nil {
+			return fail(err)
+		}
+	}
+	if err := waitNodes(ctx, root, cfg.Nodes); err != nil {
+		return fail(err)
+	}
+	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", cfg.Nodes, "kubeconfig", c.Kubeconfig)
+	go func() {
+		<-ctx.Done()
+		c.wg.Wait()
+		c.closeConns()
+		if c.srv != nil {
+			c.srv.Shutdown()
+			c.srv.WaitForShutdown()
+		}
+	}()
+	return c, nil
+}
+
+func (c *Cluster) run(ctx context.Context, name string, r runner) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.mu.Lock()
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
+			c.mu.Unlock()
+			slog.Error("service stopped", "service", name, "err", err)
+		}
+	}()
+}
+
+func (c *Cluster) closeConns() {
+	for _, cn := range c.conn {
+		cn.NC.Close()
+	}
+}
+
+// Wait blocks until every service has stopped and returns their errors.
+func (c *Cluster) Wait() error {
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return errors.Join(c.errs...)
+}
+
+// Server is the embedded nats-server, or nil.
+func (c *Cluster) Server() *server.Server { return c.srv }
+
+// NodeName names the i-th simulated node.
+func NodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }
+
+// PodCIDR gives the i-th node its own /24 inside 10.42.0.0/15 and up.
+func PodCIDR(i int) string {
+	n := i + 1
+	return fmt.Sprintf("10.%d.%d.0/24", 42+n/256, n%256)
+}
+
+func waitAddr(ctx context.Context, api *admission.Service) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if a := api.Addr(); a != "" {
+			conn, err := net.DialTimeout("tcp", a, time.Second)
+			if err == nil {
+				conn.Close()
+				return a, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("the API did not start listening")
+}
+
+func waitNodes(ctx context.Context, c *bus.Conn, want int) error {
+	if want == 0 {
+		return nil
+	}
+	kv, err := c.JS.KeyValue(ctx, bus.BucketNodes)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		keys, err := kv.ListKeys(ctx)
+		n := 0
+		if err == nil {
+			for range keys.Keys() {
+				n++
+			}
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d nodes registered", n, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WriteKubeconfig writes a kubeconfig for the API at url (token optional).
+func WriteKubeconfig(path, url, token string) error {
+	user := "  user: {}\n"
+	if token != "" {
+		user = fmt.Sprintf("  user:\n    token: %s\n", token)
+	}
+	doc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: podbus
+  cluster:
+    server: %s
+contexts:
+- name: podbus
+  context:
+    cluster: podbus
+    user: podbus
+    namespace: default
+current-context: podbus
+users:
+- name: podbus
+%s`, url, user)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(doc), 0o600)
+}

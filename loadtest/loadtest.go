@@ -1,0 +1,373 @@
+// Package loadtest submits pods through the Kubernetes API and measures the pipeline: how long each pod
+// takes from its POST to created (201), scheduled (decision on pod.scheduled), bound (spec.nodeName in the
+// store), running (phase Running) and ready (Ready=True), and the throughput created→ready.
+// It starts its own embedded cluster with simulated nodes, or targets a running one.
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	"github.com/podbus/podbus/internal/up"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Config of one run.
+type Config struct {
+	API         string // target API URL; empty starts an embedded cluster
+	NATS        string // NATS URL to observe the pipeline (required with API)
+	Nodes       int
+	Pods        int
+	Rate        float64 // pods/s; 0 = as fast as possible
+	Concurrency int     // HTTP requests in flight
+	NodeCPU     string
+	NodeMemory  string
+	MaxPods     int
+	CPURequest  string
+	MemRequest  string
+	StartDelay  time.Duration
+	Schedulers  int
+	Namespace   string
+	Timeout     time.Duration
+	JSON        bool
+	Memory      bool // embedded cluster keeps streams in memory
+	Quiet       bool
+}
+
+// ParseFlags reads a Config from command-line arguments.
+func ParseFlags(args []string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.StringVar(&c.API, "api", "", "target API URL (empty: start an embedded cluster)")
+	fs.StringVar(&c.NATS, "nats", "", "NATS URL of the target cluster, to observe the pipeline")
+	fs.IntVar(&c.Nodes, "nodes", 100, "simulated nodes (embedded cluster)")
+	fs.IntVar(&c.Pods, "pods", 5000, "pods to submit")
+	fs.Float64Var(&c.Rate, "rate", 0, "pods per second (0: as fast as possible)")
+	fs.IntVar(&c.Concurrency, "concurrency", 64, "API requests in flight")
+	fs.StringVar(&c.NodeCPU, "node-cpu", "32", "cpu of each simulated node")
+	fs.StringVar(&c.NodeMemory, "node-memory", "128Gi", "memory of each simulated node")
+	fs.IntVar(&c.MaxPods, "max-pods", 250, "pods per simulated node")
+	fs.StringVar(&c.CPURequest, "cpu", "100m", "cpu request of each pod")
+	fs.StringVar(&c.MemRequest, "memory", "64Mi", "memory request of each pod")
+	fs.DurationVar(&c.StartDelay, "start-delay", 0, "simulated container start time")
+	fs.IntVar(&c.Schedulers, "schedulers", 1, "scheduler replicas (embedded cluster)")
+	fs.StringVar(&c.Namespace, "namespace", "default", "namespace of the pods")
+	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.BoolVar(&c.JSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&c.Memory, "memory-streams", false, "embedded cluster: keep streams in memory")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.API != "" && c.NATS == "" {
+		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
+	}
+	return c, nil
+}
+
+// Stage latencies, measured from the moment the pod's POST was sent.
+const (
+	StageCreated   = "created"
+	StageScheduled = "scheduled"
+	StageBound     = "bound"
+	StageRunning   = "running"
+	StageReady     = "ready"
+)
+
+var stages = []string{StageCreated, StageScheduled, StageBound, StageRunning, StageReady}
+
+// Percentiles of one stage, in milliseconds.
+type Percentiles struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// Result of a run.
+type Result struct {
+	Pods          int                    `json:"pods"`
+	Nodes         int                    `json:"nodes"`
+	Ready         int                    `json:"ready"`
+	Failed        int                    `json:"failed_requests"`
+	Unschedulable int                    `json:"unschedulable"`
+	Seconds       float64                `json:"seconds"`
+	SubmitRate    float64                `json:"submit_pods_per_s"`
+	Throughput    float64                `json:"ready_pods_per_s"`
+	Stages        map[string]Percentiles `json:"stages"`
+}
+
+type podTimes struct {
+	sent time.Time
+	at   [5]time.Time
+}
+
+type tracker struct {
+	mu    sync.Mutex
+	pods  map[string]*podTimes // by name
+	uids  map[string]string    // uid -> name
+	ready atomic.Int64
+	unsch atomic.Int64
+	count [5]atomic.Int64
+}
+
+func (t *tracker) mark(name string, stage int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pods[name]
+	if p == nil || !p.at[stage].IsZero() {
+		return
+	}
+	p.at[stage] = at
+	t.count[stage].Add(1)
+	if stage == 4 {
+		t.ready.Add(1)
+	}
+}
+
+// Run executes the load test and writes the report to w.
+func Run(ctx context.Context, cfg Config, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if cfg.API == "" {
+		dir, err := os.MkdirTemp("", "podbus-loadtest-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cctx, ccancel := context.WithCancel(ctx)
+		defer ccancel()
+		cl, err := up.Start(cctx, up.Config{
+			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
+			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
+			Schedulers: cfg.Schedulers, Memory: cfg.Memory,
+		})
+		if err != nil {
+			return err
+		}
+		cfg.API, cfg.NATS = cl.APIURL, cl.NATSURL
+		defer func() { ccancel(); _ = cl.Wait() }()
+	}
+	res, err := run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(w, "pods %d on %d nodes: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
+		res.Pods, res.Nodes, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
+	fmt.Fprintf(w, "submit %.0f pods/s, created→ready throughput %.0f pods/s\n", res.SubmitRate, res.Throughput)
+	fmt.Fprintf(w, "%-10s %7s %9s %9s %9s %9s\n", "stage", "count", "p50 ms", "p90 ms", "p99 ms", "max ms")
+	for _, s := range stages {
+		p := res.Stages[s]
+		fmt.Fprintf(w, "%-10s %7d %9.1f %9.1f %9.1f %9.1f\n", s, p.Count, p.P50, p.P90, p.P99, p.Max)
+	}
+	return nil
+}
+
+func run(ctx context.Context, cfg Config) (*Result, error) {
+	conn, err := bus.Connect(ctx, cfg.NATS, "podbus-loadtest")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.NC.Close()
+	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+	t := &tracker{pods: make(map[string]*podTimes, cfg.Pods), uids: map[string]string{}}
+	names := make([]string, cfg.Pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("lt-%s-%d", runID, i)
+		t.pods[names[i]] = &podTimes{}
+	}
+
+	// Observe decisions on pod.scheduled as they are published (core subscription, no consumer state).
+	sub, err := conn.NC.Subscribe(bus.SubjPodScheduled, func(m *nats.Msg) {
+		now := time.Now()
+		var d pb.SchedulingDecision
+		if proto.Unmarshal(m.Data, &d) != nil || d.GetNamespace() != cfg.Namespace {
+			return
+		}
+		if d.GetUnschedulable() {
+			return
+		}
+		t.mark(d.GetName(), 1, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketPods)
+	if err != nil {
+		return nil, err
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watcher, err := kv.Watch(wctx, bus.PodKeyPrefix(cfg.Namespace), jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	unsch := map[string]bool{}
+	go func() {
+		for e := range watcher.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			now := time.Now()
+			var p pb.Pod
+			if proto.Unmarshal(e.Value(), &p) != nil {
+				continue
+			}
+			name := p.GetMetadata().GetName()
+			if p.GetSpec().GetNodeName() != "" {
+				t.mark(name, 2, now)
+			} else if c := podutil.PodCondition(&p, podutil.PodScheduled); c != nil && c.GetStatus() == podutil.False && !unsch[name] {
+				unsch[name] = true
+				t.unsch.Add(1)
+			}
+			if p.GetStatus().GetPhase() == "Running" {
+				t.mark(name, 3, now)
+			}
+			if c := podutil.PodCondition(&p, podutil.PodReady); c != nil && c.GetStatus() == podutil.True {
+				t.mark(name, 4, now)
+			}
+		}
+	}()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
+	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods", cfg.API, cfg.Namespace)
+	var failed atomic.Int64
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range max(cfg.Concurrency, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				body := podJSON(names[i], cfg)
+				t.mu.Lock()
+				t.pods[names[i]].sent = time.Now()
+				t.mu.Unlock()
+				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					failed.Add(1)
+					continue
+				}
+				t.mark(names[i], 0, time.Now())
+			}
+		}()
+	}
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / cfg.Rate)
+	}
+	go func() {
+		defer close(jobs)
+		next := time.Now()
+		for i := range names {
+			if interval > 0 {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return
+					}
+				}
+				next = next.Add(interval)
+			}
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	submitted := time.Since(start)
+
+	// Wait until every accepted pod is ready or unschedulable, reporting progress each second.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		created := t.count[0].Load()
+		if t.ready.Load()+t.unsch.Load() >= created {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
+		case <-tick.C:
+			if !cfg.Quiet {
+				fmt.Fprintf(os.Stderr, "created %d scheduled %d bound %d running %d ready %d unschedulable %d\n",
+					created, t.count[1].Load(), t.count[2].Load(), t.count[3].Load(), t.ready.Load(), t.unsch.Load())
+			}
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	res := &Result{Pods: cfg.Pods, Nodes: cfg.Nodes, Ready: int(t.ready.Load()), Failed: int(failed.Load()),
+		Unschedulable: int(t.unsch.Load()), Stages: map[string]Percentiles{}}
+	var last time.Time
+	for si, s := range stages {
+		var ds []float64
+		for _, p := range t.pods {
+			if p.at[si].IsZero() || p.sent.IsZero() {
+				continue
+			}
+			ds = append(ds, float64(p.at[si].Sub(p.sent))/float64(time.Millisecond))
+			if si == 4 && p.at[si].After(last) {
+				last = p.at[si]
+			}
+		}
+		res.Stages[s] = percentiles(ds)
+	}
+	total := last.Sub(start)
+	if last.IsZero() {
+		total = time.Since(start)
+	}
+	res.Seconds = total.Seconds()
+	res.SubmitRate = float64(t.count[0].Load()) / submitted.Seconds()
+	res.Throughput = float64(res.Ready) / total.Seconds()
+	return res, nil
+}
+
+func percentiles(ds []float64) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return Percentiles{Count: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
+}
+
+func podJSON(name string, cfg Config) []byte {
+	return fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q,"labels":{"app":"loadtest"}},`+
+		`"spec":{"containers":[{"name":"app","image":"registry.local/pause:3.10","resources":{"requests":{"cpu":%q,"memory":%q}}}]}}`,
+		name, cfg.Namespace, cfg.CPURequest, cfg.MemRequest)
+}
