@@ -69,7 +69,7 @@ type ConsumerSpec struct {
 	Stream  string
 	Durable string
 	Filters []string
-	// AckWait before an unacknowledged message is redelivered (default 30s).
+	// AckWait before an unacknowledged message is redelivered (default 10s; long handlers call InProgress).
 	AckWait time.Duration
 	// MaxAckPending bounds the messages in flight across all replicas (default 8192).
 	MaxAckPending int
@@ -99,7 +99,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	cfg := jetstream.ConsumerConfig{
 		Durable:       spec.Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       orDuration(spec.AckWait, 30*time.Second),
+		AckWait:       orDuration(spec.AckWait, 10*time.Second),
 		MaxAckPending: orInt(spec.MaxAckPending, 8192),
 		MaxDeliver:    -1, // at least once: never give up on a message; hopeless ones are parked explicitly
 		DeliverPolicy: jetstream.DeliverAllPolicy,

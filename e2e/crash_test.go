@@ -83,6 +83,9 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 	makers := map[string]func(*bus.Conn) (interface{ Run(context.Context) error }, error){
 		"store": mkStore, "scheduler": mkSched, "binder": mkBinder,
 	}
+	if err := up.WaitNodes(context.Background(), conn, 4); err != nil {
+		t.Fatal(err)
+	}
 	var apiURL string
 	deadline := time.Now().Add(10 * time.Second)
 	for apiURL == "" && time.Now().Before(deadline) {

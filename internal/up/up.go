@@ -224,7 +224,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return fail(err)
 		}
 	}
-	if err := waitNodes(ctx, root, cfg.Nodes); err != nil {
+	// Nodes are registered by the status service; without it here, the caller waits for them itself.
+	if cfg.NoServices {
+		cfg.Nodes = 0
+	}
+	if err := WaitNodes(ctx, root, cfg.Nodes); err != nil {
 		return fail(err)
 	}
 	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", cfg.Nodes, "kubeconfig", c.Kubeconfig)
@@ -298,7 +302,8 @@ func waitAddr(ctx context.Context, api *admission.Service) (string, error) {
 	return "", fmt.Errorf("the API did not start listening")
 }
 
-func waitNodes(ctx context.Context, c *bus.Conn, want int) error {
+// WaitNodes waits until want nodes are registered in the nodes bucket.
+func WaitNodes(ctx context.Context, c *bus.Conn, want int) error {
 	if want == 0 {
 		return nil
 	}

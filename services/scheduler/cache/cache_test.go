@@ -1,0 +1,221 @@
+package cache
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	st "github.com/podbus/podbus/services/scheduler/schedtest"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newTestCache() (*Cache, *clock) {
+	clk := &clock{t: time.Unix(1000, 0)}
+	return New(Options{Now: clk.now}), clk
+}
+
+func names(s *framework.Snapshot) []string {
+	var out []string
+	for _, n := range s.Nodes() {
+		out = append(out, n.Name())
+	}
+	return out
+}
+
+func requested(t *testing.T, c *Cache, node string) *pb.Resources {
+	t.Helper()
+	snap, _ := c.Snapshot()
+	ni := snap.Get(node)
+	if ni == nil {
+		t.Fatalf("node %s not in snapshot", node)
+	}
+	return ni.Requested
+}
+
+func alloc(node string, pods map[string]*pb.Resources) *pb.NodeAllocation {
+	a := &pb.NodeAllocation{Node: node, Pods: map[string]*pb.PodAllocation{}, Total: &pb.Resources{}}
+	for uid, r := range pods {
+		a.Pods[uid] = &pb.PodAllocation{Name: uid, Namespace: "default", Requests: r}
+		a.Total.MilliCpu += r.MilliCpu
+		a.Total.Memory += r.Memory
+		a.Total.Pods += r.Pods
+	}
+	return a
+}
+
+func TestSnapshotIsSortedAndCopyOnWrite(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("b").Capacity("4", "8Gi", 110).Obj(), 1)
+	c.UpsertNode(st.Node("c").Obj(), 2)
+	c.UpsertNode(st.Node("a").Obj(), 3)
+	s1, _ := c.Snapshot()
+	if diff := cmp.Diff([]string{"a", "b", "c"}, names(s1)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if s2, _ := c.Snapshot(); s2 != s1 {
+		t.Error("unchanged cache rebuilt its snapshot")
+	}
+	c.RemoveNode("b", 4)
+	c.UpsertNode(st.Node("d").Obj(), 5)
+	if err := c.Assume(st.Pod("p", "u1").Req("1", "").Info(), "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, names(s1)); diff != "" {
+		t.Errorf("old snapshot changed (-want +got):\n%s", diff)
+	}
+	if s1.Get("a").Requested.GetMilliCpu() != 0 {
+		t.Error("old snapshot sees the assumption")
+	}
+	s3, _ := c.Snapshot()
+	if diff := cmp.Diff([]string{"a", "c", "d"}, names(s3)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if s3.Get("a").Requested.GetMilliCpu() != 1000 {
+		t.Error("new snapshot misses the assumption")
+	}
+}
+
+func TestAssumptionLifecycle(t *testing.T) {
+	pod := st.Pod("p", "u1").Req("1", "1Gi").Info()
+	tests := []struct {
+		name  string
+		after func(c *Cache, clk *clock)
+		want  *pb.Resources // requested on n1 afterwards
+	}{
+		{"assumed counts", func(*Cache, *clock) {}, &pb.Resources{MilliCpu: 1000, Memory: 1 << 30, Pods: 1}},
+		{"alloc record lists the pod: counted once", func(c *Cache, _ *clock) {
+			c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"u1": pod.Requests}), 7)
+		}, &pb.Resources{MilliCpu: 1000, Memory: 1 << 30, Pods: 1}},
+		{"alloc record of another pod: both count", func(c *Cache, _ *clock) {
+			c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"u2": {MilliCpu: 500, Pods: 1}}), 7)
+		}, &pb.Resources{MilliCpu: 1500, Memory: 1 << 30, Pods: 2}},
+		{"forgotten", func(c *Cache, _ *clock) { c.Forget("u1") }, &pb.Resources{}},
+		{"expired after the TTL", func(c *Cache, clk *clock) {
+			clk.t = clk.t.Add(DefaultAssumeTTL + time.Second)
+			if n := c.Cleanup(); n != 1 {
+				t.Errorf("expired %d", n)
+			}
+		}, &pb.Resources{}},
+		{"not expired before the TTL", func(c *Cache, clk *clock) {
+			clk.t = clk.t.Add(DefaultAssumeTTL - time.Second)
+			c.Cleanup()
+		}, &pb.Resources{MilliCpu: 1000, Memory: 1 << 30, Pods: 1}},
+		{"assumed again elsewhere: moves", func(c *Cache, _ *clock) {
+			if err := c.Assume(pod, "n2", 2); err != nil {
+				t.Fatal(err)
+			}
+		}, &pb.Resources{}},
+		{"committed on another node: dropped here", func(c *Cache, _ *clock) {
+			c.UpsertAlloc("n2", alloc("n2", map[string]*pb.Resources{"u1": pod.Requests}), 9)
+		}, &pb.Resources{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, clk := newTestCache()
+			c.UpsertNode(st.Node("n1").Capacity("4", "8Gi", 110).Obj(), 1)
+			c.UpsertNode(st.Node("n2").Capacity("4", "8Gi", 110).Obj(), 2)
+			if err := c.Assume(pod, "n1", 1); err != nil {
+				t.Fatal(err)
+			}
+			tt.after(c, clk)
+			if diff := cmp.Diff(tt.want, requested(t, c, "n1"), protocmp.Transform()); diff != "" {
+				t.Errorf("requested (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAssumeUnknownNode(t *testing.T) {
+	c, _ := newTestCache()
+	if err := c.Assume(st.Pod("p", "u").Info(), "nope", 1); !errors.Is(err, ErrNodeNotFound) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestAssumedSeq(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Obj(), 1)
+	_ = c.Assume(st.Pod("p", "u").Info(), "n1", 42)
+	node, seq, ok := c.Assumed("u")
+	if !ok || node != "n1" || seq != 42 {
+		t.Errorf("Assumed = %q %d %v", node, seq, ok)
+	}
+}
+
+func TestNonZeroRequested(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Capacity("4", "8Gi", 110).Obj(), 1)
+	c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"a": {Pods: 1}, "b": {MilliCpu: 500, Memory: 1 << 30, Pods: 1}}), 1)
+	_ = c.Assume(st.Pod("p", "u").Info(), "n1", 1)
+	snap, _ := c.Snapshot()
+	ni := snap.Get("n1")
+	if ni.NonZeroMilliCPU != 100+500+100 || ni.NonZeroMemory != 200<<20+1<<30+200<<20 {
+		t.Errorf("non-zero requested = %d, %d", ni.NonZeroMilliCPU, ni.NonZeroMemory)
+	}
+}
+
+func TestTriggers(t *testing.T) {
+	base := func() *st.NodeWrapper {
+		return st.Node("n1").Capacity("4", "8Gi", 110).Label("zone", "a").Ready()
+	}
+	tests := []struct {
+		name  string
+		apply func(c *Cache) string
+		want  string
+	}{
+		{"new node", func(c *Cache) string { return c.UpsertNode(st.Node("n2").Obj(), 10) }, "n10"},
+		{"heartbeat only", func(c *Cache) string {
+			n := base().Obj()
+			n.Status.Conditions[0].Reason = "KubeletReady"
+			return c.UpsertNode(n, 10)
+		}, ""},
+		{"allocatable", func(c *Cache) string { return c.UpsertNode(base().Capacity("8", "8Gi", 110).Obj(), 10) }, "n10"},
+		{"labels", func(c *Cache) string { return c.UpsertNode(base().Label("zone", "b").Obj(), 10) }, "n10"},
+		{"taints", func(c *Cache) string { return c.UpsertNode(base().Taint("k", "v", "NoSchedule").Obj(), 10) }, "n10"},
+		{"unschedulable", func(c *Cache) string { return c.UpsertNode(base().Unschedulable().Obj(), 10) }, "n10"},
+		{"ready", func(c *Cache) string { return c.UpsertNode(base().Condition("Ready", "False").Obj(), 10) }, "n10"},
+		{"node removed", func(c *Cache) string { c.RemoveNode("n1", 10); return "" }, ""},
+		{"alloc grows", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}}), 10)
+		}, ""},
+		{"alloc shrinks", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{}), 10)
+		}, "a10"},
+		{"alloc removed", func(c *Cache) string { return c.RemoveAlloc("n1", 10) }, "a10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCache()
+			c.UpsertNode(base().Obj(), 1)
+			c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 1)
+			before, _ := c.Changes()
+			got := tt.apply(c)
+			if got != tt.want {
+				t.Errorf("trigger = %q, want %q", got, tt.want)
+			}
+			after, last := c.Changes()
+			if (got != "") != (after != before) || (got != "" && last != got) {
+				t.Errorf("changes %d -> %d, last %q", before, after, last)
+			}
+		})
+	}
+}
+
+func TestHasSeen(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Obj(), 5)
+	c.UpsertAlloc("n1", alloc("n1", nil), 3)
+	for trig, want := range map[string]bool{"n5": true, "n6": false, "a3": true, "a4": false, "s5-3": true, "": true} {
+		if got := c.HasSeen(trig); got != want {
+			t.Errorf("HasSeen(%q) = %v, want %v", trig, got, want)
+		}
+	}
+}

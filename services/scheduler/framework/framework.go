@@ -1,0 +1,155 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrConfig is returned by New for a plugin set that cannot work.
+var ErrConfig = errors.New("invalid framework config")
+
+// Registration enables a plugin. Weight multiplies its normalised score (score plugins only; 0 means 1).
+type Registration struct {
+	Plugin Plugin
+	Weight int64
+}
+
+// Framework runs the enabled plugins at each extension point, in registration order.
+type Framework struct {
+	preFilters []PreFilterPlugin
+	filters    []FilterPlugin
+	// skipIndex maps a PreFilter plugin to its Filter's index (or -1), so a Skip costs one bool per cycle.
+	skipIndex   []int
+	scores      []ScorePlugin
+	normalizers []NormalizeScorePlugin // parallel to scores; nil when the plugin does not normalise
+	weights     []int64
+}
+
+// New checks the registrations and sorts the plugins into extension points.
+func New(regs ...Registration) (*Framework, error) {
+	f := &Framework{}
+	seen := map[string]bool{}
+	for _, r := range regs {
+		if r.Plugin == nil {
+			return nil, fmt.Errorf("%w: nil plugin", ErrConfig)
+		}
+		name := r.Plugin.Name()
+		if seen[name] {
+			return nil, fmt.Errorf("%w: plugin %q registered twice", ErrConfig, name)
+		}
+		seen[name] = true
+		if r.Weight < 0 {
+			return nil, fmt.Errorf("%w: plugin %q has negative weight %d", ErrConfig, name, r.Weight)
+		}
+		used := false
+		if p, ok := r.Plugin.(PreFilterPlugin); ok {
+			f.preFilters = append(f.preFilters, p)
+			used = true
+		}
+		if p, ok := r.Plugin.(FilterPlugin); ok {
+			f.filters = append(f.filters, p)
+			used = true
+		}
+		if p, ok := r.Plugin.(ScorePlugin); ok {
+			w := r.Weight
+			if w == 0 {
+				w = 1
+			}
+			n, _ := r.Plugin.(NormalizeScorePlugin)
+			f.scores = append(f.scores, p)
+			f.normalizers = append(f.normalizers, n)
+			f.weights = append(f.weights, w)
+			used = true
+		}
+		if !used {
+			return nil, fmt.Errorf("%w: plugin %q implements no extension point", ErrConfig, name)
+		}
+	}
+	f.skipIndex = make([]int, len(f.preFilters))
+	for i, p := range f.preFilters {
+		f.skipIndex[i] = -1
+		for j, fp := range f.filters {
+			if fp.Name() == p.Name() {
+				f.skipIndex[i] = j
+			}
+		}
+	}
+	return f, nil
+}
+
+// NumFilters and NumScores size the per-cycle buffers.
+func (f *Framework) NumFilters() int { return len(f.filters) }
+
+// NumScores is the number of score plugins.
+func (f *Framework) NumScores() int { return len(f.scores) }
+
+// HasScorePlugins reports whether scoring would change anything.
+func (f *Framework) HasScorePlugins() bool { return len(f.scores) > 0 }
+
+// RunPreFilterPlugins runs every PreFilter. skip (len NumFilters) is set for filters to skip this cycle.
+// A rejection or an error stops at the first plugin that returns it.
+func (f *Framework) RunPreFilterPlugins(state *CycleState, pod *PodInfo, skip []bool) *Status {
+	for i, p := range f.preFilters {
+		st := p.PreFilter(state, pod)
+		switch st.Code() {
+		case Success:
+		case Skip:
+			if j := f.skipIndex[i]; j >= 0 {
+				skip[j] = true
+			}
+		case Error:
+			return AsStatus(fmt.Errorf("prefilter %s: %w", p.Name(), st.AsError()))
+		default:
+			return st
+		}
+	}
+	return nil
+}
+
+// RunFilterPlugins runs the filters on one node and returns the first non-success status.
+func (f *Framework) RunFilterPlugins(state *CycleState, pod *PodInfo, node *NodeInfo, skip []bool) *Status {
+	for i, p := range f.filters {
+		if skip[i] {
+			continue
+		}
+		if st := p.Filter(state, pod, node); !st.IsSuccess() {
+			if st.Code() == Error {
+				return AsStatus(fmt.Errorf("filter %s on node %s: %w", p.Name(), node.Name(), st.AsError()))
+			}
+			return st
+		}
+	}
+	return nil
+}
+
+// RunScorePlugins scores the feasible nodes. perPlugin must hold NumScores slices (reused between
+// cycles); totals receives the weighted sum per node, in the order of nodes.
+func (f *Framework) RunScorePlugins(state *CycleState, pod *PodInfo, nodes []*NodeInfo, perPlugin [][]NodeScore, totals []NodeScore) ([][]NodeScore, *Status) {
+	for i := range totals {
+		totals[i] = NodeScore{Node: nodes[i]}
+	}
+	for i, p := range f.scores {
+		scores := perPlugin[i][:0]
+		for _, n := range nodes {
+			s, st := p.Score(state, pod, n)
+			if !st.IsSuccess() {
+				return perPlugin, AsStatus(fmt.Errorf("score %s on node %s: %w", p.Name(), n.Name(), st.AsError()))
+			}
+			scores = append(scores, NodeScore{Node: n, Score: s})
+		}
+		perPlugin[i] = scores
+		if nz := f.normalizers[i]; nz != nil {
+			if st := nz.NormalizeScore(state, pod, scores); !st.IsSuccess() {
+				return perPlugin, AsStatus(fmt.Errorf("normalize %s: %w", p.Name(), st.AsError()))
+			}
+		}
+		for j := range scores {
+			s := scores[j].Score
+			if s < 0 || s > MaxNodeScore {
+				return perPlugin, AsStatus(fmt.Errorf("plugin %s gave node %s score %d outside [0, %d]", p.Name(), scores[j].Node.Name(), s, MaxNodeScore))
+			}
+			totals[j].Score += s * f.weights[i]
+		}
+	}
+	return perPlugin, nil
+}

@@ -1,0 +1,150 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
+)
+
+// maxCacheWaits bounds how often a requeued pod waits for the cache to catch up before it is scheduled
+// on whatever the cache holds (the watch may be stuck; a stale decision is still a decision).
+const maxCacheWaits = 20
+
+// handlePending schedules one pod from pod.pending:
+//
+//	decode ─▶ deleting? ack ─▶ redelivery of a decision we made? publish it again
+//	       ─▶ forget earlier assumption/parking ─▶ snapshot ─▶ schedule
+//	       ─▶ fits: assume, publish (undo the assumption if that fails) ─▶ ack
+//	       ─▶ fits nowhere: publish unschedulable, park for requeue      ─▶ ack
+func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
+	pp := &pb.PendingPod{}
+	if err := m.Decode(pp); err != nil {
+		return err
+	}
+	pod := pp.GetPod()
+	md := pod.GetMetadata()
+	uid := md.GetUid()
+	if uid == "" || md.GetName() == "" {
+		return fmt.Errorf("%w: pending pod without uid or name (stream seq %d)", bus.ErrMalformed, m.StreamSeq)
+	}
+	if md.GetDeletionTimestamp() != nil {
+		s.cache.Forget(uid)
+		s.parks.Remove(uid)
+		bus.Count("scheduler.skipped_deleting", 1)
+		return nil
+	}
+	if t := retryTrigger(m.Meta.MsgID, uid); t != "" && !s.cache.HasSeen(t) && m.Delivered < maxCacheWaits {
+		return bus.RetryAfter(20*time.Millisecond, errCacheBehind)
+	}
+
+	// A redelivered message we already decided (the ack was lost): the decision's message id is the
+	// same, so JetStream drops the copy; publishing it again only makes sure the first one is stored.
+	if node, seq, ok := s.cache.Assumed(uid); ok && seq == m.StreamSeq {
+		d := s.decision(pp, m.StreamSeq)
+		d.Node = node
+		return s.publishDecision(ctx, pod, d, m.StreamSeq)
+	}
+	// Any other pending message means the pod is not (or no longer) placed: an earlier decision lost a
+	// conflict at the binder, or this is a requeue.
+	s.cache.Forget(uid)
+	s.parks.Remove(uid)
+
+	snap, seen := s.cache.Snapshot()
+	pi := framework.NewPodInfo(pod)
+	res, err := s.algo.schedule(snap, pi)
+	d := s.decision(pp, m.StreamSeq)
+	d.Requests = pi.Requests
+	d.NodesEvaluated = int32(res.evaluated)
+
+	var fit *framework.FitError
+	switch {
+	case err == nil:
+		d.Node, d.Score = res.node, res.score
+		if err := s.cache.Assume(pi, res.node, m.StreamSeq); err != nil {
+			return fmt.Errorf("schedule %s: %w", d.GetName(), err)
+		}
+		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
+			s.cache.Forget(uid) // undo: nobody will commit this assumption
+			return err
+		}
+		bus.Count("scheduler.decisions", 1)
+		return nil
+
+	case errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable):
+		d.Unschedulable = true
+		d.Message = err.Error()
+		if fit != nil {
+			d.Reasons = fit.Reasons
+			if d.NodesEvaluated == 0 {
+				d.NodesEvaluated = int32(fit.NumAllNodes)
+			}
+		}
+		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
+			return err
+		}
+		s.parks.Add(pod, pp.GetRevision(), seen)
+		bus.Count("scheduler.decisions", 1)
+		bus.Count("scheduler.unschedulable", 1)
+		return nil
+
+	default: // a plugin failed: no decision, retry with back-off
+		return fmt.Errorf("schedule %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+	}
+}
+
+func (s *Service) decision(pp *pb.PendingPod, seq uint64) *pb.SchedulingDecision {
+	md := pp.GetPod().GetMetadata()
+	return &pb.SchedulingDecision{
+		Uid:         md.GetUid(),
+		Namespace:   md.GetNamespace(),
+		Name:        md.GetName(),
+		PodRevision: pp.GetRevision(),
+		Scheduler:   s.actor,
+		DecidedAt:   timestamppb.New(s.now()),
+		Attempt:     pp.GetPod().GetInternal().GetScheduleAttempts(),
+	}
+}
+
+// DecisionMsgID is the de-duplication id of the decision taken for the pending message at stream seq.
+func DecisionMsgID(uid string, pendingSeq uint64) string {
+	return "sched-" + uid + "-" + strconv.FormatUint(pendingSeq, 10)
+}
+
+func (s *Service) publishDecision(ctx context.Context, pod *pb.Pod, d *pb.SchedulingDecision, seq uint64) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := s.pub.Publish(pctx, bus.SubjPodScheduled, d, bus.Meta{
+		MsgID:       DecisionMsgID(d.GetUid(), seq),
+		Correlation: pod.GetInternal().GetCorrelationId(),
+		PodUID:      d.GetUid(),
+		Key:         d.GetNamespace() + "/" + d.GetName(),
+	})
+	if err != nil {
+		return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), err)
+	}
+	return nil
+}
+
+func decodeEntry(e jetstream.KeyValueEntry, m proto.Message) error {
+	if err := decodeData(e.Value(), m); err != nil {
+		return fmt.Errorf("%s/%s: %w", e.Bucket(), e.Key(), err)
+	}
+	return nil
+}
+
+func decodeData(data []byte, m proto.Message) error {
+	if err := proto.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("decode %T: %w", m, errors.Join(bus.ErrMalformed, err))
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	st "github.com/podbus/podbus/services/scheduler/schedtest"
+)
+
+// fakePublisher records messages; fail makes the next publishes fail.
+type fakePublisher struct {
+	mu   sync.Mutex
+	ids  []string
+	msgs []*pb.PendingPod
+	fail error
+	// decisions published on pod.scheduled (handler tests)
+	decisions []*pb.SchedulingDecision
+}
+
+func (f *fakePublisher) Publish(_ context.Context, subject string, m proto.Message, meta bus.Meta) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	if subject == bus.SubjPodScheduled {
+		f.decisions = append(f.decisions, m.(*pb.SchedulingDecision))
+		return nil
+	}
+	if subject != bus.SubjPodPending {
+		return errors.New("unexpected subject " + subject)
+	}
+	f.ids = append(f.ids, meta.MsgID)
+	f.msgs = append(f.msgs, m.(*pb.PendingPod))
+	return nil
+}
+
+func (f *fakePublisher) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := f.ids
+	f.ids = nil
+	sort.Strings(ids)
+	return ids
+}
+
+type fakeChanges struct {
+	n    uint64
+	last string
+}
+
+func (f *fakeChanges) get() (uint64, string) { return f.n, f.last }
+
+func newTestRequeuer(backoff time.Duration) (*requeuer, *fakePublisher, *fakeChanges, *clock) {
+	pub, ch, clk := &fakePublisher{}, &fakeChanges{}, &clock{t: time.Unix(1000, 0)}
+	r := newRequeuer(pub, backoff, ch.get, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.now = clk.now
+	return r, pub, ch, clk
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func TestRequeuer(t *testing.T) {
+	ctx := context.Background()
+	r, pub, ch, clk := newTestRequeuer(time.Second)
+	a, b := st.Pod("a", "ua").Obj(), st.Pod("b", "ub").Obj()
+
+	r.Add(a, 10, 0)
+	r.Add(b, 11, 0)
+	if next := r.flush(ctx); next != 0 || len(pub.take()) != 0 {
+		t.Fatalf("nothing is due without a change (next %v)", next)
+	}
+
+	r.Trigger("n5") // marks the pods due; flush (the run loop, woken by Trigger) sends them
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-ua-n5", "retry-ub-n5"}, pub.take()); diff != "" {
+		t.Errorf("first trigger (-want +got):\n%s", diff)
+	}
+	if r.Len() != 0 {
+		t.Errorf("requeued pods stay parked: %d", r.Len())
+	}
+	if got := pub.msgs[0]; got.GetCause() != CauseNodeChanged || got.GetRevision() == 0 {
+		t.Errorf("pending = %v", got)
+	}
+
+	// a comes back unschedulable and a change arrives within the backoff: delayed, not lost.
+	r.Add(a, 12, 0)
+	clk.t = clk.t.Add(300 * time.Millisecond)
+	r.Trigger("a7")
+	if next := r.flush(ctx); next != 700*time.Millisecond {
+		t.Errorf("next = %v, want 700ms", next)
+	}
+	if got := pub.take(); len(got) != 0 {
+		t.Errorf("requeued within the backoff: %v", got)
+	}
+	clk.t = clk.t.Add(700 * time.Millisecond)
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-ua-a7"}, pub.take()); diff != "" {
+		t.Errorf("after the backoff (-want +got):\n%s", diff)
+	}
+
+	// Added after a change the snapshot did not include: due at once, with that change's trigger.
+	ch.n, ch.last = 3, "n9"
+	r.Add(b, 13, 2)
+	clk.t = clk.t.Add(time.Second)
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-ub-n9"}, pub.take()); diff != "" {
+		t.Errorf("missed change (-want +got):\n%s", diff)
+	}
+
+	// Removed pods are not requeued.
+	r.Add(a, 14, 3)
+	r.Remove("ua")
+	r.Trigger("n10")
+	clk.t = clk.t.Add(time.Second)
+	r.flush(ctx)
+	if got := pub.take(); len(got) != 0 {
+		t.Errorf("removed pod requeued: %v", got)
+	}
+}
+
+func TestRequeuerPublishFailureKeepsPod(t *testing.T) {
+	ctx := context.Background()
+	r, pub, _, clk := newTestRequeuer(time.Second)
+	r.Add(st.Pod("a", "ua").Obj(), 1, 0)
+	pub.fail = errors.New("nats down")
+	r.Trigger("n1")
+	if next := r.flush(ctx); next != time.Second {
+		t.Errorf("retry in %v", next)
+	}
+	if r.Len() != 1 {
+		t.Fatal("failed requeue dropped the pod")
+	}
+	pub.fail = nil
+	clk.t = clk.t.Add(time.Second)
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-ua-n1"}, pub.take()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestRetryTrigger(t *testing.T) {
+	for _, tt := range []struct{ id, uid, want string }{
+		{"retry-u1-n5", "u1", "n5"},
+		{"retry-u1-a12", "u1", "a12"},
+		{"pending-u1-3", "u1", ""},
+		{"retry-u2-n5", "u1", ""},
+		{"retry-u1-", "u1", ""},
+	} {
+		if got := retryTrigger(tt.id, tt.uid); got != tt.want {
+			t.Errorf("retryTrigger(%q, %q) = %q, want %q", tt.id, tt.uid, got, tt.want)
+		}
+	}
+}

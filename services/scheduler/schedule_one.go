@@ -1,0 +1,185 @@
+package scheduler
+
+import (
+	"math/rand/v2"
+	"sync"
+
+	"github.com/podbus/podbus/services/scheduler/framework"
+)
+
+// The scheduling cycle of one pod, as kube-scheduler's schedulePod: PreFilter, then Filter over nodes
+// in an order seeded from the pod uid until enough feasible nodes are found, then Score, then pick the
+// best node (ties broken with the same seeded generator). Given the same snapshot and uid it always
+// returns the same node, so any decision can be replayed.
+
+// Like Kubernetes, large clusters are not filtered exhaustively: the search stops once
+// numFeasibleNodesToFind nodes fit (at least 100, or an adaptive percentage of the cluster).
+const (
+	minFeasibleNodesToFind           = 100
+	minFeasibleNodesPercentageToFind = 5
+)
+
+func numFeasibleNodesToFind(numAllNodes int) int {
+	if numAllNodes < minFeasibleNodesToFind {
+		return numAllNodes
+	}
+	percentage := max(50-numAllNodes/125, minFeasibleNodesPercentageToFind)
+	return max(numAllNodes*percentage/100, minFeasibleNodesToFind)
+}
+
+// scheduleResult is the outcome of a cycle that found a node.
+type scheduleResult struct {
+	node      string
+	score     int64
+	evaluated int // nodes filtered
+	feasible  int // nodes that passed every filter
+}
+
+// algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
+// takes its reusable buffers from a pool.
+type algorithm struct {
+	fw   *framework.Framework
+	pool sync.Pool
+}
+
+func newAlgorithm(fw *framework.Framework) *algorithm {
+	a := &algorithm{fw: fw}
+	a.pool.New = func() any { return newCycle(fw) }
+	return a
+}
+
+// cycle is the per-cycle scratch space: state, seeded generator and buffers, reused between pods.
+type cycle struct {
+	state     *framework.CycleState
+	pcg       *rand.PCG
+	rng       *rand.Rand
+	skip      []bool
+	feasible  []*framework.NodeInfo
+	perPlugin [][]framework.NodeScore
+	totals    []framework.NodeScore
+}
+
+func newCycle(fw *framework.Framework) *cycle {
+	pcg := rand.NewPCG(0, 0)
+	return &cycle{
+		state:     framework.NewCycleState(),
+		pcg:       pcg,
+		rng:       rand.New(pcg),
+		skip:      make([]bool, fw.NumFilters()),
+		perPlugin: make([][]framework.NodeScore, fw.NumScores()),
+	}
+}
+
+// seed makes the cycle's randomness a function of the pod uid alone.
+func (c *cycle) seed(uid string) {
+	// FNV-1a, inline: hash/fnv would allocate per pod.
+	s := uint64(14695981039346656037)
+	for i := 0; i < len(uid); i++ {
+		s ^= uint64(uid[i])
+		s *= 1099511628211
+	}
+	c.pcg.Seed(s, s*0x9e3779b97f4a7c15+1)
+}
+
+// schedule finds a node for pod in snap. Errors: framework.ErrNoNodesAvailable, *framework.FitError
+// (unschedulable), or an internal error from a plugin.
+func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (scheduleResult, error) {
+	n := snap.NumNodes()
+	if n == 0 {
+		return scheduleResult{}, framework.ErrNoNodesAvailable
+	}
+	c := a.pool.Get().(*cycle)
+	defer a.pool.Put(c)
+	c.state.Reset()
+	clear(c.skip)
+	c.seed(pod.UID())
+
+	if st := a.fw.RunPreFilterPlugins(c.state, pod, c.skip); !st.IsSuccess() {
+		if err := st.AsError(); err != nil {
+			return scheduleResult{}, err
+		}
+		msg := st.Message()
+		return scheduleResult{}, &framework.FitError{NumAllNodes: n, PreFilterMsg: msg, Reasons: map[string]int32{msg: int32(n)}}
+	}
+
+	feasible, evaluated, reasons, err := a.findNodesThatFit(c, snap, pod)
+	if err != nil {
+		return scheduleResult{}, err
+	}
+	if len(feasible) == 0 {
+		return scheduleResult{}, &framework.FitError{NumAllNodes: n, Reasons: reasons}
+	}
+
+	totals, err := a.prioritizeNodes(c, pod, feasible)
+	if err != nil {
+		return scheduleResult{}, err
+	}
+	best := selectHost(c.rng, totals)
+	return scheduleResult{node: best.Node.Name(), score: best.Score, evaluated: evaluated, feasible: len(feasible)}, nil
+}
+
+// findNodesThatFit filters nodes starting at a seeded offset, wrapping around, and stops once enough
+// nodes fit. Rejections are counted per reason (a node rejected for two resources counts for both).
+func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) ([]*framework.NodeInfo, int, map[string]int32, error) {
+	nodes := snap.Nodes()
+	n := len(nodes)
+	want := numFeasibleNodesToFind(n)
+	start := c.rng.IntN(n)
+	feasible := c.feasible[:0]
+	var reasons map[string]int32
+	evaluated := 0
+	for i := 0; i < n && len(feasible) < want; i++ {
+		node := nodes[(start+i)%n]
+		evaluated++
+		st := a.fw.RunFilterPlugins(c.state, pod, node, c.skip)
+		if st.IsSuccess() {
+			feasible = append(feasible, node)
+			continue
+		}
+		if err := st.AsError(); err != nil {
+			return nil, evaluated, nil, err
+		}
+		if reasons == nil {
+			reasons = make(map[string]int32, 4)
+		}
+		for _, r := range st.Reasons() {
+			reasons[r]++
+		}
+	}
+	c.feasible = feasible
+	return feasible, evaluated, reasons, nil
+}
+
+// prioritizeNodes returns the weighted total score of every feasible node.
+func (a *algorithm) prioritizeNodes(c *cycle, pod *framework.PodInfo, feasible []*framework.NodeInfo) ([]framework.NodeScore, error) {
+	totals := c.totals[:0]
+	for range feasible {
+		totals = append(totals, framework.NodeScore{})
+	}
+	c.totals = totals
+	perPlugin, st := a.fw.RunScorePlugins(c.state, pod, feasible, c.perPlugin, totals)
+	c.perPlugin = perPlugin
+	if err := st.AsError(); err != nil {
+		return nil, err
+	}
+	return totals, nil
+}
+
+// selectHost picks uniformly among the best-scoring nodes (reservoir sampling, as kube-scheduler does,
+// but with the pod's seeded generator so the choice is reproducible).
+func selectHost(rng *rand.Rand, totals []framework.NodeScore) framework.NodeScore {
+	best := totals[0]
+	ties := 1
+	for _, ns := range totals[1:] {
+		switch {
+		case ns.Score > best.Score:
+			best, ties = ns, 1
+		case ns.Score == best.Score:
+			ties++
+			if rng.IntN(ties) == 0 {
+				best = ns
+			}
+		}
+	}
+	return best
+}

@@ -1,0 +1,355 @@
+// Package scheduler is podbus's scheduler service (docs/design.md step 3), built like kube-scheduler:
+// a node cache fed by KV watches, a plugin framework run over an immutable snapshot per pod, and a
+// decision published for the binder, which commits it (the scheduler never writes state itself, as
+// Nomad's schedulers submit plans to an applier).
+//
+//	nodes KV ──watch──┐                        ┌─▶ pod.scheduled (node)          ─▶ binder
+//	alloc KV ──watch──┼─▶ cache ─▶ snapshot ─▶ schedule ─┤  + assume the pod in the cache
+//	(own assumptions)─┘      │                 └─▶ pod.scheduled (unschedulable) ─▶ binder
+//	                         │                        + park the pod in the requeuer
+//	                         └─ change that may help ─▶ requeuer ─▶ pod.pending (cause node-changed)
+//
+// All replicas share the durable consumer "scheduler"; each keeps its own cache and requeuer. Two
+// replicas (or workers) may pick the same room: the binder's compare-and-set on alloc/<node> refuses
+// the loser, which comes back on pod.pending with cause "conflict".
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/cache"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
+	"github.com/podbus/podbus/services/scheduler/plugins/nodename"
+	"github.com/podbus/podbus/services/scheduler/plugins/nodeready"
+	"github.com/podbus/podbus/services/scheduler/plugins/noderesources"
+	"github.com/podbus/podbus/services/scheduler/plugins/nodeunschedulable"
+	"github.com/podbus/podbus/services/scheduler/plugins/tainttoleration"
+)
+
+// Config configures one scheduler replica.
+type Config struct {
+	ID string // replica identity, stamped on messages as "scheduler/<ID>"
+	// Workers schedule pods concurrently in this replica (default 1). Messages of one pod go to one worker.
+	Workers int
+	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
+	RequeueBackoff time.Duration
+	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
+	AssumeTTL time.Duration
+	Logger    *slog.Logger
+}
+
+// ErrConfig is returned by New for an unusable configuration.
+var ErrConfig = errors.New("invalid scheduler config")
+
+// errCacheBehind: a requeued pod arrived before this replica's cache saw the change that requeued it.
+var errCacheBehind = errors.New("node cache has not seen the change that requeued the pod yet")
+
+// Service is one scheduler replica.
+type Service struct {
+	cfg   Config
+	conn  *bus.Conn
+	actor string
+	pub   publisher
+	log   *slog.Logger
+	now   func() time.Time
+
+	cache *cache.Cache
+	algo  *algorithm
+	parks *requeuer
+
+	ready chan struct{} // closed once the cache holds the initial nodes and alloc records
+}
+
+// DefaultPlugins is the plugin set, in the order kube-scheduler runs its filters (cheap, unresolvable
+// checks first), with kube-scheduler's default score weights.
+func DefaultPlugins() []framework.Registration {
+	return []framework.Registration{
+		{Plugin: nodeready.New()},
+		{Plugin: nodeunschedulable.New()},
+		{Plugin: nodename.New()},
+		{Plugin: tainttoleration.New(), Weight: 3},
+		{Plugin: nodeaffinity.New(), Weight: 2},
+		{Plugin: noderesources.NewFit()},
+		{Plugin: noderesources.NewLeastAllocated(), Weight: 1},
+	}
+}
+
+// New returns a replica on conn. It does not touch the bus until Run.
+func New(cfg Config, conn *bus.Conn) (*Service, error) {
+	if cfg.ID == "" {
+		return nil, fmt.Errorf("%w: ID is required", ErrConfig)
+	}
+	if conn == nil || conn.JS == nil {
+		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.RequeueBackoff <= 0 {
+		cfg.RequeueBackoff = time.Second
+	}
+	if cfg.AssumeTTL <= 0 {
+		cfg.AssumeTTL = cache.DefaultAssumeTTL
+	}
+	fw, err := framework.New(DefaultPlugins()...)
+	if err != nil {
+		return nil, err
+	}
+	actor := "scheduler/" + cfg.ID
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("actor", actor)
+	pub := bus.NewPublisher(conn.JS, actor)
+	s := &Service{
+		cfg:   cfg,
+		conn:  conn,
+		actor: actor,
+		pub:   pub,
+		log:   log,
+		now:   time.Now,
+		cache: cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),
+		algo:  newAlgorithm(fw),
+		ready: make(chan struct{}),
+	}
+	s.parks = newRequeuer(pub, cfg.RequeueBackoff, s.cache.Changes, log)
+	return s, nil
+}
+
+// Run schedules pods until ctx is cancelled, then drains and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	b, err := bus.OpenBuckets(ctx, s.conn.JS)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // every goroutine below ends with ctx
+	goFn := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+
+	nodesSynced, allocSynced := make(chan struct{}), make(chan struct{})
+	nodesW, err := b.Nodes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("scheduler: watch nodes: %w", err)
+	}
+	allocW, err := b.Alloc.WatchAll(ctx)
+	if err != nil {
+		_ = nodesW.Stop()
+		return fmt.Errorf("scheduler: watch alloc: %w", err)
+	}
+	goFn(func() { s.watch(ctx, nodesW, nodesSynced, s.applyNode) })
+	goFn(func() { s.watch(ctx, allocW, allocSynced, s.applyAlloc) })
+	for _, ch := range []chan struct{}{nodesSynced, allocSynced} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	close(s.ready)
+
+	if err := s.loadUnschedulable(ctx, b.Pods); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	goFn(func() { s.parks.run(ctx) })
+	goFn(func() { s.expireAssumptions(ctx) })
+	if err := s.watchDeleted(ctx, &wg); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	err = bus.Consume(ctx, s.conn.JS, bus.ConsumerSpec{
+		Stream:  bus.StreamPods,
+		Durable: bus.ConsumerScheduler,
+		Filters: []string{bus.SubjPodPending},
+		Workers: s.cfg.Workers,
+		Key:     func(m *bus.Msg) string { return m.Meta.PodUID },
+		Logger:  s.log,
+	}, s.handlePending)
+	return err
+}
+
+// watch applies a bucket's entries to the cache; synced is closed after the initial values.
+func (s *Service) watch(ctx context.Context, w jetstream.KeyWatcher, synced chan struct{}, apply func(jetstream.KeyValueEntry, bool)) {
+	defer func() { _ = w.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil { // end of the initial values
+				if initial {
+					initial = false
+					close(synced)
+				}
+				continue
+			}
+			apply(e, initial)
+		}
+	}
+}
+
+// applyNode feeds a nodes-bucket entry to the cache and requeues on a change that may help.
+func (s *Service) applyNode(e jetstream.KeyValueEntry, initial bool) {
+	name, ok := bus.Untoken(e.Key())
+	if !ok {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		s.cache.RemoveNode(name, e.Revision())
+		return
+	}
+	n := &pb.Node{}
+	if err := decodeEntry(e, n); err != nil {
+		s.log.Warn("ignoring node entry", "key", e.Key(), "err", err)
+		return
+	}
+	if n.GetMetadata().GetName() == "" {
+		if n.Metadata == nil {
+			n.Metadata = &pb.ObjectMeta{}
+		}
+		n.Metadata.Name = name
+	}
+	if t := s.cache.UpsertNode(n, e.Revision()); t != "" && !initial {
+		s.parks.Trigger(t)
+	}
+}
+
+// applyAlloc feeds an alloc-bucket entry to the cache and requeues when pods left a node.
+func (s *Service) applyAlloc(e jetstream.KeyValueEntry, initial bool) {
+	name, ok := bus.Untoken(e.Key())
+	if !ok {
+		return
+	}
+	var t string
+	if e.Operation() != jetstream.KeyValuePut {
+		t = s.cache.RemoveAlloc(name, e.Revision())
+	} else {
+		a := &pb.NodeAllocation{}
+		if err := decodeEntry(e, a); err != nil {
+			s.log.Warn("ignoring alloc entry", "key", e.Key(), "err", err)
+			return
+		}
+		t = s.cache.UpsertAlloc(name, a, e.Revision())
+	}
+	if t != "" && !initial {
+		s.parks.Trigger(t)
+	}
+}
+
+// loadUnschedulable parks the pods that wait for a node (unbound, PodScheduled=False), so a restarted or
+// new replica picks them up, and makes them due at once: changes may have happened while no replica
+// was watching. Replicas starting on the same state use the same trigger, so each pod goes back once.
+func (s *Service) loadUnschedulable(ctx context.Context, pods jetstream.KeyValue) error {
+	w, err := pods.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("scheduler: list pods: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	nodesRev, allocRev := s.cache.Revisions()
+	trigger := fmt.Sprintf("s%d-%d", nodesRev, allocRev)
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("scheduler: list pods: watcher closed")
+			}
+			if e == nil {
+				if n > 0 {
+					s.log.Info("requeueing unschedulable pods found at start", "pods", n)
+				}
+				return nil
+			}
+			p := &pb.Pod{}
+			if err := decodeEntry(e, p); err != nil {
+				continue
+			}
+			if waitsForNode(p) {
+				s.parks.AddDue(p, e.Revision(), trigger)
+				n++
+			}
+		}
+	}
+}
+
+// waitsForNode: unbound, not being deleted, and judged unschedulable (PodScheduled=False).
+func waitsForNode(p *pb.Pod) bool {
+	if p.GetSpec().GetNodeName() != "" || p.GetMetadata().GetDeletionTimestamp() != nil || podutil.IsTerminal(p) {
+		return false
+	}
+	c := podutil.PodCondition(p, podutil.PodScheduled)
+	return c != nil && c.GetStatus() == podutil.False
+}
+
+// watchDeleted drops deleted pods from the assumptions and the parked set (an ordered, ephemeral
+// consumer: every replica needs every deletion, and only those from now on).
+func (s *Service) watchDeleted(ctx context.Context, wg *sync.WaitGroup) error {
+	cons, err := s.conn.JS.OrderedConsumer(ctx, bus.StreamPods, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.SubjPodDeleted},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: watch %s: %w", bus.SubjPodDeleted, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		d := &pb.PodDeleted{}
+		uid := m.Headers().Get(bus.HdrPodUID)
+		if err := decodeData(m.Data(), d); err == nil && d.GetUid() != "" {
+			uid = d.GetUid()
+		}
+		if uid != "" {
+			s.cache.Forget(uid)
+			s.parks.Remove(uid)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: watch %s: %w", bus.SubjPodDeleted, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+// expireAssumptions drops assumptions the binder never committed.
+func (s *Service) expireAssumptions(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := s.cache.Cleanup(); n > 0 {
+				bus.Count("scheduler.assumptions_expired", int64(n))
+			}
+		}
+	}
+}
