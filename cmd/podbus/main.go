@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only when PODBUS_PPROF names an address
 	"os"
 	"os/signal"
 	"strings"
@@ -48,6 +50,9 @@ func main() {
 		os.Exit(2)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
+	if addr := os.Getenv("PODBUS_PPROF"); addr != "" {
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
 	for _, c := range commands {
 		if c.name != os.Args[1] {
 			continue

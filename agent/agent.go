@@ -1,0 +1,484 @@
+// Package agent is podbus's kubelet: it runs the pods bound to one node through a container Runtime,
+// reports their status and the node's heartbeats, and stops pods when told to.
+//
+// A pod's life on the node (one podWorker per pod uid):
+//
+//	pod.bound.<node> ─▶ admit ──over capacity──▶ Failed (OutOfcpu, ...)
+//	                      │
+//	                      ▼
+//	               ContainerCreating ─▶ sandbox (IP) ─▶ init containers ─▶ containers ─▶ Running
+//	                                                                                     │ exits
+//	              restartPolicy says restart: back-off (CrashLoopBackOff) and start again ◀┤
+//	              every container done and no restart: Succeeded / Failed, sandbox removed ◀┘
+//
+//	pod.terminate.<node> ─▶ stop containers within the grace period ─▶ remove sandbox ─▶ report gone
+//
+// Every change is a pb.PodStatusReport on status.pod.<node> with a strictly increasing seq, so the
+// status service can drop reports that arrive late. Messages are acked only after the report that
+// follows from them is stored by JetStream.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Config configures one node's agent.
+type Config struct {
+	Node    string            // node name (required)
+	PodCIDR string            // e.g. 10.42.1.0/24, shown in the node spec
+	CPU     string            // capacity, default "4"
+	Memory  string            // capacity, default "8Gi"
+	Storage string            // ephemeral-storage capacity, default "100Gi"
+	MaxPods int               // default 110
+	Labels  map[string]string // extra node labels
+	HostIP  string            // default 127.0.0.1
+	Workers int               // pods handled concurrently by the consumer, default 32
+	Logger  *slog.Logger
+	Prober  Prober // nil: the runtime's if it implements Prober, else the network prober
+
+	HeartbeatInterval time.Duration // default 10s
+	// BackoffBase and BackoffMax shape the restart back-off of crashing containers (kubelet: 10s, 5m).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+// Kubelet identity reported in node info.
+const KubeletVersion = "v1.32.0-podbus"
+
+// ErrConfig is returned by New for an unusable configuration.
+var ErrConfig = errors.New("invalid agent config")
+
+// Agent is one node's kubelet.
+type Agent struct {
+	cfg    Config
+	conn   *bus.Conn
+	rt     Runtime
+	prober Prober
+	pub    *bus.Publisher
+	log    *slog.Logger
+	alloc  *resources // allocatable, for kubelet admission
+
+	seq atomic.Uint64 // last report seq
+
+	// Set by Run before anything else starts.
+	runtimeVersion string // "containerd://1.7.24"
+	runtimeName    string // "containerd"
+	startedAt      time.Time
+
+	mu     sync.Mutex
+	pods   map[string]*podWorker // by uid
+	gone   map[string]time.Time  // uids terminated lately, so a late redelivered binding does not revive them
+	runCtx context.Context
+	wg     sync.WaitGroup // pod goroutines
+}
+
+// New returns the agent of cfg.Node using runtime rt.
+func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
+	if cfg.Node == "" {
+		return nil, fmt.Errorf("%w: node name is required", ErrConfig)
+	}
+	if rt == nil || conn == nil {
+		return nil, fmt.Errorf("%w: runtime and connection are required", ErrConfig)
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&cfg.CPU, "4")
+	def(&cfg.Memory, "8Gi")
+	def(&cfg.Storage, "100Gi")
+	def(&cfg.HostIP, "127.0.0.1")
+	if cfg.MaxPods <= 0 {
+		cfg.MaxPods = 110
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 10 * time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	alloc, err := parseCapacity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:   cfg,
+		conn:  conn,
+		rt:    rt,
+		pub:   bus.NewPublisher(conn.JS, "agent/"+cfg.Node),
+		log:   cfg.Logger.With("node", cfg.Node),
+		alloc: alloc,
+		pods:  map[string]*podWorker{},
+		gone:  map[string]time.Time{},
+	}
+	switch p, ok := rt.(Prober); {
+	case cfg.Prober != nil:
+		a.prober = cfg.Prober
+	case ok:
+		a.prober = p
+	default:
+		a.prober = &NetProber{Exec: rt}
+	}
+	return a, nil
+}
+
+// Run reconciles with the runtime, then heartbeats and handles the node's pods until ctx is cancelled.
+// Containers keep running when it returns, like a kubelet restart; the next Run re-adopts them.
+func (a *Agent) Run(ctx context.Context) error {
+	buckets, err := bus.OpenBuckets(ctx, a.conn.JS)
+	if err != nil {
+		return err
+	}
+	version, err := a.rt.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime version: %w", err)
+	}
+	a.mu.Lock()
+	a.runCtx = ctx
+	a.runtimeVersion = version
+	a.runtimeName, _, _ = strings.Cut(version, "://")
+	a.startedAt = time.Now()
+	a.mu.Unlock()
+	defer a.wg.Wait()
+
+	if err := a.reconcile(ctx, buckets.Pods); err != nil {
+		return fmt.Errorf("reconcile node %s: %w", a.cfg.Node, err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { a.heartbeats(gctx); return nil })
+	g.Go(func() error { return a.serveLogs(gctx) })
+	g.Go(func() error {
+		return bus.Consume(gctx, a.conn.JS, bus.ConsumerSpec{
+			Stream:  bus.StreamPods,
+			Durable: bus.ConsumerAgent(a.cfg.Node),
+			Filters: []string{bus.SubjPodBound(a.cfg.Node), bus.SubjPodTerminate(a.cfg.Node)},
+			Workers: a.cfg.Workers,
+			Key:     func(m *bus.Msg) string { return m.Meta.PodUID },
+			Logger:  a.log,
+		}, a.handle)
+	})
+	return g.Wait()
+}
+
+func (a *Agent) handle(ctx context.Context, m *bus.Msg) error {
+	stop := keepAlive(ctx, m)
+	defer stop()
+	switch m.Subject {
+	case bus.SubjPodBound(a.cfg.Node):
+		var b pb.PodBinding
+		if err := m.Decode(&b); err != nil {
+			return err
+		}
+		if b.GetPod().GetMetadata().GetUid() == "" || b.GetPod().GetMetadata().GetName() == "" {
+			return fmt.Errorf("%w: binding without pod uid or name", bus.ErrMalformed)
+		}
+		return a.bind(ctx, b.GetPod())
+	case bus.SubjPodTerminate(a.cfg.Node):
+		var t pb.PodTermination
+		if err := m.Decode(&t); err != nil {
+			return err
+		}
+		if t.GetUid() == "" {
+			return fmt.Errorf("%w: termination without pod uid", bus.ErrMalformed)
+		}
+		return a.terminate(ctx, &t)
+	}
+	return fmt.Errorf("%w: unexpected subject %s", bus.ErrMalformed, m.Subject)
+}
+
+// keepAlive extends the ack wait while a handler works on a slow pod (image pulls, grace periods).
+func keepAlive(ctx context.Context, m *bus.Msg) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// bind handles a binding: admission, then the pod's worker starts it. It returns once the report that
+// follows ContainerCreating (Running, an init state or a failure) is stored.
+func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
+	uid := pod.GetMetadata().GetUid()
+	md := pod.GetMetadata()
+	a.mu.Lock()
+	if _, ok := a.gone[uid]; ok {
+		a.mu.Unlock()
+		return a.reportGone(ctx, &pb.PodTermination{Uid: uid, Namespace: md.GetNamespace(), Name: md.GetName(), Node: a.cfg.Node})
+	}
+	if w, ok := a.pods[uid]; ok {
+		a.mu.Unlock()
+		// Redelivery: the pod is ours already. Wait for its start to settle and report again.
+		select {
+		case <-w.started:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return w.report(ctx, false)
+	}
+	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
+	if reason, msg := a.admitLocked(pod); reason != "" {
+		w.reject(reason, msg)
+		a.pods[uid] = w
+		a.mu.Unlock()
+		if err := w.report(ctx, false); err != nil {
+			a.forget(w)
+			return err
+		}
+		return nil
+	}
+	a.pods[uid] = w
+	runCtx := a.runCtx
+	a.mu.Unlock()
+
+	if err := w.report(ctx, false); err != nil { // ContainerCreating
+		a.forget(w)
+		return err
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(runCtx, nil)
+	}()
+	select {
+	case <-w.started:
+		if err := runCtx.Err(); err != nil {
+			// Shutting down before the pod settled: leave the binding for redelivery.
+			return fmt.Errorf("start pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *Agent) forget(w *podWorker) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pods[w.uid] == w {
+		delete(a.pods, w.uid)
+	}
+}
+
+func (a *Agent) worker(uid string) *podWorker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pods[uid]
+}
+
+// terminate stops a pod and reports it gone. An unknown pod is reported gone at once.
+func (a *Agent) terminate(ctx context.Context, t *pb.PodTermination) error {
+	w := a.worker(t.GetUid())
+	if w == nil {
+		return a.reportGone(ctx, t)
+	}
+	grace := time.Duration(t.GetGracePeriodSeconds()) * time.Second
+	if t.GetGracePeriodSeconds() < 0 {
+		grace = podGrace(w.pod)
+	}
+	if err := w.terminate(ctx, grace); err != nil {
+		return err
+	}
+	if err := w.report(ctx, true); err != nil {
+		return err
+	}
+	a.forget(w)
+	a.mu.Lock()
+	a.remember(w.uid)
+	a.mu.Unlock()
+	return nil
+}
+
+// tombstoneTTL is how long a terminated pod's uid is remembered: longer than any redelivery.
+const tombstoneTTL = time.Hour
+
+// remember records a terminated uid, dropping expired ones now and then. Called with a.mu held.
+func (a *Agent) remember(uid string) {
+	now := time.Now()
+	if len(a.gone) >= 1024 {
+		for u, at := range a.gone {
+			if now.Sub(at) > tombstoneTTL {
+				delete(a.gone, u)
+			}
+		}
+	}
+	a.gone[uid] = now
+}
+
+// reportGone reports a pod this agent does not run as gone.
+func (a *Agent) reportGone(ctx context.Context, t *pb.PodTermination) error {
+	rep := &pb.PodStatusReport{
+		Uid: t.GetUid(), Namespace: t.GetNamespace(), Name: t.GetName(), Node: a.cfg.Node,
+		Seq: a.nextSeq(), Gone: true, Status: &pb.PodStatus{Phase: "Failed"},
+	}
+	return a.publishReport(ctx, rep, "")
+}
+
+// nextSeq returns a report sequence: unix nanos, bumped past the last one so it strictly increases.
+func (a *Agent) nextSeq() uint64 {
+	now := uint64(time.Now().UnixNano())
+	for {
+		last := a.seq.Load()
+		next := max(now, last+1)
+		if a.seq.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
+
+func (a *Agent) publishReport(ctx context.Context, rep *pb.PodStatusReport, correlation string) error {
+	meta := bus.Meta{
+		MsgID:       fmt.Sprintf("st-%s-%d", rep.GetUid(), rep.GetSeq()),
+		Correlation: correlation,
+		PodUID:      rep.GetUid(),
+		Key:         rep.GetNamespace() + "/" + rep.GetName(),
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.pub.Publish(pctx, bus.SubjPodStatus(a.cfg.Node), rep, meta); err != nil {
+		return fmt.Errorf("report status of pod %s/%s: %w", rep.GetNamespace(), rep.GetName(), err)
+	}
+	return nil
+}
+
+// reconcile runs before any message is handled: sandboxes whose pod left the store (or moved) are
+// removed, the others are re-adopted, and pods bound here that have no sandbox are started again.
+func (a *Agent) reconcile(ctx context.Context, pods jetstream.KeyValue) error {
+	sbs, err := a.rt.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	bound, err := a.boundPods(ctx, pods)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, info := range sbs {
+		have[info.PodUID] = true
+		p := bound[info.PodUID]
+		if p == nil || p.GetMetadata().GetDeletionTimestamp() != nil {
+			a.log.Info("removing leftover sandbox", "pod", info.Namespace+"/"+info.Name, "uid", info.PodUID)
+			if err := a.removeLeftover(ctx, info); err != nil {
+				return err
+			}
+			if p != nil {
+				t := &pb.PodTermination{Uid: info.PodUID, Namespace: info.Namespace, Name: info.Name, Node: a.cfg.Node}
+				if err := a.reportGone(ctx, t); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		a.adopt(ctx, p, &info)
+	}
+	for uid, p := range bound {
+		if have[uid] || isTerminalPhase(p.GetStatus().GetPhase()) {
+			continue
+		}
+		if p.GetMetadata().GetDeletionTimestamp() != nil {
+			md := p.GetMetadata()
+			if err := a.reportGone(ctx, &pb.PodTermination{Uid: uid, Namespace: md.GetNamespace(), Name: md.GetName(), Node: a.cfg.Node}); err != nil {
+				return err
+			}
+			continue
+		}
+		if p.GetInternal().GetReportSeq() == 0 {
+			// Never reported: its binding is still unacknowledged and will be redelivered.
+			continue
+		}
+		a.adopt(ctx, p, nil)
+	}
+	return nil
+}
+
+// boundPods reads every pod bound to this node from the store (one watch over the bucket's current values).
+func (a *Agent) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string]*pb.Pod, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch pods: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]*pb.Pod{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			var p pb.Pod
+			if err := proto.Unmarshal(e.Value(), &p); err != nil {
+				a.log.Warn("undecodable pod in store", "key", e.Key(), "err", err)
+				continue
+			}
+			if p.GetSpec().GetNodeName() == a.cfg.Node {
+				out[p.GetMetadata().GetUid()] = &p
+			}
+		}
+	}
+}
+
+func (a *Agent) removeLeftover(ctx context.Context, info SandboxInfo) error {
+	for _, c := range info.Containers {
+		if c.State == StateRunning {
+			if err := a.rt.StopContainer(ctx, c.ID, 0); err != nil && !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("stop leftover container %s: %w", c.ID, err)
+			}
+		}
+	}
+	if err := a.rt.RemoveSandbox(ctx, info.Sandbox); err != nil {
+		return fmt.Errorf("remove leftover sandbox %s: %w", info.ID, err)
+	}
+	return nil
+}
+
+// adopt takes a pod over after a restart: from the runtime's state when its sandbox exists, from scratch
+// otherwise. The pod's goroutine reports it.
+func (a *Agent) adopt(ctx context.Context, p *pb.Pod, info *SandboxInfo) {
+	w := newPodWorker(a, p)
+	a.mu.Lock()
+	a.pods[w.uid] = w
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(ctx, info)
+	}()
+}
+
+func isTerminalPhase(ph string) bool { return ph == "Succeeded" || ph == "Failed" }

@@ -1,0 +1,589 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/fake"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/status"
+)
+
+const (
+	node    = "n1"
+	podCIDR = "10.42.1.0/24"
+	wait    = 10 * time.Second
+)
+
+// env is one embedded server with a status service and one node agent on a fake runtime.
+type env struct {
+	t     *testing.T
+	conn  *bus.Conn
+	pods  jetstream.KeyValue
+	nodes jetstream.KeyValue
+	rt    *fake.Runtime
+	pub   *bus.Publisher
+
+	stopAgent func()
+}
+
+func testConfig() agent.Config {
+	return agent.Config{
+		Node: node, PodCIDR: podCIDR, CPU: "4", Memory: "8Gi", MaxPods: 110,
+		Labels:            map[string]string{"topology.kubernetes.io/zone": "z1"},
+		HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase:       150 * time.Millisecond,
+		BackoffMax:        600 * time.Millisecond,
+	}
+}
+
+func newEnv(t *testing.T, cfg agent.Config, fcfg fake.Config) *env {
+	t.Helper()
+	_, conn := bustest.Start(t)
+	b, err := bus.OpenBuckets(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fcfg.PodCIDR == "" {
+		fcfg.PodCIDR = podCIDR
+	}
+	rt, err := fake.New(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, rt: rt, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
+	svc, err := status.New(status.Config{ID: "s1", NodeMonitorGracePeriod: 500 * time.Millisecond, MonitorInterval: 50 * time.Millisecond}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, svc.Run)
+	e.startAgent(cfg)
+	return e
+}
+
+// run runs f until the test ends, and checks it returns nil.
+func (e *env) run(t *testing.T, f func(context.Context) error) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) startAgent(cfg agent.Config) {
+	a, err := agent.New(cfg, e.conn, e.rt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.stopAgent = e.run(e.t, a.Run)
+}
+
+type podOpt func(*pb.Pod)
+
+func withCommand(cmd ...string) podOpt {
+	return func(p *pb.Pod) { p.Spec.Containers[0].Command = cmd }
+}
+
+func withPolicy(policy string) podOpt { return func(p *pb.Pod) { p.Spec.RestartPolicy = policy } }
+
+func withCPU(q string) podOpt {
+	return func(p *pb.Pod) { p.Spec.Containers[0].Resources.Requests[podutil.CPU] = q }
+}
+
+func newPod(name string, opts ...podOpt) *pb.Pod {
+	created := timestamppb.New(time.Now().Add(-time.Minute))
+	p := &pb.Pod{
+		Metadata: &pb.ObjectMeta{Name: name, Namespace: "default", Uid: uuid.NewString(), CreationTimestamp: created},
+		Spec: &pb.PodSpec{
+			Containers: []*pb.Container{{
+				Name: "app", Image: "nginx:1.27", ImagePullPolicy: "IfNotPresent",
+				Resources: &pb.ResourceRequirements{Requests: map[string]string{podutil.CPU: "100m", podutil.Memory: "64Mi"}},
+			}},
+			RestartPolicy: "Always",
+			NodeName:      node,
+		},
+		Status: &pb.PodStatus{
+			Phase:    "Pending",
+			QosClass: "Burstable",
+			Conditions: []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.True, LastTransitionTime: created,
+				Message: "set by the binder"}},
+		},
+		Internal: &pb.PodInternal{CorrelationId: "corr-" + name},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// create stores the pod and hands it to the agent as the binder would.
+func (e *env) create(p *pb.Pod) {
+	e.t.Helper()
+	ctx := context.Background()
+	rev, err := bus.Create(ctx, e.pods, bus.PodKey(p.Metadata.Namespace, p.Metadata.Name), p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.bind(p, rev, "bound-"+p.Metadata.Uid)
+}
+
+func (e *env) bind(p *pb.Pod, rev uint64, msgID string) {
+	e.t.Helper()
+	err := e.pub.Publish(context.Background(), bus.SubjPodBound(node), &pb.PodBinding{Pod: p, Revision: rev, Node: node},
+		e.meta(p, msgID))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) meta(p *pb.Pod, msgID string) bus.Meta {
+	return bus.Meta{MsgID: msgID, Correlation: p.GetInternal().GetCorrelationId(), PodUID: p.Metadata.Uid,
+		Key: p.Metadata.Namespace + "/" + p.Metadata.Name}
+}
+
+func (e *env) terminate(p *pb.Pod, grace int64) {
+	e.t.Helper()
+	term := &pb.PodTermination{Uid: p.Metadata.Uid, Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Node: node,
+		GracePeriodSeconds: grace, DeletionTimestamp: timestamppb.Now()}
+	if err := e.pub.Publish(context.Background(), bus.SubjPodTerminate(node), term, e.meta(p, "term-"+p.Metadata.Uid)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// get returns the stored pod, or nil when it is not in the bucket.
+func (e *env) get(p *pb.Pod) *pb.Pod {
+	e.t.Helper()
+	var got pb.Pod
+	_, err := bus.Get(context.Background(), e.pods, bus.PodKey(p.Metadata.Namespace, p.Metadata.Name), &got)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &got
+}
+
+// until polls the stored pod until cond holds, and returns it.
+func (e *env) until(p *pb.Pod, what string, cond func(*pb.Pod) bool) *pb.Pod {
+	e.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		last := e.get(p)
+		if last != nil && cond(last) {
+			return last
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("pod %s: timed out waiting for %s; last status %v", p.Metadata.Name, what, last.GetStatus())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func isRunningReady(p *pb.Pod) bool {
+	c := podutil.PodCondition(p, podutil.PodReady)
+	return p.GetStatus().GetPhase() == "Running" && c != nil && c.GetStatus() == podutil.True
+}
+
+// drained reports whether a durable consumer has handled everything on its stream.
+func (e *env) drained(stream, durable string) bool {
+	c, err := e.conn.JS.Consumer(context.Background(), stream, durable)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(context.Background())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// lastMsg returns the last message on subject in stream, or nil.
+func (e *env) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
+	s, err := e.conn.JS.Stream(context.Background(), stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// eventReasons lists the reasons of the events recorded about a pod.
+func (e *env) eventReasons(p *pb.Pod) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	cons, err := e.conn.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.SubjEvent(p.Metadata.Namespace, p.Metadata.Name)}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev pb.Event
+			if err := (&bus.Msg{Data: m.Data()}).Decode(&ev); err != nil {
+				e.t.Fatal(err)
+			}
+			out = append(out, ev.GetReason())
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+func TestPodRunsThenTerminates(t *testing.T) {
+	e := newEnv(t, testConfig(), fake.Config{})
+	p := newPod("web")
+	e.create(p)
+
+	got := e.until(p, "Running and Ready", isRunningReady)
+	st := got.GetStatus()
+	if !strings.HasPrefix(st.GetPodIp(), "10.42.1.") || len(st.GetPodIps()) != 1 || st.GetHostIp() != "127.0.0.1" {
+		t.Errorf("pod ip %q ips %v host %q", st.GetPodIp(), st.GetPodIps(), st.GetHostIp())
+	}
+	if st.GetStartTime() == nil {
+		t.Error("no startTime")
+	}
+	if st.GetQosClass() != "Burstable" {
+		t.Errorf("qosClass %q not kept", st.GetQosClass())
+	}
+	if c := podutil.PodCondition(got, podutil.PodScheduled); c.GetMessage() != "set by the binder" {
+		t.Errorf("PodScheduled not kept from the store: %v", c)
+	}
+	for _, typ := range []string{podutil.PodInitialized, podutil.ContainersReady} {
+		if c := podutil.PodCondition(got, typ); c.GetStatus() != podutil.True {
+			t.Errorf("condition %s = %v", typ, c)
+		}
+	}
+	cs := st.GetContainerStatuses()
+	if len(cs) != 1 || !cs[0].GetReady() || !cs[0].GetStarted() || cs[0].GetState().GetRunning().GetStartedAt() == nil ||
+		!strings.HasPrefix(cs[0].GetContainerId(), "fake://") {
+		t.Errorf("container status %v", cs)
+	}
+	if got.GetInternal().GetReportSeq() == 0 {
+		t.Error("report_seq not recorded")
+	}
+	bustest.Eventually(t, wait, func() bool {
+		r := strings.Join(e.eventReasons(p), ",")
+		return strings.Contains(r, "Pulled") && strings.Contains(r, "Created") && strings.Contains(r, "Started")
+	}, "events Pulled, Created, Started")
+
+	// Logs are served over core NATS.
+	logs := func(req agent.LogRequest) agent.LogResponse {
+		data, _ := json.Marshal(req)
+		reply, err := e.conn.NC.Request(bus.SubjLogs(node), data, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp agent.LogResponse
+		if err := json.Unmarshal(reply.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := logs(agent.LogRequest{Namespace: "default", Name: "web", UID: p.Metadata.Uid, Container: "app"}); r.Error != "" || !strings.Contains(r.Logs, "started") {
+		t.Errorf("logs: %+v", r)
+	}
+	if r := logs(agent.LogRequest{Namespace: "default", Name: "nope"}); r.Code != 404 {
+		t.Errorf("logs of an unknown pod: %+v", r)
+	}
+
+	// A redelivered binding is answered with a fresh report, nothing else changes.
+	e.bind(p, 1, "bound-again-"+p.Metadata.Uid)
+	seq := got.GetInternal().GetReportSeq()
+	again := e.until(p, "reported again", func(q *pb.Pod) bool { return q.GetInternal().GetReportSeq() > seq })
+	if again.GetStatus().GetPodIp() != st.GetPodIp() || e.rt.IPsInUse() != 1 {
+		t.Errorf("redelivery changed the pod: ip %s (was %s), %d IPs in use", again.GetStatus().GetPodIp(), st.GetPodIp(), e.rt.IPsInUse())
+	}
+
+	e.terminate(p, 30)
+	bustest.Eventually(t, wait, func() bool { return e.get(p) == nil }, "pod leaves the bucket")
+	bustest.Eventually(t, wait, func() bool {
+		m := e.lastMsg(bus.StreamPods, bus.SubjPodDeleted)
+		return m != nil && m.Header.Get(bus.HdrMsgID) == "deleted-"+p.Metadata.Uid
+	}, "pod.deleted published")
+	if n := e.rt.IPsInUse(); n != 0 {
+		t.Errorf("%d IPs still in use", n)
+	}
+	bustest.Eventually(t, wait, func() bool { return strings.Contains(strings.Join(e.eventReasons(p), ","), "Killing") },
+		"Killing event")
+
+	// A binding redelivered after the termination does not bring the pod back.
+	e.bind(p, 1, "bound-late-"+p.Metadata.Uid)
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, bus.ConsumerAgent(node)) }, "late binding handled")
+	if n := e.rt.IPsInUse(); n != 0 || e.get(p) != nil {
+		t.Errorf("terminated pod revived: %d IPs in use", n)
+	}
+
+	// Terminating an unknown pod reports it gone: the store entry goes away.
+	ghost := newPod("ghost")
+	if _, err := bus.Create(context.Background(), e.pods, bus.PodKey("default", "ghost"), ghost); err != nil {
+		t.Fatal(err)
+	}
+	e.terminate(ghost, 0)
+	bustest.Eventually(t, wait, func() bool { return e.get(ghost) == nil }, "unknown pod reported gone")
+}
+
+func TestRestartPolicies(t *testing.T) {
+	tests := []struct {
+		name      string
+		policy    string
+		cmd       []string
+		wantPhase string
+		wantCode  int32
+	}{
+		{"never, exit 0", "Never", []string{"sh", "-c", "exit 0"}, "Succeeded", 0},
+		{"never, exit 2", "Never", []string{"sh", "-c", "exit 2"}, "Failed", 2},
+		{"on failure, sleep then exit 0", "OnFailure", []string{"sleep", "0.1"}, "Succeeded", 0},
+	}
+	e := newEnv(t, testConfig(), fake.Config{})
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod("job-"+string(rune('a'+i)), withPolicy(tt.policy), withCommand(tt.cmd...))
+			e.create(p)
+			got := e.until(p, "phase "+tt.wantPhase, func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == tt.wantPhase })
+			cs := got.GetStatus().GetContainerStatuses()
+			if len(cs) != 1 || cs[0].GetState().GetTerminated() == nil || cs[0].GetState().GetTerminated().GetExitCode() != tt.wantCode {
+				t.Fatalf("container status %v", cs)
+			}
+			if cs[0].GetRestartCount() != 0 {
+				t.Errorf("restart count %d", cs[0].GetRestartCount())
+			}
+			if c := podutil.PodCondition(got, podutil.PodReady); c.GetStatus() != podutil.False || c.GetReason() != "PodCompleted" {
+				t.Errorf("Ready condition %v", c)
+			}
+		})
+	}
+	bustest.Eventually(t, wait, func() bool { return e.rt.IPsInUse() == 0 }, "finished pods release their IPs")
+}
+
+func TestInitContainers(t *testing.T) {
+	tests := []struct {
+		name      string
+		policy    string
+		initCmd   []string
+		wantPhase string
+		wantInit  string // init container's terminated reason
+	}{
+		{"init succeeds", "Always", []string{"sh", "-c", "exit 0"}, "Running", "Completed"},
+		{"init fails, never restart", "Never", []string{"sh", "-c", "exit 7"}, "Failed", "Error"},
+	}
+	e := newEnv(t, testConfig(), fake.Config{})
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod("init-"+string(rune('a'+i)), withPolicy(tt.policy))
+			p.Spec.InitContainers = []*pb.Container{{Name: "setup", Image: "busybox", Command: tt.initCmd}}
+			e.create(p)
+			got := e.until(p, "phase "+tt.wantPhase, func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == tt.wantPhase })
+			ics := got.GetStatus().GetInitContainerStatuses()
+			if len(ics) != 1 || ics[0].GetState().GetTerminated().GetReason() != tt.wantInit {
+				t.Errorf("init container statuses %v", ics)
+			}
+			initialized := podutil.PodCondition(got, podutil.PodInitialized).GetStatus() == podutil.True
+			if initialized != (tt.wantPhase == "Running") {
+				t.Errorf("Initialized condition %v", podutil.PodCondition(got, podutil.PodInitialized))
+			}
+		})
+	}
+}
+
+func TestCrashLoopBackOff(t *testing.T) {
+	e := newEnv(t, testConfig(), fake.Config{})
+	p := newPod("crash", withCommand("sh", "-c", "exit 1"))
+	e.create(p)
+	var sawBackOff atomic.Bool
+	got := e.until(p, "restarted 3 times after a CrashLoopBackOff", func(q *pb.Pod) bool {
+		cs := q.GetStatus().GetContainerStatuses()
+		if len(cs) != 1 {
+			return false
+		}
+		if w := cs[0].GetState().GetWaiting(); w.GetReason() == "CrashLoopBackOff" && strings.Contains(w.GetMessage(), "back-off") {
+			sawBackOff.Store(true)
+		}
+		return sawBackOff.Load() && cs[0].GetRestartCount() >= 3
+	})
+	if ph := got.GetStatus().GetPhase(); ph != "Running" {
+		t.Errorf("phase %s, want Running (restartPolicy Always)", ph)
+	}
+	last := got.GetStatus().GetContainerStatuses()[0].GetLastState().GetTerminated()
+	if last.GetExitCode() != 1 || last.GetReason() != "Error" {
+		t.Errorf("lastState %v", last)
+	}
+	if !strings.Contains(strings.Join(e.eventReasons(p), ","), "BackOff") {
+		t.Error("no BackOff event")
+	}
+}
+
+func TestAdmissionRejectsOverCapacity(t *testing.T) {
+	cfg := testConfig()
+	cfg.CPU = "1"
+	e := newEnv(t, cfg, fake.Config{})
+	fits := newPod("fits", withCPU("800m"))
+	e.create(fits)
+	e.until(fits, "running", isRunningReady)
+
+	big := newPod("big", withCPU("500m"))
+	e.create(big)
+	got := e.until(big, "rejected", func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == "Failed" })
+	want := "Pod was rejected: Node didn't have enough resource: cpu, requested: 500, used: 800, capacity: 1000"
+	if got.GetStatus().GetReason() != "OutOfcpu" || got.GetStatus().GetMessage() != want {
+		t.Errorf("reason %q message %q", got.GetStatus().GetReason(), got.GetStatus().GetMessage())
+	}
+	if e.rt.IPsInUse() != 1 {
+		t.Errorf("rejected pod got a sandbox")
+	}
+	e.terminate(big, 0)
+	bustest.Eventually(t, wait, func() bool { return e.get(big) == nil }, "rejected pod deleted")
+}
+
+func TestReadinessProbe(t *testing.T) {
+	var healthy atomic.Bool
+	e := newEnv(t, testConfig(), fake.Config{Probe: func(pt agent.ProbeTarget) agent.ProbeResult {
+		if pt.Kind == agent.Readiness && !healthy.Load() {
+			return agent.ProbeResult{Output: "HTTP probe failed with statuscode: 503"}
+		}
+		return agent.ProbeResult{Success: true}
+	}})
+	p := newPod("probed")
+	p.Spec.Containers[0].ReadinessProbe = &pb.Probe{HttpGet: &pb.HTTPGetAction{Path: "/healthz", Port: "8080"}, PeriodSeconds: 1}
+	e.create(p)
+	got := e.until(p, "running, not ready", func(q *pb.Pod) bool {
+		c := podutil.PodCondition(q, podutil.PodReady)
+		return q.GetStatus().GetPhase() == "Running" && c.GetStatus() == podutil.False && c.GetReason() == "ContainersNotReady"
+	})
+	if cs := got.GetStatus().GetContainerStatuses()[0]; cs.GetReady() || !cs.GetStarted() {
+		t.Errorf("container ready=%v started=%v", cs.GetReady(), cs.GetStarted())
+	}
+	healthy.Store(true)
+	e.until(p, "ready once the probe succeeds", isRunningReady)
+	if !strings.Contains(strings.Join(e.eventReasons(p), ","), "Unhealthy") {
+		t.Error("no Unhealthy event")
+	}
+}
+
+func TestHeartbeatsAndNotReady(t *testing.T) {
+	e := newEnv(t, testConfig(), fake.Config{})
+	ctx := context.Background()
+	var n pb.Node
+	bustest.Eventually(t, wait, func() bool {
+		_, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &n)
+		return err == nil
+	}, "node registered")
+	checks := map[string]string{
+		"label hostname": n.GetMetadata().GetLabels()["kubernetes.io/hostname"],
+		"label zone":     n.GetMetadata().GetLabels()["topology.kubernetes.io/zone"],
+		"label os":       n.GetMetadata().GetLabels()["kubernetes.io/os"],
+		"cpu":            n.GetStatus().GetAllocatable()[podutil.CPU],
+		"pods":           n.GetStatus().GetCapacity()[podutil.Pods],
+		"podCIDR":        n.GetSpec().GetPodCidr(),
+		"kubelet":        n.GetStatus().GetNodeInfo().GetKubeletVersion(),
+		"runtime":        n.GetStatus().GetNodeInfo().GetContainerRuntimeVersion(),
+		"ready":          podutil.NodeCondition(&n, podutil.NodeReady).GetReason(),
+	}
+	want := map[string]string{
+		"label hostname": node, "label zone": "z1", "label os": "linux", "cpu": "4", "pods": "110",
+		"podCIDR": podCIDR, "kubelet": agent.KubeletVersion, "runtime": fake.Version, "ready": "KubeletReady",
+	}
+	for k, w := range want {
+		if checks[k] != w {
+			t.Errorf("%s = %q, want %q", k, checks[k], w)
+		}
+	}
+	if n.GetMetadata().GetUid() == "" || n.GetMetadata().GetCreationTimestamp() == nil {
+		t.Error("node created without uid or creationTimestamp")
+	}
+
+	// A label and a taint set through the API survive the next heartbeats.
+	if _, _, err := bus.Mutate(ctx, e.nodes, bus.NodeKey(node), func() *pb.Node { return &pb.Node{} }, 10, func(n *pb.Node) (bool, error) {
+		n.Metadata.Labels["team"] = "blue"
+		n.Spec.Taints = []*pb.Taint{{Key: "dedicated", Value: "blue", Effect: "NoSchedule"}}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	first := podutil.NodeCondition(&n, podutil.NodeReady).GetLastHeartbeatTime().AsTime()
+	bustest.Eventually(t, wait, func() bool {
+		var m pb.Node
+		_, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &m)
+		return err == nil && podutil.NodeCondition(&m, podutil.NodeReady).GetLastHeartbeatTime().AsTime().After(first) &&
+			m.GetMetadata().GetLabels()["team"] == "blue" && len(m.GetSpec().GetTaints()) == 1
+	}, "heartbeat keeps user label and taint")
+
+	e.stopAgent()
+	var m pb.Node
+	bustest.Eventually(t, wait, func() bool {
+		_, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &m)
+		c := podutil.NodeCondition(&m, podutil.NodeReady)
+		return err == nil && c.GetStatus() == podutil.Unknown
+	}, "node becomes Unknown once heartbeats stop")
+	if c := podutil.NodeCondition(&m, podutil.NodeReady); c.GetReason() != "NodeStatusUnknown" || c.GetMessage() != "Kubelet stopped posting node status." {
+		t.Errorf("Ready condition %v", c)
+	}
+	bustest.Eventually(t, wait, func() bool { return e.lastMsg(bus.StreamEvents, bus.SubjEvent("", node)) != nil }, "NodeNotReady event")
+}
+
+func TestReconcileAfterRestart(t *testing.T) {
+	e := newEnv(t, testConfig(), fake.Config{})
+	keep, drop := newPod("keep"), newPod("drop")
+	e.create(keep)
+	e.create(drop)
+	ip := e.until(keep, "running", isRunningReady).GetStatus().GetPodIp()
+	e.until(drop, "running", isRunningReady)
+
+	e.stopAgent()
+	if e.rt.Running() != 2 {
+		t.Fatalf("containers must survive the agent: %d running", e.rt.Running())
+	}
+	// While the agent is down, "drop" leaves the store.
+	var cur pb.Pod
+	rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("default", "drop"), &cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Delete(context.Background(), e.pods, bus.PodKey("default", "drop"), rev); err != nil {
+		t.Fatal(err)
+	}
+	seq := e.get(keep).GetInternal().GetReportSeq()
+
+	e.startAgent(testConfig())
+	got := e.until(keep, "re-adopted and reported", func(q *pb.Pod) bool {
+		return q.GetInternal().GetReportSeq() > seq && isRunningReady(q)
+	})
+	if got.GetStatus().GetPodIp() != ip {
+		t.Errorf("ip changed across the restart: %s -> %s", ip, got.GetStatus().GetPodIp())
+	}
+	bustest.Eventually(t, wait, func() bool { return e.rt.Running() == 1 && e.rt.IPsInUse() == 1 }, "leftover pod removed")
+
+	e.terminate(keep, 0)
+	bustest.Eventually(t, wait, func() bool { return e.get(keep) == nil && e.rt.IPsInUse() == 0 }, "re-adopted pod terminated")
+}

@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"runtime"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// heartbeats publishes the node at once and then every HeartbeatInterval until ctx ends.
+func (a *Agent) heartbeats(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if err := a.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) heartbeat(ctx context.Context) error {
+	now := time.Now()
+	hb := &pb.NodeHeartbeat{Node: a.node(now), SentAt: timestamppb.New(now), Seq: uint64(now.UnixNano())}
+	pctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval)
+	defer cancel()
+	return a.pub.Publish(pctx, bus.SubjHeartbeat(a.cfg.Node), hb, bus.Meta{})
+}
+
+// node is the Node object as this kubelet posts it.
+func (a *Agent) node(now time.Time) *pb.Node {
+	labels := maps.Clone(a.cfg.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["kubernetes.io/hostname"] = a.cfg.Node
+	labels["kubernetes.io/os"] = "linux"
+	labels["kubernetes.io/arch"] = runtime.GOARCH
+	labels["beta.kubernetes.io/os"] = "linux"
+	labels["beta.kubernetes.io/arch"] = runtime.GOARCH
+
+	hbTime := timestamppb.New(now)
+	since := timestamppb.New(a.startedAt)
+	cond := func(typ, status, reason, msg string) *pb.NodeCondition {
+		return &pb.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg,
+			LastHeartbeatTime: hbTime, LastTransitionTime: since}
+	}
+	n := &pb.Node{
+		Metadata: &pb.ObjectMeta{Name: a.cfg.Node, Labels: labels},
+		Spec:     &pb.NodeSpec{},
+		Status: &pb.NodeStatus{
+			Capacity:    capacity(a.cfg),
+			Allocatable: capacity(a.cfg),
+			Phase:       "Running",
+			Conditions: []*pb.NodeCondition{
+				cond("MemoryPressure", podutil.False, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+				cond("DiskPressure", podutil.False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+				cond("PIDPressure", podutil.False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+				cond(podutil.NodeReady, podutil.True, "KubeletReady", "kubelet is posting ready status"),
+			},
+			Addresses: []*pb.NodeAddress{
+				{Type: "InternalIP", Address: a.cfg.HostIP},
+				{Type: "Hostname", Address: a.cfg.Node},
+			},
+			NodeInfo: &pb.NodeSystemInfo{
+				KubeletVersion:          KubeletVersion,
+				ContainerRuntimeVersion: a.runtimeVersion,
+				OperatingSystem:         "linux",
+				Architecture:            runtime.GOARCH,
+				OsImage:                 "podbus",
+			},
+		},
+	}
+	if a.cfg.PodCIDR != "" {
+		n.Spec.PodCidr = a.cfg.PodCIDR
+		n.Spec.PodCidrs = []string{a.cfg.PodCIDR}
+	}
+	return n
+}

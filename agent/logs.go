@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/podbus/podbus/bus"
+)
+
+// LogRequest is the JSON body of a request on podbus.logs.<node> (bus.SubjLogs), the same wire
+// format services/admission sends. Timestamps and SinceSeconds are accepted but not applied yet.
+type LogRequest struct {
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	UID          string `json:"uid"`
+	Container    string `json:"container"` // default: the pod's first container
+	Previous     bool   `json:"previous,omitempty"`
+	Timestamps   bool   `json:"timestamps,omitempty"`
+	TailLines    *int64 `json:"tailLines,omitempty"`
+	SinceSeconds *int64 `json:"sinceSeconds,omitempty"`
+	LimitBytes   *int64 `json:"limitBytes,omitempty"`
+}
+
+// LogResponse is the JSON reply: the log text, or an error with an HTTP status code.
+type LogResponse struct {
+	Logs  string `json:"logs"`
+	Error string `json:"error,omitempty"`
+	Code  int    `json:"code,omitempty"`
+}
+
+// serveLogs answers log requests until ctx ends.
+func (a *Agent) serveLogs(ctx context.Context) error {
+	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), "agent", func(m *nats.Msg) {
+		go a.answerLogs(ctx, m)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", bus.SubjLogs(a.cfg.Node), err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return nil
+}
+
+func (a *Agent) answerLogs(ctx context.Context, m *nats.Msg) {
+	respond := func(r LogResponse) {
+		data, _ := json.Marshal(r)
+		_ = m.Respond(data)
+	}
+	var req LogRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		respond(LogResponse{Error: "bad log request: " + err.Error(), Code: http.StatusBadRequest})
+		return
+	}
+	id, err := a.logContainer(req)
+	if err != nil {
+		respond(LogResponse{Error: err.Error(), Code: http.StatusNotFound})
+		return
+	}
+	opts := LogOptions{Previous: req.Previous}
+	if req.TailLines != nil {
+		opts.TailLines = *req.TailLines
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var buf bytes.Buffer
+	if err := a.rt.ContainerLogs(lctx, id, &buf, opts); err != nil {
+		respond(LogResponse{Error: err.Error(), Code: http.StatusInternalServerError})
+		return
+	}
+	logs := buf.Bytes()
+	if req.LimitBytes != nil && *req.LimitBytes >= 0 && int64(len(logs)) > *req.LimitBytes {
+		logs = logs[:*req.LimitBytes]
+	}
+	respond(LogResponse{Logs: string(logs)})
+}
+
+// logContainer finds the runtime container a log request is about.
+func (a *Agent) logContainer(req LogRequest) (ContainerID, error) {
+	a.mu.Lock()
+	var w *podWorker
+	for _, p := range a.pods {
+		md := p.pod.GetMetadata()
+		if md.GetNamespace() == req.Namespace && md.GetName() == req.Name && (req.UID == "" || md.GetUid() == req.UID) {
+			w = p
+			break
+		}
+	}
+	a.mu.Unlock()
+	if w == nil {
+		return "", fmt.Errorf("pod %s/%s is not running on node %s", req.Namespace, req.Name, a.cfg.Node)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range append(append([]*ctr{}, w.ctrs...), w.init...) {
+		if req.Container != "" && c.spec.GetName() != req.Container {
+			continue
+		}
+		id := c.id
+		if req.Previous || id == "" {
+			id = c.prevID
+		}
+		if id == "" {
+			return "", fmt.Errorf("container %q in pod %s/%s has no logs", c.spec.GetName(), req.Namespace, req.Name)
+		}
+		return id, nil
+	}
+	return "", fmt.Errorf("container %q is not valid for pod %s/%s", req.Container, req.Namespace, req.Name)
+}

@@ -1,0 +1,706 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// podWorker owns one pod on the node: its sandbox, its containers, their restarts and probes, and
+// its status reports. Its state is guarded by mu; runtime calls and publishes happen without it.
+type podWorker struct {
+	a   *Agent
+	uid string
+	pod *pb.Pod // as bound; never modified
+
+	started   chan struct{} // closed once the pod's start has settled (see markStarted)
+	startOnce sync.Once
+
+	stopCtx context.Context // cancelled by terminate: stops the pod's goroutines
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the pod's goroutines have all returned
+	wg      sync.WaitGroup
+
+	reportMu sync.Mutex // reports are published one at a time, in seq order
+
+	mu          sync.Mutex
+	rejected    bool
+	finished    bool // every container done, sandbox removed
+	terminating bool
+	reason      string
+	message     string
+	startTime   time.Time
+	sandbox     *Sandbox
+	ip          string
+	initDone    bool
+	init        []*ctr
+	ctrs        []*ctr
+	conds       map[string]condState
+	events      []*pb.EventNote
+}
+
+// ctr is one container of the pod (init or app) across its restarts.
+type ctr struct {
+	spec        *pb.Container
+	init        bool
+	id          ContainerID // current runtime container; "" when it must be (re)started
+	prevID      ContainerID // the previous attempt, kept for its logs
+	idURI       string      // "<runtime>://<id>" as Kubernetes shows it
+	imageRef    string
+	hasRun      bool
+	restarts    int32
+	state       *pb.ContainerState
+	last        *pb.ContainerStateTerminated
+	ready       bool
+	started     bool
+	done        bool          // exited and will not be restarted
+	backoff     time.Duration // next restart delay; 0: the next restart is immediate
+	retryIn     time.Duration // delay before the next start attempt
+	probeCancel context.CancelFunc
+}
+
+type condState struct {
+	status string
+	at     time.Time
+}
+
+func newPodWorker(a *Agent, pod *pb.Pod) *podWorker {
+	w := &podWorker{
+		a:         a,
+		uid:       pod.GetMetadata().GetUid(),
+		pod:       pod,
+		started:   make(chan struct{}),
+		done:      make(chan struct{}),
+		conds:     map[string]condState{},
+		startTime: time.Now(),
+	}
+	w.stopCtx, w.stop = context.WithCancel(context.Background())
+	waiting := "ContainerCreating"
+	for _, c := range pod.GetSpec().GetInitContainers() {
+		w.init = append(w.init, &ctr{spec: c, init: true, state: waitingState(waiting, "")})
+	}
+	if len(w.init) > 0 {
+		waiting = "PodInitializing"
+	} else {
+		w.initDone = true
+	}
+	for _, c := range pod.GetSpec().GetContainers() {
+		w.ctrs = append(w.ctrs, &ctr{spec: c, state: waitingState(waiting, "")})
+	}
+	return w
+}
+
+func waitingState(reason, msg string) *pb.ContainerState {
+	return &pb.ContainerState{Waiting: &pb.ContainerStateWaiting{Reason: reason, Message: msg}}
+}
+
+// reject marks the pod as refused by admission; it never runs.
+func (w *podWorker) reject(reason, msg string) {
+	w.mu.Lock()
+	w.rejected, w.reason, w.message = true, reason, msg
+	w.eventLocked("Warning", reason, strings.TrimPrefix(msg, "Pod was rejected: "), "")
+	w.mu.Unlock()
+	w.markStarted()
+	close(w.done)
+}
+
+// active reports whether the pod holds node resources (for admission).
+func (w *podWorker) active() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.rejected && !w.finished
+}
+
+func (w *podWorker) markStarted() { w.startOnce.Do(func() { close(w.started) }) }
+
+// run is the pod's goroutine. info is the runtime's state when the pod is re-adopted after a restart.
+func (w *podWorker) run(parent context.Context, info *SandboxInfo) {
+	ctx, cancel := context.WithCancel(parent)
+	stop := context.AfterFunc(w.stopCtx, cancel)
+	defer func() {
+		w.wg.Wait() // the containers' loops and probes run until the pod ends or ctx is cancelled
+		stop()
+		cancel()
+		w.markStarted()
+		close(w.done)
+	}()
+	if info != nil && w.adopt(ctx, *info) {
+		return
+	}
+	w.start(ctx)
+}
+
+// start runs the pod from scratch: sandbox, init containers in order, then the containers.
+func (w *podWorker) start(ctx context.Context) {
+	if !w.runSandbox(ctx) {
+		return
+	}
+	for _, c := range w.init {
+		if !w.runInit(ctx, c) {
+			return
+		}
+	}
+	w.mu.Lock()
+	w.initDone = true
+	w.mu.Unlock()
+	for _, c := range w.ctrs {
+		if err := w.startContainer(ctx, c); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
+	w.reportRetry(ctx)
+	w.markStarted()
+	w.loops(ctx)
+}
+
+func (w *podWorker) loops(ctx context.Context) {
+	for _, c := range w.ctrs {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.loop(ctx, c)
+		}()
+	}
+}
+
+// runSandbox creates the sandbox, retrying with back-off while reporting the failure.
+func (w *podWorker) runSandbox(ctx context.Context) bool {
+	delay := w.a.cfg.BackoffBase / 10
+	for {
+		sb, err := w.a.rt.RunSandbox(ctx, w.pod)
+		if err == nil {
+			w.mu.Lock()
+			w.sandbox, w.ip = &sb, sb.IP
+			w.mu.Unlock()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.a.log.Warn("create pod sandbox failed", "pod", w.key(), "err", err)
+		w.mu.Lock()
+		w.eventLocked("Warning", "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error(), "")
+		w.mu.Unlock()
+		w.reportRetry(ctx)
+		w.markStarted()
+		if !sleep(ctx, delay) {
+			return false
+		}
+		delay = min(2*delay, w.a.cfg.BackoffMax)
+	}
+}
+
+// runInit runs one init container to successful completion, restarting it as the policy says.
+// It returns false when the pod cannot go on (stopped, or failed for good).
+func (w *podWorker) runInit(ctx context.Context, c *ctr) bool {
+	for {
+		if !sleep(ctx, c.retryIn) {
+			return false
+		}
+		w.removePrevious(ctx, c)
+		if err := w.startContainer(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			w.reportRetry(ctx)
+			w.markStarted()
+			continue
+		}
+		w.reportRetry(ctx)
+		w.markStarted()
+		st, ok := w.wait(ctx, c)
+		if !ok {
+			return false
+		}
+		restart := w.onExit(c, st)
+		if st.ExitCode == 0 {
+			w.mu.Lock()
+			c.done = true
+			w.mu.Unlock()
+			return true
+		}
+		if !restart {
+			w.finish(ctx)
+			return false
+		}
+		w.scheduleRestart(c)
+		w.reportRetry(ctx)
+	}
+}
+
+// loop watches one app container: exits, restarts with back-off, and the pod's end.
+func (w *podWorker) loop(ctx context.Context, c *ctr) {
+	for {
+		w.mu.Lock()
+		id, done := c.id, c.done
+		w.mu.Unlock()
+		if done {
+			return
+		}
+		if id == "" {
+			if !sleep(ctx, c.retryIn) {
+				return
+			}
+			w.removePrevious(ctx, c)
+			err := w.startContainer(ctx, c)
+			if ctx.Err() != nil {
+				return
+			}
+			w.reportRetry(ctx)
+			if err != nil {
+				continue
+			}
+		}
+		st, ok := w.wait(ctx, c)
+		if !ok {
+			return
+		}
+		if !w.onExit(c, st) {
+			if w.allDone() {
+				w.finish(ctx)
+			} else {
+				w.reportRetry(ctx)
+			}
+			return
+		}
+		w.scheduleRestart(c)
+		w.reportRetry(ctx)
+	}
+}
+
+// wait blocks until the container exits (false when ctx ends first).
+func (w *podWorker) wait(ctx context.Context, c *ctr) (ContainerStatus, bool) {
+	w.mu.Lock()
+	id := c.id
+	w.mu.Unlock()
+	ch, err := w.a.rt.WaitContainer(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ContainerStatus{}, false
+		}
+		// The container vanished under us: treat it as a failed exit so the policy decides.
+		return ContainerStatus{ID: id, State: StateExited, ExitCode: 128, Reason: "ContainerStatusUnknown",
+			Message: err.Error(), FinishedAt: time.Now()}, true
+	}
+	select {
+	case st := <-ch:
+		return st, true
+	case <-ctx.Done():
+		return ContainerStatus{}, false
+	}
+}
+
+// onExit records a container's exit and says whether the restart policy restarts it.
+func (w *podWorker) onExit(c *ctr, st ContainerStatus) (restart bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c.probeCancel != nil {
+		c.probeCancel()
+		c.probeCancel = nil
+	}
+	reason := st.Reason
+	if reason == "" {
+		reason = "Error"
+		if st.ExitCode == 0 {
+			reason = "Completed"
+		}
+	}
+	term := &pb.ContainerStateTerminated{
+		ExitCode: st.ExitCode, Reason: reason, Message: st.Message, ContainerId: c.idURI,
+		StartedAt: tsOrNil(st.StartedAt), FinishedAt: tsOrNil(st.FinishedAt),
+	}
+	c.state = &pb.ContainerState{Terminated: term}
+	c.ready, c.started = false, false
+	if w.terminating {
+		c.done = true
+		return false
+	}
+	switch w.pod.GetSpec().GetRestartPolicy() {
+	case "Never":
+		restart = false
+	case "OnFailure":
+		restart = st.ExitCode != 0
+	default:
+		restart = true
+	}
+	if c.init && st.ExitCode == 0 {
+		restart = false
+	}
+	if !restart {
+		c.done = true
+		return false
+	}
+	// Back-off resets once a container ran long enough, as the kubelet's does.
+	if !st.StartedAt.IsZero() && st.FinishedAt.Sub(st.StartedAt) > 2*w.a.cfg.BackoffMax {
+		c.backoff = 0
+	}
+	return true
+}
+
+// scheduleRestart moves an exited container to waiting (CrashLoopBackOff when delayed).
+func (w *podWorker) scheduleRestart(c *ctr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c.last = c.state.GetTerminated()
+	c.prevID, c.id = c.id, ""
+	// The first restart is immediate; then base, doubling up to max (kubelet's doBackOff).
+	delay := c.backoff
+	if c.backoff == 0 {
+		c.backoff = w.a.cfg.BackoffBase
+	} else {
+		c.backoff = min(2*c.backoff, w.a.cfg.BackoffMax)
+	}
+	c.retryIn = delay
+	if delay > 0 {
+		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", delay, c.spec.GetName(), w.podRef())
+		c.state = waitingState("CrashLoopBackOff", msg)
+		w.eventLocked("Warning", "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", c.spec.GetName(), w.podRef()), fieldPath(c))
+	}
+}
+
+// removePrevious removes the attempt before the last one: the last dead container is kept for its logs.
+func (w *podWorker) removePrevious(ctx context.Context, c *ctr) {
+	w.mu.Lock()
+	prev := c.prevID
+	w.mu.Unlock()
+	if prev == "" {
+		return
+	}
+	if err := w.a.rt.RemoveContainer(ctx, prev); err != nil && !errors.Is(err, ErrNotFound) {
+		w.a.log.Warn("remove dead container", "pod", w.key(), "container", prev, "err", err)
+	}
+}
+
+// startContainer pulls, creates and starts one container, recording events and its state.
+func (w *podWorker) startContainer(ctx context.Context, c *ctr) error {
+	name, image := c.spec.GetName(), c.spec.GetImage()
+	policy := c.spec.GetImagePullPolicy()
+	if policy == "" {
+		policy = "IfNotPresent"
+	}
+	fail := func(reason, evReason, evMsg string, err error) error {
+		w.mu.Lock()
+		c.state = waitingState(reason, err.Error())
+		c.retryIn = w.retryDelay(c)
+		w.eventLocked("Warning", evReason, evMsg, fieldPath(c))
+		w.mu.Unlock()
+		return err
+	}
+	pulled, err := w.a.rt.PullImage(ctx, image, policy)
+	if err != nil {
+		if errors.Is(err, ErrImageNeverPull) {
+			return fail("ErrImageNeverPull", "ErrImageNeverPull",
+				fmt.Sprintf("Container image %q is not present with pull policy of Never", image), err)
+		}
+		return fail("ErrImagePull", "Failed", fmt.Sprintf("Failed to pull image %q: %v", image, err), err)
+	}
+	w.mu.Lock()
+	sb := w.sandbox
+	attempt := c.restarts
+	if c.hasRun {
+		attempt++
+	}
+	if pulled {
+		w.eventLocked("Normal", "Pulling", fmt.Sprintf("Pulling image %q", image), fieldPath(c))
+		w.eventLocked("Normal", "Pulled", fmt.Sprintf("Successfully pulled image %q", image), fieldPath(c))
+	} else {
+		w.eventLocked("Normal", "Pulled", fmt.Sprintf("Container image %q already present on machine", image), fieldPath(c))
+	}
+	w.mu.Unlock()
+	if sb == nil {
+		return fail("CreateContainerError", "Failed", "Error: no sandbox", errors.New("no sandbox"))
+	}
+	id, err := w.a.rt.CreateContainer(ctx, *sb, c.spec, attempt)
+	if err != nil {
+		return fail("CreateContainerError", "Failed", "Error: "+err.Error(), err)
+	}
+	w.mu.Lock()
+	w.eventLocked("Normal", "Created", "Created container "+name, fieldPath(c))
+	w.mu.Unlock()
+	if err := w.a.rt.StartContainer(ctx, id); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = w.a.rt.RemoveContainer(cctx, id)
+		cancel()
+		return fail("RunContainerError", "Failed", "Error: failed to start container: "+err.Error(), err)
+	}
+	st, err := w.a.rt.ContainerStatus(ctx, id)
+	if err != nil {
+		st = ContainerStatus{StartedAt: time.Now(), ImageRef: image}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.eventLocked("Normal", "Started", "Started container "+name, fieldPath(c))
+	if c.hasRun {
+		c.restarts++
+	}
+	c.hasRun = true
+	c.id, c.idURI, c.imageRef = id, w.a.containerURI(id), st.ImageRef
+	c.state = &pb.ContainerState{Running: &pb.ContainerStateRunning{StartedAt: tsOrNil(st.StartedAt)}}
+	c.ready = c.spec.GetReadinessProbe() == nil && !c.init
+	c.started = c.spec.GetStartupProbe() == nil
+	c.retryIn = 0
+	w.startProbesLocked(ctx, c, id)
+	return nil
+}
+
+// retryDelay is the back-off before retrying a container that failed to start. Called with w.mu held.
+func (w *podWorker) retryDelay(c *ctr) time.Duration {
+	d := c.backoff
+	if d == 0 {
+		d = w.a.cfg.BackoffBase
+	}
+	c.backoff = min(2*d, w.a.cfg.BackoffMax)
+	return d
+}
+
+func (w *podWorker) allDone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.ctrs {
+		if !c.done {
+			return false
+		}
+	}
+	return !w.finished
+}
+
+// finish ends a pod whose containers are all done: Succeeded or Failed, sandbox removed (IP released).
+func (w *podWorker) finish(ctx context.Context) {
+	w.mu.Lock()
+	if w.finished || w.terminating {
+		w.mu.Unlock()
+		return
+	}
+	w.finished = true
+	sb := w.sandbox
+	w.mu.Unlock()
+	if sb != nil {
+		if err := w.a.rt.RemoveSandbox(ctx, *sb); err != nil {
+			w.a.log.Warn("remove sandbox of finished pod", "pod", w.key(), "err", err)
+		}
+	}
+	w.mu.Lock()
+	w.sandbox = nil
+	w.mu.Unlock()
+	w.reportRetry(ctx)
+	w.markStarted()
+}
+
+// terminate stops the pod's goroutines, then its containers within grace, then removes its sandbox.
+func (w *podWorker) terminate(ctx context.Context, grace time.Duration) error {
+	w.mu.Lock()
+	w.terminating = true
+	w.mu.Unlock()
+	w.stop()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.mu.Lock()
+	sb := w.sandbox
+	var running []*ctr
+	for _, c := range append(append([]*ctr{}, w.init...), w.ctrs...) {
+		if c.id != "" && c.state.GetRunning() != nil {
+			running = append(running, c)
+			w.eventLocked("Normal", "Killing", "Stopping container "+c.spec.GetName(), fieldPath(c))
+		}
+	}
+	w.mu.Unlock()
+	errs := make([]error, len(running))
+	var wg sync.WaitGroup
+	for i, c := range running {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.a.rt.StopContainer(ctx, c.id, grace); err != nil && !errors.Is(err, ErrNotFound) {
+				errs[i] = fmt.Errorf("stop container %s of pod %s: %w", c.spec.GetName(), w.key(), err)
+				return
+			}
+			if st, err := w.a.rt.ContainerStatus(ctx, c.id); err == nil {
+				w.onExit(c, st)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if sb != nil {
+		if err := w.a.rt.RemoveSandbox(ctx, *sb); err != nil {
+			return fmt.Errorf("remove sandbox of pod %s: %w", w.key(), err)
+		}
+	}
+	w.mu.Lock()
+	w.sandbox = nil
+	w.mu.Unlock()
+	return nil
+}
+
+// adopt rebuilds the worker from what the runtime still runs after an agent restart. It returns false
+// when the pod must start from scratch (the sandbox was broken or init had not completed; both removed).
+func (w *podWorker) adopt(ctx context.Context, info SandboxInfo) bool {
+	fresh := func(why string, err error) bool {
+		w.a.log.Info("restarting pod from scratch", "pod", w.key(), "why", why, "err", err)
+		if err := w.a.removeLeftover(ctx, info); err != nil {
+			w.a.log.Warn("remove sandbox", "pod", w.key(), "err", err)
+		}
+		return false
+	}
+	if err := w.a.rt.CheckSandbox(ctx, info.Sandbox); err != nil {
+		return fresh("sandbox check failed", err)
+	}
+	latest := map[string]ContainerStatus{}
+	for _, cs := range info.Containers {
+		if old, ok := latest[cs.Name]; !ok || cs.Attempt >= old.Attempt {
+			latest[cs.Name] = cs
+		}
+	}
+	for _, c := range w.init {
+		if st, ok := latest[c.spec.GetName()]; !ok || st.State != StateExited || st.ExitCode != 0 {
+			return fresh("init containers incomplete", nil)
+		}
+	}
+	w.mu.Lock()
+	sb := info.Sandbox
+	w.sandbox, w.ip, w.initDone = &sb, sb.IP, true
+	if !sb.CreatedAt.IsZero() {
+		w.startTime = sb.CreatedAt
+	}
+	for _, c := range w.init {
+		st := latest[c.spec.GetName()]
+		c.done, c.hasRun, c.id, c.idURI, c.imageRef = true, true, st.ID, w.a.containerURI(st.ID), st.ImageRef
+		c.state = &pb.ContainerState{Terminated: &pb.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: tsOrNil(st.StartedAt), FinishedAt: tsOrNil(st.FinishedAt), ContainerId: c.idURI}}
+	}
+	var stale []ContainerID
+	for _, c := range w.ctrs {
+		st, ok := latest[c.spec.GetName()]
+		if !ok {
+			continue // never created: the loop starts it
+		}
+		c.restarts, c.hasRun = st.Attempt, true
+		c.idURI, c.imageRef = w.a.containerURI(st.ID), st.ImageRef
+		switch st.State {
+		case StateRunning:
+			c.id = st.ID
+			c.state = &pb.ContainerState{Running: &pb.ContainerStateRunning{StartedAt: tsOrNil(st.StartedAt)}}
+			c.ready = c.spec.GetReadinessProbe() == nil
+			c.started = c.spec.GetStartupProbe() == nil
+			w.startProbesLocked(ctx, c, st.ID)
+		case StateExited:
+			c.id = st.ID // the loop sees the exit at once and applies the restart policy
+		default:
+			stale = append(stale, st.ID) // created but never started
+			c.hasRun = st.Attempt > 0
+			if st.Attempt > 0 {
+				c.restarts = st.Attempt - 1
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range stale {
+		_ = w.a.rt.RemoveContainer(ctx, id)
+	}
+	w.reportRetry(ctx)
+	w.markStarted()
+	w.loops(ctx)
+	return true
+}
+
+// report publishes the pod's current status (and the events gathered since the last report).
+func (w *podWorker) report(ctx context.Context, gone bool) error {
+	w.reportMu.Lock()
+	defer w.reportMu.Unlock()
+	w.mu.Lock()
+	st := w.statusLocked(time.Now())
+	evs := w.events
+	w.events = nil
+	w.mu.Unlock()
+	md := w.pod.GetMetadata()
+	rep := &pb.PodStatusReport{
+		Uid: w.uid, Namespace: md.GetNamespace(), Name: md.GetName(), Node: w.a.cfg.Node,
+		Seq: w.a.nextSeq(), Status: st, Gone: gone, Events: evs,
+	}
+	if err := w.a.publishReport(ctx, rep, w.pod.GetInternal().GetCorrelationId()); err != nil {
+		w.mu.Lock()
+		w.events = append(evs, w.events...)
+		w.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// reportRetry reports from the pod's goroutines, retrying until it is stored or ctx ends.
+func (w *podWorker) reportRetry(ctx context.Context) {
+	delay := 100 * time.Millisecond
+	for {
+		err := w.report(ctx, false)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		w.a.log.Warn("status report failed; retrying", "pod", w.key(), "err", err)
+		if !sleep(ctx, delay) {
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// eventLocked queues an event note for the next report. Called with w.mu held.
+func (w *podWorker) eventLocked(typ, reason, msg, fieldPath string) {
+	w.events = append(w.events, &pb.EventNote{Type: typ, Reason: reason, Message: msg, FieldPath: fieldPath, At: timestamppb.Now()})
+}
+
+func (w *podWorker) key() string {
+	return w.pod.GetMetadata().GetNamespace() + "/" + w.pod.GetMetadata().GetName()
+}
+
+// podRef is the kubelet's format.Pod: name_namespace(uid).
+func (w *podWorker) podRef() string {
+	md := w.pod.GetMetadata()
+	return fmt.Sprintf("%s_%s(%s)", md.GetName(), md.GetNamespace(), md.GetUid())
+}
+
+func fieldPath(c *ctr) string {
+	if c.init {
+		return "spec.initContainers{" + c.spec.GetName() + "}"
+	}
+	return "spec.containers{" + c.spec.GetName() + "}"
+}
+
+func tsOrNil(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func podGrace(p *pb.Pod) time.Duration {
+	if p.GetSpec().TerminationGracePeriodSeconds != nil {
+		return time.Duration(p.GetSpec().GetTerminationGracePeriodSeconds()) * time.Second
+	}
+	return 30 * time.Second
+}

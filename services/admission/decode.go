@@ -1,0 +1,103 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Field validation modes (?fieldValidation=), as in kube-apiserver. The default is Warn.
+const (
+	validationStrict = "Strict"
+	validationWarn   = "Warn"
+	validationIgnore = "Ignore"
+)
+
+func fieldValidation(r *http.Request) (string, error) {
+	switch v := r.URL.Query().Get("fieldValidation"); v {
+	case "":
+		return validationWarn, nil
+	case validationStrict, validationWarn, validationIgnore:
+		return v, nil
+	default:
+		return "", badRequest("fieldValidation must be one of Ignore, Warn or Strict, got %q", v)
+	}
+}
+
+// readBody reads the whole request body, bounded by MaxBodyBytes (413 beyond).
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	data, err := io.ReadAll(body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", s.cfg.MaxBodyBytes))
+	}
+	if err != nil {
+		return nil, badRequest("read request body: %v", err)
+	}
+	return data, nil
+}
+
+// toJSON turns a JSON or YAML body into JSON. Strict YAML conversion rejects duplicate keys.
+func toJSON(data []byte, contentType string, strict bool, kind string) ([]byte, error) {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if !strings.Contains(mt, "yaml") {
+		return data, nil
+	}
+	conv := yaml.YAMLToJSON
+	if strict {
+		conv = yaml.YAMLToJSONStrict
+	}
+	out, err := conv(data)
+	if err != nil {
+		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: yaml: %v", kind, kind, err)
+	}
+	return out, nil
+}
+
+// decodeStrict decodes JSON into obj following the field validation mode: Strict rejects unknown and
+// duplicate fields (400), Warn returns them as warnings, Ignore drops them.
+func decodeStrict(data []byte, mode, kind string, obj any) (warnings []string, err error) {
+	strictErrs, err := kjson.UnmarshalStrict(data, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: %v", kind, kind, err)
+	}
+	if len(strictErrs) == 0 || mode == validationIgnore {
+		return nil, nil
+	}
+	msgs := make([]string, len(strictErrs))
+	for i, e := range strictErrs {
+		msgs[i] = e.Error()
+	}
+	if mode == validationStrict {
+		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: strict decoding error: %s", kind, kind, strings.Join(msgs, ", "))
+	}
+	return msgs, nil
+}
+
+// checkTypeMeta rejects a body of another kind or version.
+func checkTypeMeta(tm metav1.TypeMeta, kind string) error {
+	if tm.APIVersion != "" && tm.APIVersion != "v1" {
+		return badRequest("the API version in the data (%s) does not match the expected API version (v1)", tm.APIVersion)
+	}
+	if tm.Kind != "" && tm.Kind != kind {
+		return badRequest("the kind in the data (%s) does not match the expected kind (%s)", tm.Kind, kind)
+	}
+	return nil
+}
+
+// addWarnings sends warnings as HTTP Warning headers, which kubectl prints as "Warning: ...".
+func addWarnings(w http.ResponseWriter, warnings []string) {
+	for _, msg := range warnings {
+		w.Header().Add("Warning", "299 - "+strconv.Quote(msg))
+	}
+}

@@ -1,0 +1,131 @@
+package admission
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const aggregatedAccept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+
+func TestDiscovery(t *testing.T) {
+	e := start(t, nil, true)
+	tests := []struct {
+		name, path, accept string
+		wantType           string
+		check              func(t *testing.T, data []byte)
+	}{
+		{name: "version", path: "/version", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			var v map[string]string
+			_ = json.Unmarshal(data, &v)
+			if v["major"] != "1" || v["minor"] != "32" || v["gitVersion"] != "v1.32.0-podbus" {
+				t.Errorf("version = %v", v)
+			}
+		}},
+		{name: "healthz", path: "/healthz", wantType: "text/plain; charset=utf-8"},
+		{name: "readyz", path: "/readyz", wantType: "text/plain; charset=utf-8"},
+		{name: "livez", path: "/livez", wantType: "text/plain; charset=utf-8"},
+		{name: "legacy /api", path: "/api", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			var v metav1.APIVersions
+			_ = json.Unmarshal(data, &v)
+			if v.Kind != "APIVersions" || !cmp.Equal(v.Versions, []string{"v1"}) {
+				t.Errorf("/api = %s", data)
+			}
+		}},
+		{name: "legacy /apis", path: "/apis", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			var v metav1.APIGroupList
+			_ = json.Unmarshal(data, &v)
+			if v.Kind != "APIGroupList" || len(v.Groups) != 0 || !strings.Contains(string(data), `"groups":[]`) {
+				t.Errorf("/apis = %s", data)
+			}
+		}},
+		{name: "aggregated /api", path: "/api", accept: aggregatedAccept, wantType: aggregatedContentType, check: func(t *testing.T, data []byte) {
+			var v apidiscoveryv2.APIGroupDiscoveryList
+			_ = json.Unmarshal(data, &v)
+			if v.Kind != "APIGroupDiscoveryList" || len(v.Items) != 1 || len(v.Items[0].Versions) != 1 {
+				t.Fatalf("aggregated /api = %s", data)
+			}
+			got := map[string]string{}
+			for _, r := range v.Items[0].Versions[0].Resources {
+				got[r.Resource] = strings.Join(r.ShortNames, ",") + "/" + string(r.Scope) + "/" + r.ResponseKind.Kind
+			}
+			want := map[string]string{"pods": "po/Namespaced/Pod", "nodes": "no/Cluster/Node", "events": "ev/Namespaced/Event", "namespaces": "ns/Cluster/Namespace"}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("resources (-want +got):\n%s", d)
+			}
+		}},
+		{name: "aggregated /apis", path: "/apis", accept: aggregatedAccept, wantType: aggregatedContentType, check: func(t *testing.T, data []byte) {
+			if !strings.Contains(string(data), `"items":[]`) {
+				t.Errorf("aggregated /apis = %s", data)
+			}
+		}},
+		{name: "/api/v1", path: "/api/v1", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			var v metav1.APIResourceList
+			_ = json.Unmarshal(data, &v)
+			got := map[string]string{}
+			for _, r := range v.APIResources {
+				got[r.Name] = r.Kind + "/" + strings.Join(r.ShortNames, ",")
+			}
+			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "nodes": "Node/no", "events": "Event/ev", "namespaces": "Namespace/ns"}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("resources (-want +got):\n%s", d)
+			}
+		}},
+		{name: "openapi root", path: "/openapi/v3", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			_, hash := openAPIV1()
+			want := `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=` + hash + `"}}}`
+			if strings.TrimSpace(string(data)) != want {
+				t.Errorf("openapi root = %s", data)
+			}
+		}},
+		{name: "openapi api/v1", path: "/openapi/v3/api/v1", wantType: "application/json", check: func(t *testing.T, data []byte) {
+			var doc struct {
+				Paths map[string]map[string]json.RawMessage `json:"paths"`
+			}
+			if err := json.Unmarshal(data, &doc); err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]bool{}
+			for _, p := range doc.Paths {
+				var op struct {
+					GVK    map[string]string           `json:"x-kubernetes-group-version-kind"`
+					Params []struct{ Name, In string } `json:"parameters"`
+				}
+				if err := json.Unmarshal(p["patch"], &op); err != nil {
+					t.Fatal(err)
+				}
+				for _, prm := range op.Params {
+					if prm.Name == "fieldValidation" && prm.In == "query" {
+						kinds[op.GVK["kind"]] = op.GVK["version"] == "v1"
+					}
+				}
+			}
+			want := map[string]bool{"Pod": true, "Node": true, "Event": true, "Namespace": true}
+			if d := cmp.Diff(want, kinds); d != "" {
+				t.Errorf("PATCH operations with fieldValidation (-want +got):\n%s", d)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var headers []string
+			if tt.accept != "" {
+				headers = append(headers, "Accept: "+tt.accept)
+			}
+			resp, data := e.do("GET", tt.path, "", headers...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET %s = %d %s", tt.path, resp.StatusCode, data)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != tt.wantType {
+				t.Errorf("Content-Type = %q, want %q", ct, tt.wantType)
+			}
+			if tt.check != nil {
+				tt.check(t, data)
+			}
+		})
+	}
+}

@@ -1,0 +1,525 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/admission/convert"
+)
+
+// updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
+const updateAttempts = 5
+
+func decodePod(_ string, value []byte, rev uint64) (runtime.Object, error) {
+	p := &pb.Pod{}
+	if err := proto.Unmarshal(value, p); err != nil {
+		return nil, fmt.Errorf("decode pod: %w", errors.Join(bus.ErrMalformed, err))
+	}
+	return podFromPB(p, rev), nil
+}
+
+// podFromPB is convert.PodFromPB with the type and version the API shows.
+func podFromPB(p *pb.Pod, rev uint64) *corev1.Pod {
+	out := convert.PodFromPB(p, rev)
+	out.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+	if rev != 0 {
+		out.ResourceVersion = strconv.FormatUint(rev, 10)
+	}
+	return out
+}
+
+func podTombstone(key string, _ uint64) runtime.Object {
+	ns, name, _ := bus.SplitPodKey(key)
+	return &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+}
+
+func (s *Service) podSource() *kvSource {
+	return &kvSource{js: s.conn.JS, kv: s.pods, ki: podKind, decode: decodePod, tombstone: podTombstone}
+}
+
+func (s *Service) servePods(w http.ResponseWriter, r *http.Request, req request) {
+	switch req.sub {
+	case "":
+	case "log":
+		if r.Method != http.MethodGet {
+			writeStatus(w, methodNotAllowed(grPods, r.Method))
+			return
+		}
+		s.podLogs(w, r, req)
+		return
+	case "status":
+		if r.Method != http.MethodGet {
+			writeStatus(w, methodNotAllowed(grPods, r.Method))
+			return
+		}
+	default:
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet && (req.watch || req.name == ""):
+		s.listOrWatch(w, r, req, s.podSource(), bus.PodKeyPrefix(req.ns), func(m matcher) string {
+			if name := m.fieldValue("metadata.name"); name != "" && req.ns != "" {
+				return bus.PodKey(req.ns, name)
+			}
+			if req.name != "" {
+				return bus.PodKey(req.ns, req.name)
+			}
+			return ""
+		})
+	case r.Method == http.MethodGet:
+		o, _, err := s.podSource().get(r.Context(), bus.PodKey(req.ns, req.name), req.name)
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		writeObject(w, http.StatusOK, req, podKind, o)
+	case r.Method == http.MethodPost && req.name == "" && req.ns != "":
+		s.createPod(w, r, req)
+	case (r.Method == http.MethodPatch || r.Method == http.MethodPut) && req.name != "":
+		s.updatePod(w, r, req)
+	case r.Method == http.MethodDelete && req.name != "":
+		s.deletePod(w, r, req)
+	default:
+		writeStatus(w, methodNotAllowed(grPods, r.Method))
+	}
+}
+
+// listOrWatch serves LIST and WATCH of a KV-backed resource. narrow returns a more specific key
+// filter when the request names one object.
+func (s *Service) listOrWatch(w http.ResponseWriter, r *http.Request, req request, src *kvSource, filter string, narrow func(matcher) string) {
+	m, err := newMatcher(req.q, src.ki)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	if narrow != nil {
+		if k := narrow(m); k != "" {
+			filter = k
+		}
+	}
+	if !req.watch {
+		objs, rv, err := src.list(r.Context(), filter, m)
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		writeList(w, req, src.ki, objs, rv)
+		return
+	}
+	rv, err := parseRV(req.q.Get("resourceVersion"))
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	ctx, cancel := watchContext(r, req)
+	defer cancel()
+	started := false
+	err = src.watch(ctx, func() *watchWriter { started = true; return startWatch(w, req, src.ki) }, filter, rv, m)
+	if err != nil && !started {
+		writeStatus(w, err)
+	}
+}
+
+// createPod is step 1 of the pipeline: decode, default, validate, and hand the pod to the store.
+func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request) {
+	pod, warnings, err := s.decodePodBody(w, r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.ns
+	} else if pod.Namespace != req.ns {
+		writeStatus(w, badRequest("the namespace of the provided object does not match the namespace sent on the request"))
+		return
+	}
+	if pod.Name == "" && pod.GenerateName != "" {
+		pod.Name = generateName(pod.GenerateName)
+	}
+	convert.DefaultPod(pod)
+	// Server-owned fields, as the pod strategy's PrepareForCreate sets them.
+	now := metav1.Now()
+	pod.UID = types.UID(uuid.NewString())
+	pod.CreationTimestamp = metav1.NewTime(now.Rfc3339Copy().Time)
+	pod.ResourceVersion = ""
+	pod.DeletionTimestamp = nil
+	pod.DeletionGracePeriodSeconds = nil
+	pod.Generation = 1
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: convert.QOSClass(pod)}
+	if errs := convert.ValidatePod(pod); len(errs) > 0 {
+		writeStatus(w, apierrors.NewInvalid(gkPod, pod.Name, errs))
+		return
+	}
+	p, convWarnings := convert.PodToPB(pod)
+	warnings = append(warnings, convWarnings...)
+	correlation := uuid.NewString()
+	p.Internal = &pb.PodInternal{CorrelationId: correlation}
+	addWarnings(w, warnings)
+	if dryRun(req) {
+		writeObject(w, http.StatusCreated, req, podKind, podFromPB(p, 0))
+		return
+	}
+	uid := string(pod.UID)
+	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user}, bus.Meta{
+		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user,
+	})
+	if err != nil {
+		writeStatus(w, commandError(err))
+		return
+	}
+	if res.GetCode() >= 300 {
+		writeStatus(w, resultError(res, pod.Name))
+		return
+	}
+	code := int(res.GetCode())
+	if code == 0 {
+		code = http.StatusCreated
+	}
+	writeObject(w, code, req, podKind, podFromPB(res.GetPod(), res.GetRevision()))
+}
+
+// decodePodBody reads and decodes a pod from the request body.
+func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1.Pod, []string, error) {
+	mode, err := fieldValidation(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := s.readBody(w, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err = toJSON(data, r.Header.Get("Content-Type"), mode == validationStrict, "Pod")
+	if err != nil {
+		return nil, nil, err
+	}
+	pod := &corev1.Pod{}
+	warnings, err := decodeStrict(data, mode, "Pod", pod)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
+		return nil, nil, err
+	}
+	pod.TypeMeta = metav1.TypeMeta{}
+	return pod, warnings, nil
+}
+
+// commandError maps a failure to reach the store onto a Status.
+func commandError(err error) error {
+	if errors.Is(err, ErrReplyTimeout) {
+		return apierrors.NewTimeoutError("request did not complete within requested timeout - the pod may still be "+
+			"written by the store", 0)
+	}
+	return apierrors.NewInternalError(err)
+}
+
+func dryRun(req request) bool {
+	for _, v := range req.q["dryRun"] {
+		if v == metav1.DryRunAll {
+			return true
+		}
+	}
+	return false
+}
+
+// generateName appends five random characters, as the apiserver's name generator does.
+func generateName(base string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	const maxBase = 63 - 5
+	if len(base) > maxBase {
+		base = base[:maxBase]
+	}
+	b := []byte(base)
+	for range 5 {
+		b = append(b, alphabet[rand.IntN(len(alphabet))])
+	}
+	return string(b)
+}
+
+// updatePod serves PATCH (strategic merge, JSON merge, JSON patch) and PUT of a pod.
+func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request) {
+	mode, err := fieldValidation(r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var apply func(cur []byte) ([]byte, error)
+	if r.Method == http.MethodPut {
+		js, err := toJSON(body, ct, mode == validationStrict, "Pod")
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		apply = func([]byte) ([]byte, error) { return js, nil }
+	} else {
+		apply, err = patcher(ct, body)
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+	}
+	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict.
+	precondition := bytes.Contains(body, []byte("resourceVersion"))
+	key := bus.PodKey(req.ns, req.name)
+	ctx := r.Context()
+	for attempt := 1; ; attempt++ {
+		res, warnings, err := s.updateOnce(ctx, req, key, mode, apply)
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		if res.code == http.StatusConflict && !precondition && attempt < updateAttempts {
+			bus.Count("admission.update.retries", 1)
+			continue
+		}
+		addWarnings(w, warnings)
+		if res.err != nil {
+			writeStatus(w, res.err)
+			return
+		}
+		writeObject(w, http.StatusOK, req, podKind, res.pod)
+		return
+	}
+}
+
+type updateResult struct {
+	code int
+	err  error
+	pod  *corev1.Pod
+}
+
+// updateOnce reads the pod, applies the change, validates it and sends the update to the store.
+func (s *Service) updateOnce(ctx context.Context, req request, key, mode string, apply func([]byte) ([]byte, error)) (updateResult, []string, error) {
+	stored := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.pods, key, stored)
+	if errors.Is(err, bus.ErrNotFound) {
+		return updateResult{}, nil, apierrors.NewNotFound(grPods, req.name)
+	}
+	if err != nil {
+		return updateResult{}, nil, err
+	}
+	old := podFromPB(stored, rev)
+	cur, err := json.Marshal(old)
+	if err != nil {
+		return updateResult{}, nil, fmt.Errorf("encode pod: %w", err)
+	}
+	patched, err := apply(cur)
+	if err != nil {
+		return updateResult{}, nil, err
+	}
+	pod := &corev1.Pod{}
+	warnings, err := decodeStrict(patched, mode, "Pod", pod)
+	if err != nil {
+		return updateResult{}, nil, err
+	}
+	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
+		return updateResult{}, nil, err
+	}
+	switch {
+	case pod.Name != "" && pod.Name != req.name:
+		return updateResult{}, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", pod.Name, req.name)
+	case pod.Namespace != "" && pod.Namespace != req.ns:
+		return updateResult{}, nil, badRequest("the namespace of the provided object does not match the namespace sent on the request")
+	case pod.ResourceVersion != "" && pod.ResourceVersion != old.ResourceVersion:
+		return updateResult{code: http.StatusConflict, err: conflict(req.name)}, nil, nil
+	case pod.UID != "" && pod.UID != old.UID:
+		return updateResult{}, nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", pod.UID, old.UID))
+	}
+	// Fields the API owns, as the pod strategy's PrepareForUpdate resets them; status has its own
+	// subresource.
+	pod.TypeMeta = old.TypeMeta
+	pod.Name, pod.Namespace, pod.UID = old.Name, old.Namespace, old.UID
+	pod.ResourceVersion = old.ResourceVersion
+	pod.CreationTimestamp = old.CreationTimestamp
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = old.DeletionTimestamp, old.DeletionGracePeriodSeconds
+	pod.Generation = old.Generation
+	pod.Status = old.Status
+	convert.DefaultPod(pod)
+	if equality.Semantic.DeepEqual(pod, old) {
+		return updateResult{code: http.StatusOK, pod: old}, warnings, nil
+	}
+	if errs := convert.ValidatePodUpdate(pod, old); len(errs) > 0 {
+		return updateResult{}, nil, apierrors.NewInvalid(gkPod, req.name, errs)
+	}
+	p, convWarnings := convert.PodToPB(pod)
+	warnings = append(warnings, convWarnings...)
+	p.Internal = stored.GetInternal()
+	if dryRun(req) {
+		return updateResult{code: http.StatusOK, pod: podFromPB(p, rev)}, warnings, nil
+	}
+	correlation := stored.GetInternal().GetCorrelationId()
+	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user}, bus.Meta{
+		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user,
+	})
+	if err != nil {
+		return updateResult{}, nil, commandError(err)
+	}
+	if res.GetCode() >= 300 {
+		return updateResult{code: int(res.GetCode()), err: resultError(res, req.name)}, warnings, nil
+	}
+	return updateResult{code: http.StatusOK, pod: podFromPB(res.GetPod(), res.GetRevision())}, warnings, nil
+}
+
+func conflict(name string) error {
+	return apierrors.NewConflict(grPods, name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+}
+
+// patcher returns the function applying a PATCH body of the given content type.
+func patcher(contentType string, patch []byte) (func([]byte) ([]byte, error), error) {
+	var schema corev1.Pod
+	wrap := func(err error) error {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	switch types.PatchType(contentType) {
+	case types.StrategicMergePatchType:
+		return func(cur []byte) ([]byte, error) {
+			out, err := strategicpatch.StrategicMergePatch(cur, patch, schema)
+			if err != nil {
+				return nil, wrap(err)
+			}
+			return out, nil
+		}, nil
+	case types.MergePatchType:
+		return func(cur []byte) ([]byte, error) {
+			out, err := jsonpatch.MergePatch(cur, patch)
+			if err != nil {
+				return nil, wrap(err)
+			}
+			return out, nil
+		}, nil
+	case types.JSONPatchType:
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		return func(cur []byte) ([]byte, error) {
+			out, err := p.Apply(cur)
+			if err != nil {
+				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", grPods, "", err.Error(), 0, false)
+			}
+			return out, nil
+		}, nil
+	default:
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+			Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType),
+		}}
+	}
+}
+
+// deletePod sends a delete command; the store deletes unbound pods at once and marks bound ones
+// terminating, so the answer is the object as the store left it.
+func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	var opts metav1.DeleteOptions
+	if len(bytes.TrimSpace(body)) > 0 {
+		js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
+		if err == nil {
+			err = json.Unmarshal(js, &opts)
+		}
+		if err != nil {
+			writeStatus(w, badRequest("invalid DeleteOptions: %v", err))
+			return
+		}
+	}
+	if v := req.q.Get("gracePeriodSeconds"); v != "" && opts.GracePeriodSeconds == nil {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeStatus(w, badRequest("invalid gracePeriodSeconds %q", v))
+			return
+		}
+		opts.GracePeriodSeconds = &n
+	}
+	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
+		writeStatus(w, apierrors.NewInvalid(gkPod, req.name, nil))
+		return
+	}
+	for _, v := range req.q["dryRun"] {
+		opts.DryRun = append(opts.DryRun, v)
+	}
+	stored := &pb.Pod{}
+	rev, err := bus.Get(r.Context(), s.pods, bus.PodKey(req.ns, req.name), stored)
+	if errors.Is(err, bus.ErrNotFound) {
+		writeStatus(w, apierrors.NewNotFound(grPods, req.name))
+		return
+	}
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	cmd := &pb.PodCommand{
+		Op:                 pb.PodCommand_OP_DELETE,
+		Pod:                &pb.Pod{Metadata: &pb.ObjectMeta{Name: req.name, Namespace: req.ns, Uid: stored.GetMetadata().GetUid()}},
+		GracePeriodSeconds: opts.GracePeriodSeconds,
+		User:               req.user,
+	}
+	if pre := opts.Preconditions; pre != nil {
+		if pre.UID != nil {
+			if string(*pre.UID) != stored.GetMetadata().GetUid() {
+				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, stored.GetMetadata().GetUid())))
+				return
+			}
+			cmd.PreconditionUid = string(*pre.UID)
+		}
+		if pre.ResourceVersion != nil {
+			want, err := parseRV(*pre.ResourceVersion)
+			if err != nil || want != rev {
+				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev)))
+				return
+			}
+			cmd.ExpectedRevision = rev
+		}
+	}
+	if len(opts.DryRun) > 0 {
+		writeObject(w, http.StatusOK, req, podKind, podFromPB(stored, rev))
+		return
+	}
+	res, err := s.command(r.Context(), bus.SubjPodDelete, cmd, bus.Meta{
+		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user,
+	})
+	if err != nil {
+		writeStatus(w, commandError(err))
+		return
+	}
+	if res.GetCode() >= 300 {
+		writeStatus(w, resultError(res, req.name))
+		return
+	}
+	out := podFromPB(stored, rev)
+	if res.GetPod() != nil {
+		out = podFromPB(res.GetPod(), res.GetRevision())
+	}
+	writeObject(w, http.StatusOK, req, podKind, out)
+}

@@ -1,0 +1,229 @@
+// Package admission is podbus's Kubernetes API front door: an HTTP server that speaks enough of the
+// kube-apiserver protocol for the real kubectl (discovery, OpenAPI v3, tables, watches, Status errors)
+// and turns pod writes into commands on the bus.
+//
+//	kubectl ──HTTP──▶ admission ─┬─ POST/PATCH/PUT/DELETE pods: decode, default, validate,
+//	                             │    publish pod.cmd.{create,update,delete}, wait for the store's
+//	                             │    CommandResult on podbus.reply.<id>.<n> (core NATS)
+//	                             ├─ GET/LIST/WATCH pods, nodes: straight from the KV buckets
+//	                             │    (resourceVersion = KV revision)
+//	                             ├─ GET/LIST/WATCH events: the EVENTS stream (resourceVersion = sequence)
+//	                             └─ pods/log: request/reply to the node's agent on podbus.logs.<node>
+//
+// Admission never writes the stores itself: the store service is the only writer of pod commands.
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Defaults.
+const (
+	DefaultAddr         = "127.0.0.1:6443"
+	DefaultReplyTimeout = 10 * time.Second
+	DefaultMaxBodyBytes = 3 << 20 // kube-apiserver's limit for a request body
+	anonymousUser       = "system:anonymous"
+)
+
+// Config configures one admission replica.
+type Config struct {
+	ID string
+	// Addr is the listen address; "127.0.0.1:0" picks a free port (see Service.Addr).
+	Addr string
+	// Tokens maps bearer tokens to user names. Empty: anonymous access.
+	Tokens map[string]string
+	// ReplyTimeout bounds the wait for the store's answer to a command (504 Timeout after it).
+	ReplyTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (413 above it).
+	MaxBodyBytes int64
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrConfig is returned by New for an unusable configuration.
+var ErrConfig = errors.New("admission: invalid config")
+
+// Service is one admission replica.
+type Service struct {
+	cfg    Config
+	conn   *bus.Conn
+	pub    *bus.Publisher
+	pods   jetstream.KeyValue
+	nodes  jetstream.KeyValue
+	log    *slog.Logger
+	ready  chan struct{}
+	addr   atomic.Value // string, set once listening
+	nextN  atomic.Uint64
+	mu     sync.Mutex
+	waiter map[uint64]chan *pb.CommandResult
+}
+
+// New opens the buckets the API reads from. The streams and buckets must be provisioned.
+func New(cfg Config, conn *bus.Conn) (*Service, error) {
+	if cfg.ID == "" || strings.ContainsAny(cfg.ID, ".*> \t") {
+		return nil, fmt.Errorf("%w: ID %q must be one subject token", ErrConfig, cfg.ID)
+	}
+	if conn == nil || conn.NC == nil || conn.JS == nil {
+		return nil, fmt.Errorf("%w: no bus connection", ErrConfig)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.ReplyTimeout <= 0 {
+		cfg.ReplyTimeout = DefaultReplyTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return &Service{
+		cfg:    cfg,
+		conn:   conn,
+		pub:    bus.NewPublisher(conn.JS, "admission/"+cfg.ID),
+		pods:   b.Pods,
+		nodes:  b.Nodes,
+		log:    logger.With("actor", "admission/"+cfg.ID),
+		ready:  make(chan struct{}),
+		waiter: map[uint64]chan *pb.CommandResult{},
+	}, nil
+}
+
+// Ready is closed once the server listens; Addr is valid from then on.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the bound listen address ("" before Ready).
+func (s *Service) Addr() string {
+	a, _ := s.addr.Load().(string)
+	return a
+}
+
+// Run serves the API until ctx is cancelled, then shuts the server down gracefully.
+func (s *Service) Run(ctx context.Context) error {
+	sub, err := s.conn.NC.Subscribe(bus.SubjReplyPrefix+s.cfg.ID+".>", s.onReply)
+	if err != nil {
+		return fmt.Errorf("admission: subscribe replies: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("admission: listen %s: %w", s.cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	s.addr.Store(ln.Addr().String())
+	close(s.ready)
+	s.log.Info("serving kubernetes API", "addr", ln.Addr().String())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admission: serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Watches are tied to ctx (BaseContext) and end with it, so Shutdown does not wait on them.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		_ = srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+// onReply hands a store answer to the request waiting for it.
+func (s *Service) onReply(m *nats.Msg) {
+	i := strings.LastIndexByte(m.Subject, '.')
+	n, err := strconv.ParseUint(m.Subject[i+1:], 10, 64)
+	if err != nil {
+		bus.Count("admission.reply.malformed", 1)
+		return
+	}
+	res := &pb.CommandResult{}
+	if err := proto.Unmarshal(m.Data, res); err != nil {
+		bus.Count("admission.reply.malformed", 1)
+		return
+	}
+	s.mu.Lock()
+	ch := s.waiter[n]
+	delete(s.waiter, n)
+	s.mu.Unlock()
+	if ch != nil {
+		ch <- res // buffered: never blocks
+	}
+}
+
+// ErrReplyTimeout is returned by command when the store did not answer within Config.ReplyTimeout.
+var ErrReplyTimeout = errors.New("no answer from the store")
+
+// command publishes cmd and waits for the store's CommandResult.
+func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta) (*pb.CommandResult, error) {
+	n := s.nextN.Add(1)
+	ch := make(chan *pb.CommandResult, 1)
+	s.mu.Lock()
+	s.waiter[n] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.waiter, n)
+		s.mu.Unlock()
+	}()
+	meta.Reply = bus.SubjReplyPrefix + s.cfg.ID + "." + strconv.FormatUint(n, 10)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
+	defer cancel()
+	if err := s.pub.Publish(ctx, subject, cmd, meta); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrReplyTimeout, err)
+		}
+		return nil, err
+	}
+	select {
+	case res := <-ch:
+		return res, nil
+	case <-ctx.Done():
+		return nil, ErrReplyTimeout
+	}
+}
+
+// user authenticates the request: "" and false when the token is wrong.
+func (s *Service) user(r *http.Request) (string, bool) {
+	tok, hasTok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if len(s.cfg.Tokens) == 0 {
+		return anonymousUser, true
+	}
+	if !hasTok {
+		return "", false
+	}
+	u, ok := s.cfg.Tokens[strings.TrimSpace(tok)]
+	return u, ok
+}

@@ -1,0 +1,226 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Node monitor wording, as the node lifecycle controller writes it.
+const (
+	reasonNodeStatusUnknown  = "NodeStatusUnknown"
+	messageNodeStatusUnknown = "Kubelet stopped posting node status."
+)
+
+// handleHeartbeat upserts the node a heartbeat carries.
+func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
+	var hb pb.NodeHeartbeat
+	if err := m.Decode(&hb); err != nil {
+		return err
+	}
+	name := hb.GetNode().GetMetadata().GetName()
+	if name == "" {
+		return fmt.Errorf("%w: heartbeat without node name", bus.ErrMalformed)
+	}
+	if m.Subject != bus.SubjHeartbeat(name) {
+		return fmt.Errorf("%w: heartbeat for node %s on %s", bus.ErrMalformed, name, m.Subject)
+	}
+	key := bus.NodeKey(name)
+	for range casAttempts {
+		var cur pb.Node
+		rev, err := bus.Get(ctx, s.nodes, key, &cur)
+		if errors.Is(err, bus.ErrNotFound) {
+			n := newNode(hb.GetNode())
+			_, err := bus.Create(ctx, s.nodes, key, n)
+			if errors.Is(err, bus.ErrExists) {
+				continue
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
+		}
+		if !heartbeatTime(hb.GetNode()).After(heartbeatTime(&cur)) {
+			return nil // older than what is stored (redelivery, replay)
+		}
+		mergeNode(&cur, hb.GetNode())
+		_, err = bus.Update(ctx, s.nodes, key, &cur, rev)
+		if errors.Is(err, bus.ErrConflict) {
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("upsert node %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
+}
+
+func newNode(from *pb.Node) *pb.Node {
+	n := proto.Clone(from).(*pb.Node)
+	if n.Metadata == nil {
+		n.Metadata = &pb.ObjectMeta{}
+	}
+	if n.Metadata.Uid == "" {
+		n.Metadata.Uid = uuid.NewString()
+	}
+	if n.Metadata.CreationTimestamp == nil {
+		n.Metadata.CreationTimestamp = timestamppb.Now()
+	}
+	if n.Spec == nil {
+		n.Spec = &pb.NodeSpec{}
+	}
+	return n
+}
+
+// mergeNode applies a heartbeat to the stored node: status replaced, agent labels merged over the
+// stored ones, spec (taints, unschedulable) kept except the pod CIDRs the agent owns.
+func mergeNode(cur, hb *pb.Node) {
+	if cur.Metadata == nil {
+		cur.Metadata = &pb.ObjectMeta{}
+	}
+	if cur.Metadata.Labels == nil {
+		cur.Metadata.Labels = map[string]string{}
+	}
+	for k, v := range hb.GetMetadata().GetLabels() {
+		cur.Metadata.Labels[k] = v
+	}
+	if cur.Spec == nil {
+		cur.Spec = &pb.NodeSpec{}
+	}
+	if c := hb.GetSpec().GetPodCidr(); c != "" {
+		cur.Spec.PodCidr = c
+		cur.Spec.PodCidrs = append([]string(nil), hb.GetSpec().GetPodCidrs()...)
+	}
+	st := proto.Clone(hb.GetStatus()).(*pb.NodeStatus)
+	for _, c := range st.GetConditions() {
+		old := podutil.NodeCondition(cur, c.GetType())
+		switch {
+		case old == nil || old.LastTransitionTime == nil:
+		case old.GetStatus() == c.GetStatus():
+			c.LastTransitionTime = old.LastTransitionTime
+		case c.LastTransitionTime == nil || c.GetLastTransitionTime().AsTime().Before(old.GetLastTransitionTime().AsTime()):
+			// Back from Unknown: the agent's own transition time predates the monitor's.
+			c.LastTransitionTime = c.LastHeartbeatTime
+		}
+	}
+	cur.Status = st
+}
+
+func heartbeatTime(n *pb.Node) time.Time {
+	c := podutil.NodeCondition(n, podutil.NodeReady)
+	if c == nil || c.LastHeartbeatTime == nil {
+		return time.Time{}
+	}
+	return c.GetLastHeartbeatTime().AsTime()
+}
+
+type cachedNode struct {
+	node *pb.Node
+	rev  uint64
+}
+
+// monitor watches the nodes bucket and, every MonitorInterval, marks silent Ready nodes Unknown.
+// Several replicas may do this at once: the CAS lets one win, and only the winner records the event.
+func (s *Service) monitor(ctx context.Context) error {
+	cache := map[string]cachedNode{}
+	ticker := time.NewTicker(s.cfg.MonitorInterval)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		w, err := s.nodes.WatchAll(ctx)
+		if err != nil {
+			s.log.Warn("watch nodes failed; retrying", "err", err)
+			if !sleep(ctx, time.Second) {
+				break
+			}
+			continue
+		}
+		s.monitorWatch(ctx, w, cache, ticker.C)
+		_ = w.Stop()
+	}
+	return nil
+}
+
+// monitorWatch runs until ctx ends or the watch breaks.
+func (s *Service) monitorWatch(ctx context.Context, w jetstream.KeyWatcher, cache map[string]cachedNode, tick <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue // end of the initial values
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(cache, e.Key())
+				continue
+			}
+			var n pb.Node
+			if err := proto.Unmarshal(e.Value(), &n); err != nil {
+				s.log.Warn("undecodable node in store", "key", e.Key(), "err", err)
+				continue
+			}
+			cache[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
+		case now := <-tick:
+			for key, c := range cache {
+				if !podutil.NodeIsReady(c.node) || now.Sub(heartbeatTime(c.node)) <= s.cfg.NodeMonitorGracePeriod {
+					continue
+				}
+				if err := s.markUnknown(ctx, key, c, now); err != nil && ctx.Err() == nil {
+					s.log.Warn("mark node unknown", "node", c.node.GetMetadata().GetName(), "err", err)
+				}
+			}
+		}
+	}
+}
+
+// markUnknown sets every condition of a silent node to Unknown (CAS on the revision it was seen at).
+func (s *Service) markUnknown(ctx context.Context, key string, c cachedNode, now time.Time) error {
+	n := proto.Clone(c.node).(*pb.Node)
+	ts := timestamppb.New(now)
+	for _, cond := range n.GetStatus().GetConditions() {
+		cond.Status = podutil.Unknown
+		cond.Reason = reasonNodeStatusUnknown
+		cond.Message = messageNodeStatusUnknown
+		cond.LastTransitionTime = ts
+	}
+	_, err := bus.Update(ctx, s.nodes, key, n, c.rev)
+	if errors.Is(err, bus.ErrConflict) {
+		return nil // a heartbeat or another replica got there first; the watch brings the new state
+	}
+	if err != nil {
+		return err
+	}
+	name := n.GetMetadata().GetName()
+	rec := bus.NewRecorder(s.pub, "node-controller", s.cfg.ID)
+	obj := &pb.ObjectReference{Kind: "Node", ApiVersion: "v1", Name: name, Uid: n.GetMetadata().GetUid()}
+	f, err := rec.Event(obj, "Normal", "NodeNotReady", fmt.Sprintf("Node %s status is now: NodeNotReady", name),
+		fmt.Sprintf("%s-%d", name, c.rev), now)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return bus.Wait(wctx, f)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,172 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// outcome is what applying a report did to the store.
+type outcome int
+
+const (
+	ignored outcome = iota // stale, or for another pod
+	applied                // status written
+	removed                // pod deleted (gone), or already absent for a gone report
+)
+
+// handleReport applies one agent report, then records its events and, for gone pods, publishes
+// pod.deleted; it acks only once those publishes are stored.
+func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
+	var rep pb.PodStatusReport
+	if err := m.Decode(&rep); err != nil {
+		return err
+	}
+	if rep.GetUid() == "" || rep.GetNamespace() == "" || rep.GetName() == "" || rep.GetNode() == "" {
+		return fmt.Errorf("%w: status report without uid, namespace, name or node", bus.ErrMalformed)
+	}
+	if !rep.GetGone() && rep.GetStatus() == nil {
+		return fmt.Errorf("%w: status report for %s/%s without status", bus.ErrMalformed, rep.GetNamespace(), rep.GetName())
+	}
+	res, correlation, err := s.applyReport(ctx, &rep)
+	if err != nil {
+		return err
+	}
+	if correlation == "" {
+		correlation = m.Meta.Correlation
+	}
+	var futures []jetstream.PubAckFuture
+	// Events are recorded even for stale reports: a redelivered report may have been applied before its
+	// events were stored, and the recorder's dedup keeps a second recording from counting twice.
+	rec := bus.NewRecorder(s.pub, "kubelet", rep.GetNode())
+	for i, ev := range rep.GetEvents() {
+		obj := &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: rep.GetNamespace(), Name: rep.GetName(),
+			Uid: rep.GetUid(), FieldPath: ev.GetFieldPath()}
+		var at time.Time
+		if ev.GetAt() != nil {
+			at = ev.GetAt().AsTime()
+		}
+		typ := ev.GetType()
+		if typ == "" {
+			typ = "Normal"
+		}
+		f, err := rec.Event(obj, typ, ev.GetReason(), ev.GetMessage(), fmt.Sprintf("%s-%d-%d", rep.GetUid(), rep.GetSeq(), i), at)
+		if err != nil {
+			return fmt.Errorf("record event %s of pod %s/%s: %w", ev.GetReason(), rep.GetNamespace(), rep.GetName(), err)
+		}
+		futures = append(futures, f)
+	}
+	if res == removed {
+		f, err := s.pub.PublishAsync(bus.SubjPodDeleted,
+			&pb.PodDeleted{Uid: rep.GetUid(), Namespace: rep.GetNamespace(), Name: rep.GetName(), Node: rep.GetNode()},
+			bus.Meta{MsgID: "deleted-" + rep.GetUid(), Correlation: correlation, PodUID: rep.GetUid(),
+				Key: rep.GetNamespace() + "/" + rep.GetName()})
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		return err
+	}
+	switch res {
+	case applied:
+		bus.Count("status.applied", 1)
+	case removed:
+		bus.Count("status.removed", 1)
+	default:
+		bus.Count("status.stale", 1)
+	}
+	return nil
+}
+
+// applyReport writes the report into the pod with compare-and-set and says what it did, with the pod's
+// correlation id when it was found.
+func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (outcome, string, error) {
+	key := bus.PodKey(rep.GetNamespace(), rep.GetName())
+	for range casAttempts {
+		var pod pb.Pod
+		rev, err := bus.Get(ctx, s.pods, key, &pod)
+		if errors.Is(err, bus.ErrNotFound) {
+			return goneOrIgnored(rep), "", nil
+		}
+		if err != nil {
+			// Not wrapped: an undecodable stored pod is not this message's fault, so it must not be parked.
+			return ignored, "", fmt.Errorf("read pod %s: %v", key, err)
+		}
+		corr := pod.GetInternal().GetCorrelationId()
+		if pod.GetMetadata().GetUid() != rep.GetUid() {
+			return goneOrIgnored(rep), corr, nil
+		}
+		if n := pod.GetSpec().GetNodeName(); n != "" && n != rep.GetNode() {
+			return ignored, corr, nil // a report from a node the pod is not bound to
+		}
+		if rep.GetSeq() <= pod.GetInternal().GetReportSeq() {
+			return ignored, corr, nil
+		}
+		if rep.GetGone() {
+			err := bus.Delete(ctx, s.pods, key, rev)
+			if errors.Is(err, bus.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return ignored, corr, err
+			}
+			return removed, corr, nil
+		}
+		mergeStatus(&pod, rep)
+		_, err = bus.Update(ctx, s.pods, key, &pod, rev)
+		if errors.Is(err, bus.ErrConflict) {
+			bus.Count("kv.conflicts.status", 1)
+			continue
+		}
+		if err != nil {
+			return ignored, corr, err
+		}
+		return applied, corr, nil
+	}
+	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
+}
+
+func goneOrIgnored(rep *pb.PodStatusReport) outcome {
+	if rep.GetGone() {
+		return removed
+	}
+	return ignored
+}
+
+// mergeStatus replaces the pod's status with the agent's, keeping what the control plane owns:
+// the PodScheduled condition, nominatedNodeName and qosClass.
+func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
+	old := pod.GetStatus()
+	st := proto.Clone(rep.GetStatus()).(*pb.PodStatus)
+	if sched := podutil.PodCondition(pod, podutil.PodScheduled); sched != nil {
+		replaced := false
+		for i, c := range st.GetConditions() {
+			if c.GetType() == podutil.PodScheduled {
+				st.Conditions[i] = sched
+				replaced = true
+			}
+		}
+		if !replaced {
+			st.Conditions = append(st.Conditions, sched)
+		}
+	}
+	st.NominatedNodeName = old.GetNominatedNodeName()
+	if q := old.GetQosClass(); q != "" {
+		st.QosClass = q
+	}
+	pod.Status = st
+	if pod.Internal == nil {
+		pod.Internal = &pb.PodInternal{}
+	}
+	pod.Internal.ReportSeq = rep.GetSeq()
+}

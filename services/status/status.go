@@ -1,0 +1,111 @@
+// Package status applies what node agents report: pod status reports (CAS on the pod, in seq order,
+// deleting pods reported gone), node heartbeats (upsert of the node) and, as the node lifecycle
+// controller does, marks nodes whose heartbeats stopped as Ready=Unknown.
+//
+//	status.pod.<node>     ─▶ pods/<ns.name>: status replaced when seq > internal.report_seq
+//	                         gone: CAS delete ─▶ pod.deleted
+//	                         event notes ─▶ event.<ns>.<name>
+//	node.heartbeat.<node> ─▶ nodes/<node>: created or status replaced (spec and user labels kept)
+//	node monitor (watch)  ─▶ Ready=True but silent for NodeMonitorGracePeriod ─▶ Ready=Unknown + NodeNotReady
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/podbus/podbus/bus"
+)
+
+// Config configures one status replica.
+type Config struct {
+	ID      string // replica identity
+	Workers int    // concurrent handlers per consumer, default 8
+	// NodeMonitorGracePeriod without heartbeat before a Ready node becomes Unknown (default 40s).
+	NodeMonitorGracePeriod time.Duration
+	// MonitorInterval between node monitor passes (default 5s).
+	MonitorInterval time.Duration
+	Logger          *slog.Logger
+}
+
+// ErrConfig is returned by New for an unusable configuration.
+var ErrConfig = errors.New("invalid status config")
+
+// casAttempts bounds the read-modify-write loops against concurrent writers.
+const casAttempts = 16
+
+// Service is one status replica.
+type Service struct {
+	cfg  Config
+	conn *bus.Conn
+	pub  *bus.Publisher
+	log  *slog.Logger
+
+	pods, nodes jetstream.KeyValue
+}
+
+// New returns a status replica.
+func New(cfg Config, conn *bus.Conn) (*Service, error) {
+	if cfg.ID == "" {
+		return nil, fmt.Errorf("%w: ID is required", ErrConfig)
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("%w: connection is required", ErrConfig)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.NodeMonitorGracePeriod <= 0 {
+		cfg.NodeMonitorGracePeriod = 40 * time.Second
+	}
+	if cfg.MonitorInterval <= 0 {
+		cfg.MonitorInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	actor := "status/" + cfg.ID
+	return &Service{
+		cfg:  cfg,
+		conn: conn,
+		pub:  bus.NewPublisher(conn.JS, actor),
+		log:  cfg.Logger.With("actor", actor),
+	}, nil
+}
+
+// Run handles reports and heartbeats and monitors nodes until ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	b, err := bus.OpenBuckets(ctx, s.conn.JS)
+	if err != nil {
+		return err
+	}
+	s.pods, s.nodes = b.Pods, b.Nodes
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{
+			Stream:  bus.StreamStatus,
+			Durable: bus.ConsumerStatus,
+			Filters: []string{bus.SubjAllPodStatus},
+			Workers: s.cfg.Workers,
+			Key:     func(m *bus.Msg) string { return m.Meta.PodUID },
+			Logger:  s.log,
+		}, s.handleReport)
+	})
+	g.Go(func() error {
+		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{
+			Stream:  bus.StreamHeartbeats,
+			Durable: bus.ConsumerHeartbeats,
+			Filters: []string{bus.SubjAllHeartbeats},
+			Workers: s.cfg.Workers,
+			Key:     func(m *bus.Msg) string { return m.Subject },
+			Logger:  s.log,
+		}, s.handleHeartbeat)
+	})
+	g.Go(func() error { return s.monitor(gctx) })
+	return g.Wait()
+}

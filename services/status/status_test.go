@@ -1,0 +1,354 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+const wait = 10 * time.Second
+
+type env struct {
+	t     *testing.T
+	conn  *bus.Conn
+	pods  jetstream.KeyValue
+	nodes jetstream.KeyValue
+	pub   *bus.Publisher
+}
+
+// newEnv starts a server and the given number of status replicas.
+func newEnv(t *testing.T, replicas int) *env {
+	t.Helper()
+	_, conn := bustest.Start(t)
+	b, err := bus.OpenBuckets(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range replicas {
+		s, err := New(Config{ID: fmt.Sprintf("s%d", i), NodeMonitorGracePeriod: 300 * time.Millisecond, MonitorInterval: 30 * time.Millisecond}, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	return &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/agent")}
+}
+
+func testPod(name, uid string) *pb.Pod {
+	return &pb.Pod{
+		Metadata: &pb.ObjectMeta{Name: name, Namespace: "default", Uid: uid},
+		Spec:     &pb.PodSpec{NodeName: "n1", Containers: []*pb.Container{{Name: "app", Image: "nginx"}}},
+		Status: &pb.PodStatus{Phase: "Pending", QosClass: "BestEffort", NominatedNodeName: "n9",
+			Conditions: []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.True, Message: "binder"}}},
+		Internal: &pb.PodInternal{CorrelationId: "corr"},
+	}
+}
+
+func (e *env) put(p *pb.Pod) {
+	e.t.Helper()
+	if _, err := bus.Create(context.Background(), e.pods, bus.PodKey(p.Metadata.Namespace, p.Metadata.Name), p); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) get(name string) *pb.Pod {
+	e.t.Helper()
+	var p pb.Pod
+	_, err := bus.Get(context.Background(), e.pods, bus.PodKey("default", name), &p)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return &p
+}
+
+func report(name, uid string, seq uint64, phase string) *pb.PodStatusReport {
+	return &pb.PodStatusReport{
+		Uid: uid, Namespace: "default", Name: name, Node: "n1", Seq: seq,
+		Status: &pb.PodStatus{Phase: phase, PodIp: "10.42.1.7", Conditions: []*pb.PodCondition{
+			{Type: podutil.PodReady, Status: podutil.True},
+			{Type: podutil.PodScheduled, Status: podutil.True, Message: "agent"},
+		}},
+		Events: []*pb.EventNote{{Type: "Normal", Reason: "Started", Message: "Started container app", At: timestamppb.Now()}},
+	}
+}
+
+func (e *env) send(r *pb.PodStatusReport) {
+	e.t.Helper()
+	meta := bus.Meta{MsgID: fmt.Sprintf("st-%s-%d", r.Uid, r.Seq), PodUID: r.Uid, Key: r.Namespace + "/" + r.Name}
+	if err := e.pub.Publish(context.Background(), bus.SubjPodStatus(r.Node), r, meta); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// drained reports whether a durable consumer has handled everything on its stream.
+func (e *env) drained(stream, durable string) bool {
+	c, err := e.conn.JS.Consumer(context.Background(), stream, durable)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(context.Background())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+func (e *env) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
+	s, err := e.conn.JS.Stream(context.Background(), stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+func TestReportApplied(t *testing.T) {
+	e := newEnv(t, 1)
+	e.put(testPod("web", "u1"))
+	e.send(report("web", "u1", 100, "Running"))
+	var got *pb.Pod
+	bustest.Eventually(t, wait, func() bool {
+		got = e.get("web")
+		return got.GetStatus().GetPhase() == "Running"
+	}, "report applied")
+	st := got.GetStatus()
+	if st.GetPodIp() != "10.42.1.7" || st.GetQosClass() != "BestEffort" || st.GetNominatedNodeName() != "n9" ||
+		podutil.PodCondition(got, podutil.PodScheduled).GetMessage() != "binder" || got.GetInternal().GetReportSeq() != 100 {
+		t.Errorf("merged status %v internal %v", st, got.GetInternal())
+	}
+	bustest.Eventually(t, wait, func() bool {
+		m := e.lastMsg(bus.StreamEvents, bus.SubjEvent("default", "web"))
+		if m == nil {
+			return false
+		}
+		var ev pb.Event
+		if err := (&bus.Msg{Data: m.Data}).Decode(&ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev.GetReason() == "Started" && ev.GetSource().GetComponent() == "kubelet" && ev.GetSource().GetHost() == "n1"
+	}, "event recorded as the kubelet of n1")
+}
+
+func TestReportOrdering(t *testing.T) {
+	e := newEnv(t, 1)
+	e.put(testPod("web", "u1"))
+	e.send(report("web", "u1", 200, "Running"))
+	e.send(report("web", "u1", 100, "Pending")) // late: must not roll the status back
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamStatus, bus.ConsumerStatus) }, "reports handled")
+	got := e.get("web")
+	if got.GetStatus().GetPhase() != "Running" || got.GetInternal().GetReportSeq() != 200 {
+		t.Errorf("phase %s seq %d, want Running 200", got.GetStatus().GetPhase(), got.GetInternal().GetReportSeq())
+	}
+}
+
+func TestReportForOtherPodIgnored(t *testing.T) {
+	e := newEnv(t, 1)
+	e.put(testPod("web", "u-new"))
+	e.send(report("web", "u-old", 300, "Running")) // same name, earlier incarnation
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamStatus, bus.ConsumerStatus) }, "report handled")
+	if ph := e.get("web").GetStatus().GetPhase(); ph != "Pending" {
+		t.Errorf("phase %s, want Pending", ph)
+	}
+}
+
+func TestGoneDeletesPod(t *testing.T) {
+	tests := []struct {
+		name  string
+		store bool // the pod is in the store
+	}{
+		{"stored pod", true},
+		{"already absent", false},
+	}
+	e := newEnv(t, 1)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name, uid := fmt.Sprintf("gone-%d", i), fmt.Sprintf("ug-%d", i)
+			if tt.store {
+				e.put(testPod(name, uid))
+			}
+			r := report(name, uid, 500, "Running")
+			r.Gone = true
+			r.Events = []*pb.EventNote{{Type: "Normal", Reason: "Killing", Message: "Stopping container app"}}
+			e.send(r)
+			bustest.Eventually(t, wait, func() bool { return e.get(name) == nil }, "pod deleted")
+			bustest.Eventually(t, wait, func() bool {
+				m := e.lastMsg(bus.StreamPods, bus.SubjPodDeleted)
+				if m == nil || m.Header.Get(bus.HdrMsgID) != "deleted-"+uid {
+					return false
+				}
+				var d pb.PodDeleted
+				if err := (&bus.Msg{Data: m.Data}).Decode(&d); err != nil {
+					t.Fatal(err)
+				}
+				return d.GetNode() == "n1" && d.GetName() == name
+			}, "pod.deleted published")
+		})
+	}
+}
+
+func TestMalformedReportParked(t *testing.T) {
+	e := newEnv(t, 1)
+	bad := []struct {
+		name string
+		data []byte
+	}{
+		{"garbage", []byte{0xff, 0xff, 0xff}},
+		{"no uid", mustMarshal(t, &pb.PodStatusReport{Namespace: "default", Name: "x", Node: "n1", Status: &pb.PodStatus{}})},
+	}
+	for _, b := range bad {
+		if _, err := e.conn.JS.PublishMsg(context.Background(), &nats.Msg{Subject: bus.SubjPodStatus("n1"), Data: b.data}); err != nil {
+			t.Fatal(err)
+		}
+		bustest.Eventually(t, wait, func() bool {
+			m := e.lastMsg(bus.StreamDead, bus.SubjDeadPrefix+bus.SubjPodStatus("n1"))
+			return m != nil && string(m.Data) == string(b.data)
+		}, "%s parked", b.name)
+	}
+	// The consumer goes on working.
+	e.put(testPod("web", "u1"))
+	e.send(report("web", "u1", 1, "Running"))
+	bustest.Eventually(t, wait, func() bool { return e.get("web").GetStatus().GetPhase() == "Running" }, "next report applied")
+}
+
+func mustMarshal(t *testing.T, r *pb.PodStatusReport) []byte {
+	t.Helper()
+	data, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func heartbeat(name string, at time.Time) *pb.NodeHeartbeat {
+	ts := timestamppb.New(at)
+	return &pb.NodeHeartbeat{SentAt: ts, Node: &pb.Node{
+		Metadata: &pb.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Spec:     &pb.NodeSpec{PodCidr: "10.42.1.0/24", PodCidrs: []string{"10.42.1.0/24"}},
+		Status: &pb.NodeStatus{
+			Capacity: map[string]string{"cpu": "4"},
+			Conditions: []*pb.NodeCondition{{Type: podutil.NodeReady, Status: podutil.True, Reason: "KubeletReady",
+				LastHeartbeatTime: ts, LastTransitionTime: timestamppb.New(at.Add(-time.Hour))}},
+		},
+	}}
+}
+
+func (e *env) beat(hb *pb.NodeHeartbeat) {
+	e.t.Helper()
+	if err := e.pub.Publish(context.Background(), bus.SubjHeartbeat(hb.Node.Metadata.Name), hb, bus.Meta{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) node(name string) *pb.Node {
+	var n pb.Node
+	if _, err := bus.Get(context.Background(), e.nodes, bus.NodeKey(name), &n); err != nil {
+		return nil
+	}
+	return &n
+}
+
+func TestHeartbeatUpsert(t *testing.T) {
+	e := newEnv(t, 1)
+	now := time.Now()
+	e.beat(heartbeat("n1", now))
+	bustest.Eventually(t, wait, func() bool { return e.node("n1") != nil }, "node created")
+	n := e.node("n1")
+	if n.GetMetadata().GetUid() == "" || n.GetStatus().GetCapacity()["cpu"] != "4" || n.GetSpec().GetPodCidr() != "10.42.1.0/24" {
+		t.Fatalf("created node %v", n)
+	}
+	if _, _, err := bus.Mutate(context.Background(), e.nodes, bus.NodeKey("n1"), func() *pb.Node { return &pb.Node{} }, 5, func(n *pb.Node) (bool, error) {
+		n.Metadata.Labels["team"] = "blue"
+		n.Spec.Unschedulable = true
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	later := heartbeat("n1", now.Add(time.Second))
+	later.Node.Status.Capacity["cpu"] = "8"
+	e.beat(later)
+	stale := heartbeat("n1", now.Add(-time.Minute))
+	stale.Node.Status.Capacity["cpu"] = "2"
+	e.beat(stale)
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamHeartbeats, bus.ConsumerHeartbeats) }, "heartbeats handled")
+	if cpu := e.node("n1").GetStatus().GetCapacity()["cpu"]; cpu != "8" {
+		t.Fatalf("cpu %s, want 8 (the stale heartbeat must be ignored)", cpu)
+	}
+	got := e.node("n1")
+	want := map[string]string{"kubernetes.io/hostname": "n1", "team": "blue"}
+	if diff := cmp.Diff(want, got.GetMetadata().GetLabels()); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if !got.GetSpec().GetUnschedulable() || got.GetMetadata().GetUid() != n.GetMetadata().GetUid() {
+		t.Errorf("spec or uid not kept: %v", got)
+	}
+	if !podutil.NodeCondition(got, podutil.NodeReady).GetLastTransitionTime().AsTime().Equal(
+		podutil.NodeCondition(n, podutil.NodeReady).GetLastTransitionTime().AsTime()) {
+		t.Error("lastTransitionTime changed while Ready stayed True")
+	}
+}
+
+func TestNodeMonitorMarksSilentNodesUnknown(t *testing.T) {
+	e := newEnv(t, 2) // two replicas race; the CAS lets one win
+	e.beat(heartbeat("n1", time.Now()))
+	var n *pb.Node
+	bustest.Eventually(t, wait, func() bool {
+		n = e.node("n1")
+		return n != nil && podutil.NodeCondition(n, podutil.NodeReady).GetStatus() == podutil.Unknown
+	}, "silent node marked Unknown")
+	c := podutil.NodeCondition(n, podutil.NodeReady)
+	want := &pb.NodeCondition{Type: podutil.NodeReady, Status: podutil.Unknown, Reason: "NodeStatusUnknown",
+		Message: "Kubelet stopped posting node status."}
+	if diff := cmp.Diff(want, c, protocmp.Transform(), protocmp.IgnoreFields(c, "last_heartbeat_time", "last_transition_time")); diff != "" {
+		t.Errorf("Ready condition (-want +got):\n%s", diff)
+	}
+	bustest.Eventually(t, wait, func() bool { return e.lastMsg(bus.StreamEvents, bus.SubjEvent("", "n1")) != nil }, "NodeNotReady event")
+
+	// A fresh heartbeat makes it Ready again.
+	e.beat(heartbeat("n1", time.Now()))
+	bustest.Eventually(t, wait, func() bool {
+		return podutil.NodeCondition(e.node("n1"), podutil.NodeReady).GetStatus() == podutil.True
+	}, "node Ready again")
+}
+
+func TestMergeStatus(t *testing.T) {
+	pod := testPod("web", "u1")
+	rep := report("web", "u1", 9, "Running")
+	rep.Status.QosClass = "Guaranteed"
+	mergeStatus(pod, rep)
+	want := &pb.PodStatus{Phase: "Running", PodIp: "10.42.1.7", QosClass: "BestEffort", NominatedNodeName: "n9",
+		Conditions: []*pb.PodCondition{
+			{Type: podutil.PodReady, Status: podutil.True},
+			{Type: podutil.PodScheduled, Status: podutil.True, Message: "binder"},
+		}}
+	if diff := cmp.Diff(want, pod.GetStatus(), protocmp.Transform()); diff != "" {
+		t.Errorf("merged status (-want +got):\n%s", diff)
+	}
+	if pod.GetInternal().GetReportSeq() != 9 {
+		t.Errorf("report seq %d", pod.GetInternal().GetReportSeq())
+	}
+}
