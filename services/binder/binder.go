@@ -1,0 +1,245 @@
+// Package binder turns scheduling decisions into bindings. It is the only writer of the alloc bucket
+// (what each node has committed) and of spec.nodeName, so it is where "a pod is bound at most once" and
+// "a node is never committed beyond its allocatable" are enforced, whatever stale or concurrent
+// decisions the schedulers send.
+//
+// One decision, step by step (every step is a compare-and-set; a lost one re-reads and starts over):
+//
+//	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc/<node>, ack
+//	                           ├─ bound to <node> ───────────────────────▶ ensure reservation, pod.bound.<node>, ack
+//	                           ├─ bound elsewhere ───────────────────────▶ release alloc/<node>, ack
+//	                           ├─ unschedulable ─────────────────────────▶ PodScheduled=False, FailedScheduling, ack
+//	                           └─ reserve in alloc/<node> ─┬─ no room ───▶ pod.pending (conflict), ack
+//	                                                       └─ reserved ──▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
+//	pod.deleted ─▶ release alloc/<node>, ack
+//
+// A reservation is made before the binding, so a crash in between leaves a reservation and an
+// unacknowledged decision: its redelivery either binds (the reservation is found and reused) or finds
+// the pod bound elsewhere or gone and releases it.
+package binder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Config configures one binder replica. Any number of replicas may run at once.
+type Config struct {
+	ID string // replica identity, stamped on messages as "binder/<ID>"
+	// Workers handle decisions concurrently; decisions for the same node go to the same worker.
+	Workers int // default 4
+}
+
+// ErrConfig is returned by New for an unusable configuration.
+var ErrConfig = errors.New("invalid binder config")
+
+// Service is one binder replica.
+type Service struct {
+	cfg   Config
+	conn  *bus.Conn
+	pub   *bus.Publisher
+	rec   *bus.Recorder
+	log   *slog.Logger
+	b     bus.Buckets // opened by Run (or open)
+	nodes nodeCache
+	now   func() time.Time
+	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
+	// decision there, as a crash would.
+	afterReserve func(d *pb.SchedulingDecision) error
+}
+
+// New returns a binder replica on conn. It does not touch the bus until Run.
+func New(cfg Config, conn *bus.Conn) (*Service, error) {
+	if cfg.ID == "" {
+		return nil, fmt.Errorf("%w: ID is required", ErrConfig)
+	}
+	if conn == nil || conn.JS == nil {
+		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	actor := "binder/" + cfg.ID
+	pub := bus.NewPublisher(conn.JS, actor)
+	return &Service{
+		cfg:   cfg,
+		conn:  conn,
+		pub:   pub,
+		rec:   bus.NewRecorder(pub, componentScheduler, actor),
+		log:   slog.Default().With("actor", actor),
+		nodes: nodeCache{nodes: map[string]*pb.Node{}},
+		now:   time.Now,
+	}, nil
+}
+
+// Run watches nodes and handles decisions and deletions until ctx is cancelled, then drains and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.watchNodes(gctx) })
+	g.Go(func() error {
+		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{
+			Stream:  bus.StreamPods,
+			Durable: bus.ConsumerBinder,
+			Filters: []string{bus.SubjPodScheduled},
+			Workers: s.cfg.Workers,
+			Key:     decisionNode,
+			Logger:  s.log,
+		}, s.handleDecision)
+	})
+	g.Go(func() error {
+		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{
+			Stream:  bus.StreamPods,
+			Durable: bus.ConsumerBinderDeleted,
+			Filters: []string{bus.SubjPodDeleted},
+			Workers: s.cfg.Workers,
+			Key:     deletedNode,
+			Logger:  s.log,
+		}, s.handleDeleted)
+	})
+	err := g.Wait()
+	if ctx.Err() != nil {
+		return nil // stopping: an error of a step cut short by the cancellation is not a failure
+	}
+	return err
+}
+
+func (s *Service) open(ctx context.Context) error {
+	if s.b.Pods != nil {
+		return nil
+	}
+	b, err := bus.OpenBuckets(ctx, s.conn.JS)
+	if err != nil {
+		return fmt.Errorf("binder: %w", err)
+	}
+	s.b = b
+	return nil
+}
+
+// decisionNode keys decisions by node, so one worker serializes a node's reservations in this replica.
+func decisionNode(m *bus.Msg) string {
+	d := &pb.SchedulingDecision{}
+	_ = proto.Unmarshal(m.Data, d) // a malformed one is parked by the handler, whichever worker gets it
+	return d.GetNode()
+}
+
+func deletedNode(m *bus.Msg) string {
+	d := &pb.PodDeleted{}
+	_ = proto.Unmarshal(m.Data, d)
+	return d.GetNode()
+}
+
+// handleDecision handles one pod.scheduled message.
+func (s *Service) handleDecision(ctx context.Context, m *bus.Msg) error {
+	d := &pb.SchedulingDecision{}
+	if err := m.Decode(d); err != nil {
+		return err
+	}
+	if d.GetUid() == "" || d.GetNamespace() == "" || d.GetName() == "" {
+		return fmt.Errorf("%w: decision without pod uid/namespace/name", bus.ErrMalformed)
+	}
+	if (d.GetNode() == "") != d.GetUnschedulable() {
+		return fmt.Errorf("%w: decision for %s/%s must name a node or be unschedulable, not both or neither",
+			bus.ErrMalformed, d.GetNamespace(), d.GetName())
+	}
+	return s.decide(ctx, d, m.StreamSeq)
+}
+
+// handleDeleted releases the reservation of a pod that left the store.
+func (s *Service) handleDeleted(ctx context.Context, m *bus.Msg) error {
+	d := &pb.PodDeleted{}
+	if err := m.Decode(d); err != nil {
+		return err
+	}
+	if d.GetUid() == "" {
+		return fmt.Errorf("%w: pod.deleted without uid", bus.ErrMalformed)
+	}
+	// An unbound pod has no node: any reservation a decision made for it is released by that
+	// decision's own re-check, which finds the pod gone.
+	return s.release(ctx, d.GetNode(), d.GetUid())
+}
+
+// nodeCache is the latest value of every node, kept by a watch on the nodes bucket.
+type nodeCache struct {
+	mu    sync.RWMutex
+	nodes map[string]*pb.Node // by KV key
+}
+
+func (c *nodeCache) get(key string) (*pb.Node, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[key]
+	return n, ok
+}
+
+func (c *nodeCache) set(key string, n *pb.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n == nil {
+		delete(c.nodes, key)
+		return
+	}
+	c.nodes[key] = n
+}
+
+// node returns a node from the cache, or from the store when the cache has not seen it (yet): a decision
+// can arrive before the watch delivers a node that was just added.
+func (s *Service) node(ctx context.Context, name string) (*pb.Node, error) {
+	key := bus.NodeKey(name)
+	if n, ok := s.nodes.get(key); ok {
+		return n, nil
+	}
+	n := &pb.Node{}
+	if _, err := bus.Get(ctx, s.b.Nodes, key, n); err != nil {
+		return nil, fmt.Errorf("read node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// watchNodes keeps the node cache until ctx is cancelled.
+func (s *Service) watchNodes(ctx context.Context) error {
+	w, err := s.b.Nodes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("node watch closed")
+			}
+			if e == nil {
+				continue // end of the initial values
+			}
+			if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+				s.nodes.set(e.Key(), nil)
+				continue
+			}
+			n := &pb.Node{}
+			if err := proto.Unmarshal(e.Value(), n); err != nil {
+				s.log.Warn("undecodable node in store", "key", e.Key(), "err", err)
+				continue
+			}
+			s.nodes.set(e.Key(), n)
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package binder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+const (
+	// componentScheduler is the event source: in Kubernetes binding is part of the default scheduler.
+	componentScheduler  = "default-scheduler"
+	causeConflict       = "conflict"
+	reasonUnschedulable = "Unschedulable"
+	// maxAttempts bounds each compare-and-set loop; after that the message is retried by redelivery.
+	maxAttempts = 32
+)
+
+// errRetry says a compare-and-set loop ran out of attempts; the message is handled again later.
+var errRetry = errors.New("too many concurrent writers")
+
+// verdict is what a decision still means for the pod as currently stored.
+type verdict int
+
+const (
+	verdictAct     verdict = iota // unbound and alive: act on the decision
+	verdictRelease                // gone, replaced, deleting or bound elsewhere: drop, releasing what it reserved
+	verdictBound                  // already bound to the decision's node: finish that binding again
+	verdictDone                   // bound here and being deleted: nothing left to do
+)
+
+// judge compares a decision with the pod as stored (nil when absent).
+func judge(pod *pb.Pod, d *pb.SchedulingDecision) verdict {
+	if pod == nil || pod.GetMetadata().GetUid() != d.GetUid() {
+		return verdictRelease
+	}
+	deleting := pod.GetMetadata().GetDeletionTimestamp() != nil
+	if node := pod.GetSpec().GetNodeName(); node != "" {
+		switch {
+		case node != d.GetNode():
+			return verdictRelease
+		case deleting:
+			// Its reservation is released by pod.deleted; re-adding it here could outlive the pod.
+			return verdictDone
+		default:
+			return verdictBound
+		}
+	}
+	if deleting {
+		return verdictRelease
+	}
+	return verdictAct
+}
+
+// decide handles one decision; seq is its stream sequence (it names the conflict requeue).
+func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint64) error {
+	key := bus.PodKey(d.GetNamespace(), d.GetName())
+	for range maxAttempts {
+		pod, rev, err := s.pod(ctx, key)
+		if err != nil {
+			return err
+		}
+		switch judge(pod, d) {
+		case verdictRelease:
+			return s.release(ctx, d.GetNode(), d.GetUid())
+		case verdictDone:
+			return nil
+		case verdictBound:
+			return s.rebind(ctx, pod, rev, d.GetNode())
+		}
+
+		if d.GetUnschedulable() {
+			err = s.markUnschedulable(ctx, key, pod, rev, d)
+		} else {
+			err = s.schedule(ctx, key, pod, rev, d, seq)
+		}
+		if errors.Is(err, bus.ErrConflict) {
+			continue // the pod changed under us: judge the decision again
+		}
+		return err
+	}
+	return fmt.Errorf("decision for %s: %w", key, errRetry)
+}
+
+// pod reads the stored pod; nil when it does not exist.
+func (s *Service) pod(ctx context.Context, key string) (*pb.Pod, uint64, error) {
+	pod := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.b.Pods, key, pod)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read pod %s: %w", key, err)
+	}
+	return pod, rev, nil
+}
+
+// schedule reserves room on the decision's node and binds the pod there. bus.ErrConflict means the pod
+// changed before the binding; the reservation stays and the caller judges the decision again.
+func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64) error {
+	res, err := s.reserve(ctx, d.GetNode(), pod)
+	if err != nil {
+		return err
+	}
+	if !res.ok() {
+		return s.conflict(ctx, pod, rev, d, seq, res)
+	}
+	if s.afterReserve != nil {
+		if err := s.afterReserve(d); err != nil {
+			return err
+		}
+	}
+	next, newRev, err := s.bind(ctx, key, pod, rev, d)
+	if err != nil {
+		return err
+	}
+	return s.announce(ctx, next, newRev, d.GetNode())
+}
+
+// bind writes the binding on the pod (compare-and-set on rev).
+func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) (*pb.Pod, uint64, error) {
+	next := proto.Clone(pod).(*pb.Pod)
+	if next.Spec == nil {
+		next.Spec = &pb.PodSpec{}
+	}
+	next.Spec.NodeName = d.GetNode()
+	podutil.SetPodCondition(next, &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.True}, s.now())
+	if next.Internal == nil {
+		next.Internal = &pb.PodInternal{}
+	}
+	next.Internal.ScheduleAttempts = max(next.Internal.GetScheduleAttempts(), d.GetAttempt())
+	newRev, err := bus.Update(ctx, s.b.Pods, key, next, rev)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bind pod %s to %s: %w", key, d.GetNode(), err)
+	}
+	return next, newRev, nil
+}
+
+// announce hands a bound pod to its node's agent and records the Scheduled event. Both are idempotent
+// (fixed message ids), so a redelivered decision may announce again.
+func (s *Service) announce(ctx context.Context, pod *pb.Pod, rev uint64, node string) error {
+	md := pod.GetMetadata()
+	binding := &pb.PodBinding{Pod: pod, Revision: rev, Node: node}
+	if err := s.pub.Publish(ctx, bus.SubjPodBound(node), binding, meta(pod, "bound-"+md.GetUid())); err != nil {
+		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)
+	}
+	msg := fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node)
+	f, err := s.rec.Event(bus.PodRef(pod), "Normal", "Scheduled", msg, node, s.now())
+	if err != nil {
+		return fmt.Errorf("record Scheduled for %s: %w", md.GetUid(), err)
+	}
+	return bus.Wait(ctx, f)
+}
+
+// rebind finishes a binding found already written (a redelivery, or a duplicate decision).
+func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node string) error {
+	res, err := s.reserve(ctx, node, pod)
+	if err != nil {
+		return err
+	}
+	switch res {
+	case reservationAdded:
+		// Only a deletion can take a bound pod's reservation away; if one raced with us, undo.
+		bus.Count("binder.reservations_restored", 1)
+		cur, _, err := s.pod(ctx, bus.PodKey(pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName()))
+		if err != nil {
+			return err
+		}
+		if judge(cur, &pb.SchedulingDecision{Uid: pod.GetMetadata().GetUid(), Node: node}) != verdictBound {
+			return s.release(ctx, node, pod.GetMetadata().GetUid())
+		}
+	case reservationHeld:
+	default:
+		s.log.Error("bound pod has no reservation and none fits", "pod", pod.GetMetadata().GetUid(), "node", node, "why", res)
+	}
+	return s.announce(ctx, pod, rev, node)
+}
+
+// markUnschedulable records that no node fits: PodScheduled=False and a FailedScheduling event.
+func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) error {
+	next := proto.Clone(pod).(*pb.Pod)
+	cond := &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.False, Reason: reasonUnschedulable, Message: d.GetMessage()}
+	if podutil.SetPodCondition(next, cond, s.now()) {
+		if _, err := bus.Update(ctx, s.b.Pods, key, next, rev); err != nil {
+			return fmt.Errorf("mark pod %s unschedulable: %w", key, err)
+		}
+	}
+	// Deduplicated by the revision the scheduler saw, which a redelivery repeats.
+	dedup := strconv.FormatUint(d.GetPodRevision(), 10)
+	f, err := s.rec.Event(bus.PodRef(pod), "Warning", "FailedScheduling", d.GetMessage(), dedup, s.now())
+	if err != nil {
+		return fmt.Errorf("record FailedScheduling for %s: %w", key, err)
+	}
+	return bus.Wait(ctx, f)
+}
+
+// conflict sends a pod whose decision could not be honoured back to the schedulers.
+func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why reservation) error {
+	bus.Count("binder.conflicts", 1)
+	uid := pod.GetMetadata().GetUid()
+	s.log.Info("decision refused; pod goes back to the schedulers", "pod", uid, "node", d.GetNode(), "why", why, "scheduler", d.GetScheduler())
+	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}
+	id := fmt.Sprintf("conflict-%s-%d", uid, seq)
+	if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, meta(pod, id)); err != nil {
+		return fmt.Errorf("requeue pod %s: %w", uid, err)
+	}
+	return nil
+}
+
+// meta is the header set of a message about pod.
+func meta(pod *pb.Pod, msgID string) bus.Meta {
+	md := pod.GetMetadata()
+	return bus.Meta{
+		MsgID:       msgID,
+		Correlation: pod.GetInternal().GetCorrelationId(),
+		PodUID:      md.GetUid(),
+		Key:         md.GetNamespace() + "/" + md.GetName(),
+	}
+}

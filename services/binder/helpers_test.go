@@ -1,0 +1,377 @@
+package binder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+var fixedNow = time.Date(2025, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// harness is one nats-server; binders are added with service (direct calls) or run (consuming).
+type harness struct {
+	t    *testing.T
+	url  string
+	conn *bus.Conn
+	b    bus.Buckets
+	pub  *bus.Publisher
+}
+
+func setup(t *testing.T) *harness {
+	t.Helper()
+	_, url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "test")
+	b, err := bus.OpenBuckets(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, url: url, conn: conn, b: b, pub: bus.NewPublisher(conn.JS, "scheduler/test")}
+}
+
+// service is a binder whose steps the test calls directly (nothing consumes).
+func (h *harness) service(id string) *Service {
+	h.t.Helper()
+	s, err := New(Config{ID: id}, bustest.Conn(h.t, h.url, id))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s.now = func() time.Time { return fixedNow }
+	if err := s.open(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// run starts a binder replica on its own connection; the returned stop cancels it and waits for Run.
+func (h *harness) run(id string, opts ...func(*Service)) (stop func()) {
+	h.t.Helper()
+	s, err := New(Config{ID: id}, bustest.Conn(h.t, h.url, id))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("binder %s: Run: %v", id, err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return stop
+}
+
+func node(name, cpu string, ready bool) *pb.Node {
+	status := podutil.True
+	if !ready {
+		status = podutil.Unknown
+	}
+	return &pb.Node{
+		Metadata: &pb.ObjectMeta{Name: name},
+		Status: &pb.NodeStatus{
+			Allocatable: map[string]string{"cpu": cpu, "memory": "4Gi", "pods": "110"},
+			Conditions:  []*pb.NodeCondition{{Type: podutil.NodeReady, Status: status}},
+		},
+	}
+}
+
+func (h *harness) addNode(n *pb.Node) {
+	h.t.Helper()
+	if _, err := bus.Create(context.Background(), h.b.Nodes, bus.NodeKey(n.GetMetadata().GetName()), n); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func pod(uid, name, cpu string, mods ...func(*pb.Pod)) *pb.Pod {
+	p := &pb.Pod{
+		Metadata: &pb.ObjectMeta{Namespace: "default", Name: name, Uid: uid},
+		Spec: &pb.PodSpec{Containers: []*pb.Container{{Name: "c", Image: "nginx",
+			Resources: &pb.ResourceRequirements{Requests: map[string]string{"cpu": cpu}}}}},
+		Status:   &pb.PodStatus{Phase: "Pending"},
+		Internal: &pb.PodInternal{CorrelationId: "corr-" + uid},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func boundTo(node string) func(*pb.Pod) { return func(p *pb.Pod) { p.Spec.NodeName = node } }
+
+func deleting(p *pb.Pod) {
+	p.Metadata.DeletionTimestamp = timestamppb.New(fixedNow)
+	p.Metadata.DeletionGracePeriodSeconds = proto.Int64(30)
+}
+
+func (h *harness) addPod(p *pb.Pod) uint64 {
+	h.t.Helper()
+	md := p.GetMetadata()
+	rev, err := bus.Create(context.Background(), h.b.Pods, bus.PodKey(md.GetNamespace(), md.GetName()), p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rev
+}
+
+// getPod returns the stored pod, or nil.
+func (h *harness) getPod(name string) *pb.Pod {
+	h.t.Helper()
+	p := &pb.Pod{}
+	_, err := bus.Get(context.Background(), h.b.Pods, bus.PodKey("default", name), p)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// allocPods lists the uids reserved on node and checks the record's total against them.
+func (h *harness) allocPods(node string) map[string]bool {
+	h.t.Helper()
+	a := &pb.NodeAllocation{}
+	_, err := bus.Get(context.Background(), h.b.Alloc, bus.NodeKey(node), a)
+	if errors.Is(err, bus.ErrNotFound) {
+		return map[string]bool{}
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !proto.Equal(orEmpty(a.GetTotal()), orEmpty(total(a))) {
+		h.t.Errorf("alloc/%s total %v does not match its pods %v", node, a.GetTotal(), total(a))
+	}
+	out := map[string]bool{}
+	for uid := range a.GetPods() {
+		out[uid] = true
+	}
+	return out
+}
+
+func orEmpty(r *pb.Resources) *pb.Resources {
+	if r == nil {
+		return &pb.Resources{}
+	}
+	return r
+}
+
+func decision(uid, name, node string) *pb.SchedulingDecision {
+	return &pb.SchedulingDecision{Uid: uid, Namespace: "default", Name: name, Node: node, Scheduler: "scheduler/test", PodRevision: 1, Attempt: 1}
+}
+
+func (h *harness) publishDecision(d *pb.SchedulingDecision, msgID string) {
+	h.t.Helper()
+	meta := bus.Meta{MsgID: msgID, PodUID: d.GetUid(), Key: d.GetNamespace() + "/" + d.GetName()}
+	if err := h.pub.Publish(context.Background(), bus.SubjPodScheduled, d, meta); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// msgs returns the messages stored on subject in stream, oldest first.
+func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
+	h.t.Helper()
+	ctx := context.Background()
+	st, err := h.conn.JS.Stream(ctx, stream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if subjectMatch(subject, m.Subject) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// subjectMatch supports a trailing "*" token, enough for these tests.
+func subjectMatch(filter, subject string) bool {
+	if len(filter) > 0 && filter[len(filter)-1] == '*' {
+		prefix := filter[:len(filter)-1]
+		return len(subject) > len(prefix) && subject[:len(prefix)] == prefix
+	}
+	return filter == subject
+}
+
+func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {
+	t.Helper()
+	if err := proto.Unmarshal(m.Data, into); err != nil {
+		t.Fatal(err)
+	}
+	return into
+}
+
+// quiesce waits until both binder consumers have acknowledged every message published so far.
+func (h *harness) quiesce() {
+	h.t.Helper()
+	ctx := context.Background()
+	st, err := h.conn.JS.Stream(ctx, bus.StreamPods)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	bustest.Eventually(h.t, 25*time.Second, func() bool {
+		for name, subject := range map[string]string{bus.ConsumerBinder: bus.SubjPodScheduled, bus.ConsumerBinderDeleted: bus.SubjPodDeleted} {
+			var last uint64
+			m, err := st.GetLastMsgForSubject(ctx, subject)
+			switch {
+			case err == nil:
+				last = m.Sequence
+			case !errors.Is(err, jetstream.ErrMsgNotFound):
+				return false
+			}
+			c, err := h.conn.JS.Consumer(ctx, bus.StreamPods, name)
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(ctx)
+			if err != nil || info.NumAckPending > 0 || info.AckFloor.Stream < last {
+				return false
+			}
+		}
+		return true
+	}, "binder consumers never settled")
+}
+
+// invariants watches the pods and alloc buckets while binders run and records every violation of
+// "a pod is bound at most once" and "a node's total never exceeds its allocatable".
+type invariants struct {
+	mu         sync.Mutex
+	boundTo    map[string]string // uid -> first node seen
+	violations []string
+}
+
+func (h *harness) watchInvariants(allocatable map[string]*pb.Resources) *invariants {
+	h.t.Helper()
+	inv := &invariants{boundTo: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	h.t.Cleanup(func() { cancel(); wg.Wait() })
+	watch := func(kv jetstream.KeyValue, f func(jetstream.KeyValueEntry)) {
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = w.Stop() }()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-w.Updates():
+					if !ok {
+						return
+					}
+					if e != nil && e.Operation() == jetstream.KeyValuePut {
+						f(e)
+					}
+				}
+			}
+		}()
+	}
+	watch(h.b.Pods, func(e jetstream.KeyValueEntry) {
+		p := &pb.Pod{}
+		if err := proto.Unmarshal(e.Value(), p); err != nil {
+			return
+		}
+		uid, n := p.GetMetadata().GetUid(), p.GetSpec().GetNodeName()
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
+		if first, ok := inv.boundTo[uid]; ok && first != n {
+			inv.violations = append(inv.violations, fmt.Sprintf("pod %s bound to %s, then %q", uid, first, n))
+		} else if n != "" {
+			inv.boundTo[uid] = n
+		}
+	})
+	watch(h.b.Alloc, func(e jetstream.KeyValueEntry) {
+		a := &pb.NodeAllocation{}
+		if err := proto.Unmarshal(e.Value(), a); err != nil {
+			return
+		}
+		if short := podutil.Insufficient(allocatable[a.GetNode()], &pb.Resources{}, a.GetTotal()); len(short) > 0 {
+			inv.mu.Lock()
+			defer inv.mu.Unlock()
+			inv.violations = append(inv.violations, fmt.Sprintf("alloc/%s over allocatable in %v: %v", a.GetNode(), short, a.GetTotal()))
+		}
+	})
+	return inv
+}
+
+func (inv *invariants) check(t *testing.T) {
+	t.Helper()
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	for _, v := range inv.violations {
+		t.Error(v)
+	}
+}
+
+// checkFinal verifies, once settled, that every node's reservations are exactly the pods bound to it
+// (nothing leaked, nothing missing) and that each pod was handed to at most one node.
+func (h *harness) checkFinal(nodes []string, pods []*pb.Pod) (bound int) {
+	h.t.Helper()
+	want := map[string]map[string]bool{}
+	for _, n := range nodes {
+		want[n] = map[string]bool{}
+	}
+	for _, p := range pods {
+		cur := h.getPod(p.GetMetadata().GetName())
+		if cur == nil {
+			continue
+		}
+		if n := cur.GetSpec().GetNodeName(); n != "" {
+			want[n][cur.GetMetadata().GetUid()] = true
+			bound++
+		}
+	}
+	for _, n := range nodes {
+		got := h.allocPods(n)
+		if fmt.Sprint(got) != fmt.Sprint(want[n]) {
+			h.t.Errorf("alloc/%s holds %v, pods bound there: %v", n, got, want[n])
+		}
+	}
+	handed := map[string]string{}
+	for _, m := range h.msgs(bus.StreamPods, "pod.bound.*") {
+		b := decode(h.t, m, &pb.PodBinding{})
+		uid := b.GetPod().GetMetadata().GetUid()
+		if prev, ok := handed[uid]; ok {
+			h.t.Errorf("pod %s handed to agents twice (%s, %s)", uid, prev, b.GetNode())
+		}
+		handed[uid] = b.GetNode()
+	}
+	if len(handed) != bound {
+		h.t.Errorf("%d pod.bound messages for %d bound pods", len(handed), bound)
+	}
+	return bound
+}

@@ -1,0 +1,282 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// maxAttempts bounds the read/compare-and-set loops; after that the command is retried by redelivery.
+const maxAttempts = 16
+
+// defaultGracePeriod is Kubernetes' terminationGracePeriodSeconds default.
+const defaultGracePeriod = 30
+
+// Kubernetes StatusReasons used in answers.
+const (
+	ReasonAlreadyExists = "AlreadyExists"
+	ReasonNotFound      = "NotFound"
+	ReasonConflict      = "Conflict"
+)
+
+// Causes of pod.pending messages sent by the store.
+const causeCreated = "created"
+
+// errRetry says a compare-and-set lost and the command's loop should read again.
+var errRetry = errors.New("lost a compare-and-set; read again")
+
+// create stores a new pod and hands it to the schedulers.
+func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (*pb.CommandResult, error) {
+	pod := cmd.GetPod()
+	md := pod.GetMetadata()
+	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	for range maxAttempts {
+		rev, err := bus.Create(ctx, s.pods, key, pod)
+		if err == nil {
+			return s.created(ctx, pod, rev, true, in)
+		}
+		if !errors.Is(err, bus.ErrExists) {
+			return nil, fmt.Errorf("create pod %s: %w", key, err)
+		}
+		cur := &pb.Pod{}
+		curRev, err := bus.Get(ctx, s.pods, key, cur)
+		if errors.Is(err, bus.ErrNotFound) {
+			continue // deleted since Create looked: try again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create pod %s: %w", key, err)
+		}
+		if cur.GetMetadata().GetUid() != md.GetUid() {
+			return failure(http.StatusConflict, ReasonAlreadyExists, fmt.Sprintf("pods %q already exists", md.GetName())), nil
+		}
+		// Same uid: this command was handled before (redelivery). Answer as the first time did, and queue
+		// the pod again unless it has moved on: bound by the binder (the command had no node), or deleting.
+		moved := cur.GetSpec().GetNodeName() != pod.GetSpec().GetNodeName() || cur.GetMetadata().GetDeletionTimestamp() != nil
+		return s.created(ctx, cur, curRev, !moved, in)
+	}
+	return nil, fmt.Errorf("create pod %s: %w", key, errRetry)
+}
+
+// created hands a stored pod to the schedulers (when queue) and builds the 201 answer.
+func (s *Service) created(ctx context.Context, pod *pb.Pod, rev uint64, queue bool, in bus.Meta) (*pb.CommandResult, error) {
+	if queue {
+		uid := pod.GetMetadata().GetUid()
+		msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeCreated}
+		id := fmt.Sprintf("pending-%s-%d", uid, rev)
+		if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, meta(pod, id, in)); err != nil {
+			return nil, fmt.Errorf("queue created pod %s: %w", uid, err)
+		}
+	}
+	return &pb.CommandResult{Code: http.StatusCreated, Pod: pod, Revision: rev}, nil
+}
+
+// update replaces metadata and spec of a pod, keeping what other services own.
+func (s *Service) update(ctx context.Context, cmd *pb.PodCommand) (*pb.CommandResult, error) {
+	want := cmd.GetPod()
+	md := want.GetMetadata()
+	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	for range maxAttempts {
+		cur := &pb.Pod{}
+		curRev, err := bus.Get(ctx, s.pods, key, cur)
+		if errors.Is(err, bus.ErrNotFound) {
+			return notFound(md.GetName()), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("update pod %s: %w", key, err)
+		}
+		if uid := md.GetUid(); uid != "" && uid != cur.GetMetadata().GetUid() {
+			return uidMismatch(md.GetName(), uid, cur.GetMetadata().GetUid()), nil
+		}
+		expected := cmd.GetExpectedRevision()
+		if expected != 0 && expected != curRev {
+			return modified(md.GetName()), nil
+		}
+		next := merge(cur, want)
+		newRev, err := bus.Update(ctx, s.pods, key, next, curRev)
+		if errors.Is(err, bus.ErrConflict) {
+			if expected != 0 {
+				return modified(md.GetName()), nil
+			}
+			continue // the client did not pin a revision: apply on top of the newer one
+		}
+		if err != nil {
+			return nil, fmt.Errorf("update pod %s: %w", key, err)
+		}
+		return &pb.CommandResult{Code: http.StatusOK, Pod: next, Revision: newRev}, nil
+	}
+	return nil, fmt.Errorf("update pod %s: %w", key, errRetry)
+}
+
+// merge is the stored object of an update: the command's metadata and spec over the current status and
+// bookkeeping, so an update never rolls status back. Fields owned by other writers (identity, deletion,
+// the binder's nodeName) also stay as stored: a client's stale copy must not undo them.
+func merge(cur, want *pb.Pod) *pb.Pod {
+	next := proto.Clone(want).(*pb.Pod)
+	next.Status = cur.GetStatus()
+	next.Internal = cur.GetInternal()
+	if next.Metadata == nil {
+		next.Metadata = &pb.ObjectMeta{}
+	}
+	cm := cur.GetMetadata()
+	next.Metadata.Uid = cm.GetUid()
+	next.Metadata.CreationTimestamp = cm.GetCreationTimestamp()
+	next.Metadata.DeletionTimestamp = cm.GetDeletionTimestamp()
+	next.Metadata.DeletionGracePeriodSeconds = cm.DeletionGracePeriodSeconds
+	if next.Spec == nil {
+		next.Spec = &pb.PodSpec{}
+	}
+	next.Spec.NodeName = cur.GetSpec().GetNodeName()
+	return next
+}
+
+// delete removes an unbound pod (or any pod with grace 0) at once, and starts the graceful termination
+// of a bound one.
+func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (*pb.CommandResult, error) {
+	md := cmd.GetPod().GetMetadata()
+	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	for range maxAttempts {
+		cur := &pb.Pod{}
+		curRev, err := bus.Get(ctx, s.pods, key, cur)
+		if errors.Is(err, bus.ErrNotFound) {
+			return notFound(md.GetName()), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("delete pod %s: %w", key, err)
+		}
+		cm := cur.GetMetadata()
+		if p := cmd.GetPreconditionUid(); p != "" && p != cm.GetUid() {
+			return uidMismatch(md.GetName(), p, cm.GetUid()), nil
+		}
+		if r := cmd.GetExpectedRevision(); r != 0 && r != curRev {
+			return failure(http.StatusConflict, ReasonConflict, fmt.Sprintf(
+				"Operation cannot be fulfilled on pods %q: Precondition failed: ResourceVersion in precondition: %d, ResourceVersion in object meta: %d",
+				md.GetName(), r, curRev)), nil
+		}
+		grace := gracePeriod(cmd, cur)
+		node := cur.GetSpec().GetNodeName()
+		forced := cm.GetDeletionTimestamp() != nil && cm.GetDeletionGracePeriodSeconds() == 0
+		var res *pb.CommandResult
+		switch {
+		case node == "" || grace == 0 || forced:
+			res, err = s.deleteNow(ctx, key, cur, curRev, in)
+		case cm.GetDeletionTimestamp() != nil:
+			// Already terminating: the same answer, and the same (deduplicated) message to the agent in
+			// case an earlier attempt stopped before sending it.
+			if err := s.terminate(ctx, cur, in); err != nil {
+				return nil, err
+			}
+			res = &pb.CommandResult{Code: http.StatusOK, Pod: cur, Revision: curRev}
+		default:
+			res, err = s.deleteGracefully(ctx, key, cur, curRev, grace, in)
+		}
+		if errors.Is(err, bus.ErrConflict) {
+			continue
+		}
+		return res, err
+	}
+	return nil, fmt.Errorf("delete pod %s: %w", key, errRetry)
+}
+
+// deleteNow removes the pod from the store. It first marks the pod as deleted with grace 0 and sends the
+// follow-up messages, then deletes the key: if anything stops in between, the redelivered command finds
+// the marked pod and finishes, and no binder binds a marked pod meanwhile.
+func (s *Service) deleteNow(ctx context.Context, key string, cur *pb.Pod, rev uint64, in bus.Meta) (*pb.CommandResult, error) {
+	cm := cur.GetMetadata()
+	if cm.GetDeletionTimestamp() == nil || cm.GetDeletionGracePeriodSeconds() != 0 {
+		next := proto.Clone(cur).(*pb.Pod)
+		next.Metadata.DeletionTimestamp = timestamppb.New(s.now())
+		next.Metadata.DeletionGracePeriodSeconds = proto.Int64(0)
+		newRev, err := bus.Update(ctx, s.pods, key, next, rev)
+		if err != nil {
+			return nil, fmt.Errorf("mark pod %s deleted: %w", key, err)
+		}
+		cur, rev = next, newRev
+	}
+	node := cur.GetSpec().GetNodeName()
+	if node != "" {
+		// Bound and forced: the agent still has to clean up.
+		if err := s.terminate(ctx, cur, in); err != nil {
+			return nil, err
+		}
+	}
+	md := cur.GetMetadata()
+	gone := &pb.PodDeleted{Uid: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Node: node}
+	if err := s.pub.Publish(ctx, bus.SubjPodDeleted, gone, meta(cur, "deleted-"+md.GetUid(), in)); err != nil {
+		return nil, fmt.Errorf("announce deletion of %s: %w", key, err)
+	}
+	if err := bus.Delete(ctx, s.pods, key, rev); err != nil {
+		return nil, fmt.Errorf("delete pod %s: %w", key, err)
+	}
+	return &pb.CommandResult{Code: http.StatusOK, Pod: cur, Revision: rev}, nil
+}
+
+// deleteGracefully sets the deletion timestamp of a bound pod and tells its agent to stop it.
+func (s *Service) deleteGracefully(ctx context.Context, key string, cur *pb.Pod, rev uint64, grace int64, in bus.Meta) (*pb.CommandResult, error) {
+	next := proto.Clone(cur).(*pb.Pod)
+	next.Metadata.DeletionTimestamp = timestamppb.New(s.now().Add(time.Duration(grace) * time.Second))
+	next.Metadata.DeletionGracePeriodSeconds = proto.Int64(grace)
+	newRev, err := bus.Update(ctx, s.pods, key, next, rev)
+	if err != nil {
+		return nil, fmt.Errorf("mark pod %s terminating: %w", key, err)
+	}
+	if err := s.terminate(ctx, next, in); err != nil {
+		return nil, err
+	}
+	return &pb.CommandResult{Code: http.StatusOK, Pod: next, Revision: newRev}, nil
+}
+
+// terminate tells the pod's node agent to stop it (idempotent: one message id per pod).
+func (s *Service) terminate(ctx context.Context, pod *pb.Pod, in bus.Meta) error {
+	md := pod.GetMetadata()
+	node := pod.GetSpec().GetNodeName()
+	msg := &pb.PodTermination{
+		Uid:                md.GetUid(),
+		Namespace:          md.GetNamespace(),
+		Name:               md.GetName(),
+		Node:               node,
+		GracePeriodSeconds: md.GetDeletionGracePeriodSeconds(),
+		DeletionTimestamp:  md.GetDeletionTimestamp(),
+		Reason:             "Deleted",
+	}
+	if err := s.pub.Publish(ctx, bus.SubjPodTerminate(node), msg, meta(pod, "term-"+md.GetUid(), in)); err != nil {
+		return fmt.Errorf("ask %s to stop pod %s: %w", node, md.GetUid(), err)
+	}
+	return nil
+}
+
+// gracePeriod is the client's grace period, else the pod's own, else Kubernetes' default.
+func gracePeriod(cmd *pb.PodCommand, pod *pb.Pod) int64 {
+	if cmd.GracePeriodSeconds != nil {
+		return max(0, cmd.GetGracePeriodSeconds())
+	}
+	if g := pod.GetSpec().TerminationGracePeriodSeconds; g != nil {
+		return max(0, *g)
+	}
+	return defaultGracePeriod
+}
+
+func failure(code int32, reason, message string) *pb.CommandResult {
+	return &pb.CommandResult{Code: code, Reason: reason, Message: message}
+}
+
+func notFound(name string) *pb.CommandResult {
+	return failure(http.StatusNotFound, ReasonNotFound, fmt.Sprintf("pods %q not found", name))
+}
+
+func modified(name string) *pb.CommandResult {
+	return failure(http.StatusConflict, ReasonConflict, fmt.Sprintf(
+		"Operation cannot be fulfilled on pods %q: the object has been modified; please apply your changes to the latest version and try again", name))
+}
+
+func uidMismatch(name, want, have string) *pb.CommandResult {
+	return failure(http.StatusConflict, ReasonConflict, fmt.Sprintf(
+		"Operation cannot be fulfilled on pods %q: Precondition failed: UID in precondition: %s, UID in object meta: %s", name, want, have))
+}

@@ -1,0 +1,577 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+var fixedNow = time.Date(2025, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// harness is one nats-server with a running store replica.
+type harness struct {
+	t    *testing.T
+	conn *bus.Conn
+	pods jetstream.KeyValue
+	pub  *bus.Publisher
+}
+
+func start(t *testing.T) *harness {
+	t.Helper()
+	_, conn := bustest.Start(t)
+	svc, err := New(Config{ID: "s1"}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.now = func() time.Time { return fixedNow }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	b, err := bus.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, conn: conn, pods: b.Pods, pub: bus.NewPublisher(conn.JS, "admission/test")}
+}
+
+func pod(uid string, mods ...func(*pb.Pod)) *pb.Pod {
+	p := &pb.Pod{
+		Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web", Uid: uid, CreationTimestamp: timestamppb.New(fixedNow.Add(-time.Hour))},
+		Spec:     &pb.PodSpec{Containers: []*pb.Container{{Name: "c", Image: "nginx"}}},
+		Status:   &pb.PodStatus{Phase: "Pending"},
+		Internal: &pb.PodInternal{CorrelationId: "corr-" + uid},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func bound(node string) func(*pb.Pod) { return func(p *pb.Pod) { p.Spec.NodeName = node } }
+
+func graceSpec(s int64) func(*pb.Pod) {
+	return func(p *pb.Pod) { p.Spec.TerminationGracePeriodSeconds = proto.Int64(s) }
+}
+
+// put stores p directly, as if an earlier step had written it.
+func (h *harness) put(p *pb.Pod) uint64 {
+	h.t.Helper()
+	rev, err := bus.Create(context.Background(), h.pods, bus.PodKey("default", "web"), p)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rev
+}
+
+func (h *harness) get() (*pb.Pod, uint64, error) {
+	p := &pb.Pod{}
+	rev, err := bus.Get(context.Background(), h.pods, bus.PodKey("default", "web"), p)
+	return p, rev, err
+}
+
+var subjects = map[pb.PodCommand_Op]string{
+	pb.PodCommand_OP_CREATE: bus.SubjPodCreate,
+	pb.PodCommand_OP_UPDATE: bus.SubjPodUpdate,
+	pb.PodCommand_OP_DELETE: bus.SubjPodDelete,
+}
+
+// send publishes cmd like admission does and waits for the store's answer.
+func (h *harness) send(cmd *pb.PodCommand) *pb.CommandResult {
+	h.t.Helper()
+	reply := nats.NewInbox()
+	sub, err := h.conn.NC.SubscribeSync(reply)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	md := cmd.GetPod().GetMetadata()
+	meta := bus.Meta{Reply: reply, Key: md.GetNamespace() + "/" + md.GetName(), PodUID: md.GetUid(), Correlation: "corr-cmd"}
+	if err := h.pub.Publish(context.Background(), subjects[cmd.GetOp()], cmd, meta); err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := sub.NextMsg(15 * time.Second)
+	if err != nil {
+		h.t.Fatalf("no answer to %v: %v", cmd.GetOp(), err)
+	}
+	res := &pb.CommandResult{}
+	if err := proto.Unmarshal(m.Data, res); err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+// msgs returns every message stored on subject in the PODS stream, oldest first.
+func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
+	h.t.Helper()
+	ctx := context.Background()
+	st, err := h.conn.JS.Stream(ctx, stream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if m.Subject == subject {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {
+	t.Helper()
+	if err := proto.Unmarshal(m.Data, into); err != nil {
+		t.Fatal(err)
+	}
+	return into
+}
+
+func create(p *pb.Pod) *pb.PodCommand { return &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p} }
+
+func TestCreate(t *testing.T) {
+	tests := []struct {
+		name        string
+		existing    *pb.Pod
+		cmd         *pb.PodCommand
+		want        *pb.CommandResult // Pod and Revision are checked apart
+		wantPending int
+	}{
+		{
+			name:        "new pod is stored and queued",
+			cmd:         create(pod("u1")),
+			want:        &pb.CommandResult{Code: 201},
+			wantPending: 1,
+		},
+		{
+			name:     "same name with another uid",
+			existing: pod("u0"),
+			cmd:      create(pod("u1")),
+			want:     &pb.CommandResult{Code: 409, Reason: "AlreadyExists", Message: `pods "web" already exists`},
+		},
+		{
+			name:        "redelivery of a handled create",
+			existing:    pod("u1"),
+			cmd:         create(pod("u1")),
+			want:        &pb.CommandResult{Code: 201},
+			wantPending: 1,
+		},
+		{
+			name:        "pod created with a node is queued too",
+			cmd:         create(pod("u1", bound("n1"))),
+			want:        &pb.CommandResult{Code: 201},
+			wantPending: 1,
+		},
+		{
+			name:     "redelivery after the pod was bound does not requeue it",
+			existing: pod("u1", bound("n1")),
+			cmd:      create(pod("u1")),
+			want:     &pb.CommandResult{Code: 201},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t)
+			if tt.existing != nil {
+				h.put(tt.existing)
+			}
+			got := h.send(tt.cmd)
+			stored, rev, err := h.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform(), protocmp.IgnoreFields(&pb.CommandResult{}, "pod", "revision")); diff != "" {
+				t.Errorf("answer (-want +got):\n%s", diff)
+			}
+			if got.GetCode() == 201 {
+				if got.GetRevision() != rev || !proto.Equal(got.GetPod(), stored) {
+					t.Errorf("answer carries pod at %d, store has %d", got.GetRevision(), rev)
+				}
+			}
+			if tt.existing == nil && !proto.Equal(stored, tt.cmd.GetPod()) {
+				t.Errorf("stored pod differs from the command's")
+			}
+			pending := h.msgs(bus.StreamPods, bus.SubjPodPending)
+			if len(pending) != tt.wantPending {
+				t.Fatalf("pod.pending messages = %d, want %d", len(pending), tt.wantPending)
+			}
+			if tt.wantPending == 0 {
+				return
+			}
+			m := pending[0]
+			pp := decode(t, m, &pb.PendingPod{})
+			if pp.GetCause() != "created" || pp.GetRevision() != rev || pp.GetPod().GetMetadata().GetUid() != "u1" {
+				t.Errorf("pending = cause %q rev %d uid %q; want created %d u1", pp.GetCause(), pp.GetRevision(), pp.GetPod().GetMetadata().GetUid(), rev)
+			}
+			wantHdr := map[string]string{
+				bus.HdrMsgID:       fmt.Sprintf("pending-u1-%d", rev),
+				bus.HdrCorrelation: "corr-u1",
+				bus.HdrPodUID:      "u1",
+				bus.HdrKey:         "default/web",
+				bus.HdrActor:       "store/s1",
+			}
+			for k, v := range wantHdr {
+				if got := m.Header.Get(k); got != v {
+					t.Errorf("header %s = %q, want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+// A command handled twice (a redelivery after a lost ack) answers the same and queues the pod once.
+func TestCreateTwiceIsIdempotent(t *testing.T) {
+	h := start(t)
+	cmd := create(pod("u1"))
+	first := h.send(cmd)
+	second := h.send(cmd)
+	if first.GetCode() != 201 || second.GetCode() != 201 {
+		t.Fatalf("codes = %d, %d; want 201, 201", first.GetCode(), second.GetCode())
+	}
+	if first.GetRevision() != second.GetRevision() {
+		t.Errorf("revisions = %d, %d; want equal", first.GetRevision(), second.GetRevision())
+	}
+	if n := len(h.msgs(bus.StreamPods, bus.SubjPodPending)); n != 1 {
+		t.Errorf("pod.pending messages = %d, want 1", n)
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	conflict := `Operation cannot be fulfilled on pods "web": the object has been modified; please apply your changes to the latest version and try again`
+	running := func(p *pb.Pod) {
+		p.Status.Phase = "Running"
+		p.Internal.ReportSeq = 7
+	}
+	labeled := func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"app": "web"} }
+	tests := []struct {
+		name     string
+		existing *pb.Pod
+		touch    bool // write the pod once more after reading its revision, making that revision stale
+		cmd      func(rev uint64) *pb.PodCommand
+		want     *pb.CommandResult
+		wantPod  *pb.Pod // stored afterwards (nil: unchanged)
+	}{
+		{
+			name:     "keeps current status, internal and nodeName",
+			existing: pod("u1", running, bound("n1")),
+			cmd: func(uint64) *pb.PodCommand {
+				return &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: pod("u1", labeled)}
+			},
+			want:    &pb.CommandResult{Code: 200},
+			wantPod: pod("u1", running, bound("n1"), labeled),
+		},
+		{
+			name:     "pinned to the current revision",
+			existing: pod("u1"),
+			cmd: func(rev uint64) *pb.PodCommand {
+				return &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: pod("u1", labeled), ExpectedRevision: rev}
+			},
+			want:    &pb.CommandResult{Code: 200},
+			wantPod: pod("u1", labeled),
+		},
+		{
+			name:     "pinned to a stale revision",
+			existing: pod("u1"),
+			touch:    true,
+			cmd: func(rev uint64) *pb.PodCommand {
+				return &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: pod("u1", labeled), ExpectedRevision: rev}
+			},
+			want: &pb.CommandResult{Code: 409, Reason: "Conflict", Message: conflict},
+		},
+		{
+			name: "not found",
+			cmd: func(uint64) *pb.PodCommand {
+				return &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: pod("u1", labeled)}
+			},
+			want: &pb.CommandResult{Code: 404, Reason: "NotFound", Message: `pods "web" not found`},
+		},
+		{
+			name:     "other uid",
+			existing: pod("u0"),
+			cmd: func(uint64) *pb.PodCommand {
+				return &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: pod("u1", labeled)}
+			},
+			want: &pb.CommandResult{Code: 409, Reason: "Conflict",
+				Message: `Operation cannot be fulfilled on pods "web": Precondition failed: UID in precondition: u1, UID in object meta: u0`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t)
+			var rev uint64
+			if tt.existing != nil {
+				rev = h.put(tt.existing)
+				if tt.touch {
+					if _, err := bus.Update(context.Background(), h.pods, bus.PodKey("default", "web"), tt.existing, rev); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got := h.send(tt.cmd(rev))
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform(), protocmp.IgnoreFields(&pb.CommandResult{}, "pod", "revision")); diff != "" {
+				t.Errorf("answer (-want +got):\n%s", diff)
+			}
+			if tt.wantPod == nil {
+				return
+			}
+			stored, storedRev, err := h.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.wantPod, stored, protocmp.Transform()); diff != "" {
+				t.Errorf("stored pod (-want +got):\n%s", diff)
+			}
+			if got.GetRevision() != storedRev || !proto.Equal(got.GetPod(), stored) {
+				t.Errorf("answer does not carry the stored pod")
+			}
+		})
+	}
+}
+
+func TestDelete(t *testing.T) {
+	del := func(mods ...func(*pb.PodCommand)) *pb.PodCommand {
+		c := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}}}
+		for _, m := range mods {
+			m(c)
+		}
+		return c
+	}
+	withGrace := func(s int64) func(*pb.PodCommand) {
+		return func(c *pb.PodCommand) { c.GracePeriodSeconds = proto.Int64(s) }
+	}
+	terminating := func(p *pb.Pod) {
+		p.Metadata.DeletionTimestamp = timestamppb.New(fixedNow.Add(-time.Minute))
+		p.Metadata.DeletionGracePeriodSeconds = proto.Int64(20)
+	}
+	tests := []struct {
+		name      string
+		existing  *pb.Pod
+		cmd       *pb.PodCommand
+		want      *pb.CommandResult // Pod and Revision are checked apart
+		wantGone  bool
+		wantGrace int64 // of the termination, and of a pod left in the store; -1: no termination
+		wantAt    time.Time
+		deleted   *pb.PodDeleted
+	}{
+		{
+			name:      "unbound pod goes at once",
+			existing:  pod("u1"),
+			cmd:       del(),
+			want:      &pb.CommandResult{Code: 200},
+			wantGone:  true,
+			wantGrace: -1,
+			deleted:   &pb.PodDeleted{Uid: "u1", Namespace: "default", Name: "web"},
+		},
+		{
+			name:      "bound pod: the pod's grace period",
+			existing:  pod("u1", bound("n1"), graceSpec(10)),
+			cmd:       del(),
+			want:      &pb.CommandResult{Code: 200},
+			wantGrace: 10,
+			wantAt:    fixedNow.Add(10 * time.Second),
+		},
+		{
+			name:      "bound pod: default grace period",
+			existing:  pod("u1", bound("n1")),
+			cmd:       del(),
+			want:      &pb.CommandResult{Code: 200},
+			wantGrace: 30,
+			wantAt:    fixedNow.Add(30 * time.Second),
+		},
+		{
+			name:      "bound pod: the client's grace period wins",
+			existing:  pod("u1", bound("n1"), graceSpec(10)),
+			cmd:       del(withGrace(3)),
+			want:      &pb.CommandResult{Code: 200},
+			wantGrace: 3,
+			wantAt:    fixedNow.Add(3 * time.Second),
+		},
+		{
+			name:      "bound pod with grace 0 goes at once and the agent is told",
+			existing:  pod("u1", bound("n1")),
+			cmd:       del(withGrace(0)),
+			want:      &pb.CommandResult{Code: 200},
+			wantGone:  true,
+			wantGrace: 0,
+			wantAt:    fixedNow,
+			deleted:   &pb.PodDeleted{Uid: "u1", Namespace: "default", Name: "web", Node: "n1"},
+		},
+		{
+			name:      "already terminating: same answer, termination repeated",
+			existing:  pod("u1", bound("n1"), terminating),
+			cmd:       del(),
+			want:      &pb.CommandResult{Code: 200},
+			wantGrace: 20,
+			wantAt:    fixedNow.Add(-time.Minute),
+		},
+		{
+			name:      "terminating pod forced with grace 0",
+			existing:  pod("u1", bound("n1"), terminating),
+			cmd:       del(withGrace(0)),
+			want:      &pb.CommandResult{Code: 200},
+			wantGone:  true,
+			wantGrace: 0,
+			wantAt:    fixedNow,
+			deleted:   &pb.PodDeleted{Uid: "u1", Namespace: "default", Name: "web", Node: "n1"},
+		},
+		{
+			name:      "uid precondition fails",
+			existing:  pod("u1"),
+			cmd:       del(func(c *pb.PodCommand) { c.PreconditionUid = "u0" }),
+			want:      &pb.CommandResult{Code: 409, Reason: "Conflict", Message: `Operation cannot be fulfilled on pods "web": Precondition failed: UID in precondition: u0, UID in object meta: u1`},
+			wantGrace: -1,
+		},
+		{
+			name:      "not found",
+			cmd:       del(),
+			want:      &pb.CommandResult{Code: 404, Reason: "NotFound", Message: `pods "web" not found`},
+			wantGone:  true,
+			wantGrace: -1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t)
+			if tt.existing != nil {
+				h.put(tt.existing)
+			}
+			got := h.send(tt.cmd)
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform(), protocmp.IgnoreFields(&pb.CommandResult{}, "pod", "revision")); diff != "" {
+				t.Errorf("answer (-want +got):\n%s", diff)
+			}
+			stored, _, err := h.get()
+			switch {
+			case tt.wantGone && !errors.Is(err, bus.ErrNotFound):
+				t.Errorf("pod still stored (err %v)", err)
+			case !tt.wantGone && err != nil:
+				t.Fatalf("pod gone: %v", err)
+			case !tt.wantGone && tt.wantGrace >= 0:
+				md := stored.GetMetadata()
+				if !md.GetDeletionTimestamp().AsTime().Equal(tt.wantAt) || md.GetDeletionGracePeriodSeconds() != tt.wantGrace {
+					t.Errorf("stored deletion = %v/%d, want %v/%d", md.GetDeletionTimestamp().AsTime(), md.GetDeletionGracePeriodSeconds(), tt.wantAt, tt.wantGrace)
+				}
+				if !proto.Equal(got.GetPod(), stored) {
+					t.Errorf("answer does not carry the stored pod")
+				}
+			}
+
+			terms := h.msgs(bus.StreamPods, bus.SubjPodTerminate("n1"))
+			switch {
+			case tt.wantGrace < 0 && len(terms) != 0:
+				t.Errorf("unexpected termination message")
+			case tt.wantGrace >= 0 && len(terms) != 1:
+				t.Errorf("termination messages = %d, want 1", len(terms))
+			case tt.wantGrace >= 0:
+				term := decode(t, terms[0], &pb.PodTermination{})
+				want := &pb.PodTermination{Uid: "u1", Namespace: "default", Name: "web", Node: "n1", GracePeriodSeconds: tt.wantGrace,
+					DeletionTimestamp: timestamppb.New(tt.wantAt), Reason: "Deleted"}
+				if diff := cmp.Diff(want, term, protocmp.Transform()); diff != "" {
+					t.Errorf("termination (-want +got):\n%s", diff)
+				}
+				if id := terms[0].Header.Get(bus.HdrMsgID); id != "term-u1" {
+					t.Errorf("termination msg id = %q", id)
+				}
+			}
+
+			deleted := h.msgs(bus.StreamPods, bus.SubjPodDeleted)
+			if tt.deleted == nil {
+				if len(deleted) != 0 {
+					t.Errorf("unexpected pod.deleted")
+				}
+				return
+			}
+			if len(deleted) != 1 {
+				t.Fatalf("pod.deleted messages = %d, want 1", len(deleted))
+			}
+			if diff := cmp.Diff(tt.deleted, decode(t, deleted[0], &pb.PodDeleted{}), protocmp.Transform()); diff != "" {
+				t.Errorf("pod.deleted (-want +got):\n%s", diff)
+			}
+			if id := deleted[0].Header.Get(bus.HdrMsgID); id != "deleted-u1" {
+				t.Errorf("pod.deleted msg id = %q", id)
+			}
+		})
+	}
+}
+
+// A deletion interrupted after marking the pod (crash before the KV delete) is finished by the redelivery.
+func TestDeleteResumesAfterMark(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", func(p *pb.Pod) {
+		p.Metadata.DeletionTimestamp = timestamppb.New(fixedNow)
+		p.Metadata.DeletionGracePeriodSeconds = proto.Int64(0)
+	}))
+	got := h.send(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}}})
+	if got.GetCode() != 200 {
+		t.Fatalf("code = %d", got.GetCode())
+	}
+	if _, _, err := h.get(); !errors.Is(err, bus.ErrNotFound) {
+		t.Errorf("pod still stored: %v", err)
+	}
+	if n := len(h.msgs(bus.StreamPods, bus.SubjPodDeleted)); n != 1 {
+		t.Errorf("pod.deleted messages = %d, want 1", n)
+	}
+}
+
+func TestMalformedCommandIsParked(t *testing.T) {
+	noUID, _ := proto.Marshal(create(pod("")))
+	wrongOp, _ := proto.Marshal(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: pod("u1")})
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"not protobuf", []byte("\xff\xff\xff not a command")},
+		{"create without uid", noUID},
+		{"op does not match the subject", wrongOp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := start(t)
+			before := bus.Counter("malformed.store")
+			msg := &nats.Msg{Subject: bus.SubjPodCreate, Data: tt.data, Header: nats.Header{bus.HdrKey: []string{"default/web"}}}
+			if _, err := h.conn.JS.PublishMsg(context.Background(), msg); err != nil {
+				t.Fatal(err)
+			}
+			bustest.Eventually(t, 10*time.Second, func() bool {
+				return len(h.msgs(bus.StreamDead, bus.SubjDeadPrefix+bus.SubjPodCreate)) == 1
+			}, "command never parked on dead.pod.cmd.create")
+			if got := bus.Counter("malformed.store") - before; got != 1 {
+				t.Errorf("malformed.store grew by %d, want 1", got)
+			}
+			if _, _, err := h.get(); !errors.Is(err, bus.ErrNotFound) {
+				t.Errorf("a malformed command stored a pod: %v", err)
+			}
+			// The store keeps working after parking.
+			if res := h.send(create(pod("u1"))); res.GetCode() != 201 {
+				t.Errorf("create after a parked command: %d", res.GetCode())
+			}
+		})
+	}
+}
