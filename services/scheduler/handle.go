@@ -59,9 +59,15 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	s.cache.Forget(uid)
 	s.parks.Remove(uid)
 
+	s.cycle.Lock()
 	snap, seen := s.cache.Snapshot()
 	pi := framework.NewPodInfo(pod)
 	res, err := s.algo.schedule(snap, pi)
+	var assumeErr error
+	if err == nil {
+		assumeErr = s.cache.Assume(pi, res.node, m.StreamSeq)
+	}
+	s.cycle.Unlock()
 	d := s.decision(pp, m.StreamSeq)
 	d.Requests = pi.Requests
 	d.NodesEvaluated = int32(res.evaluated)
@@ -70,8 +76,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	switch {
 	case err == nil:
 		d.Node, d.Score = res.node, res.score
-		if err := s.cache.Assume(pi, res.node, m.StreamSeq); err != nil {
-			return fmt.Errorf("schedule %s: %w", d.GetName(), err)
+		if assumeErr != nil {
+			return fmt.Errorf("schedule %s: %w", d.GetName(), assumeErr)
 		}
 		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
 			s.cache.Forget(uid) // undo: nobody will commit this assumption

@@ -40,7 +40,8 @@ import (
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
-	// Workers schedule pods concurrently in this replica (default 1). Messages of one pod go to one worker.
+	// Workers handle pending pods concurrently in this replica (default 4): the scheduling cycle itself is
+	// serialized, the publishing of decisions overlaps. Messages of one pod go to one worker.
 	Workers int
 	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
 	RequeueBackoff time.Duration
@@ -67,6 +68,9 @@ type Service struct {
 	cache *cache.Cache
 	algo  *algorithm
 	parks *requeuer
+	// cycle makes snapshot → schedule → assume one atomic step, so concurrent workers never place two pods
+	// in the same room; the publish that follows runs outside it, in parallel.
+	cycle sync.Mutex
 
 	ready chan struct{} // closed once the cache holds the initial nodes and alloc records
 }
@@ -94,7 +98,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 1
+		cfg.Workers = 4
 	}
 	if cfg.RequeueBackoff <= 0 {
 		cfg.RequeueBackoff = time.Second
