@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := .bin
 PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: run test lint vet fmt-check staticcheck proto proto-check build bench loadtest clean
 

@@ -176,7 +176,7 @@ func TestKubectlEndToEnd(t *testing.T) {
 	}
 	// Server-side field validation: kubectl sends fieldValidation=Strict and gets a 400.
 	bad := writeFile(t, "bad.yaml", strings.Replace(webPod, "  containers:", "  bogusField: 1\n  containers:", 1))
-	if out, err := k.run("apply", "-f", strings.Replace(bad, "web", "bad", 0)); err == nil || !strings.Contains(out, "unknown field") {
+	if out, err := k.run("apply", "-f", bad); err == nil || !strings.Contains(out, "unknown field") {
 		t.Errorf("unknown field accepted: %v %s", err, out)
 	}
 

@@ -48,6 +48,7 @@ type Config struct {
 	JSON        bool
 	Memory      bool // embedded cluster keeps streams in memory
 	Quiet       bool
+	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -72,6 +73,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.JSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.Memory, "memory-streams", false, "embedded cluster: keep streams in memory")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
+	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -147,7 +149,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if cfg.API == "" {
-		dir, err := os.MkdirTemp("", "podbus-loadtest-")
+		parent := cfg.DataDir
+		if parent == "" {
+			// The file store writes consumer state files ~10 times a second per consumer; on tmpfs that
+			// measures podbus rather than the disk. --data-dir puts it on a real disk.
+			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+				parent = "/dev/shm"
+			}
+		}
+		dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/fake"
@@ -95,6 +96,8 @@ type Cluster struct {
 	mu   sync.Mutex
 	errs []error
 	conn []*bus.Conn
+	// stopped is closed once the services and the embedded server are all down.
+	stopped chan struct{}
 }
 
 // runner is what every service is.
@@ -129,7 +132,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	dial := func(name string) (*bus.Conn, error) {
-		cn, err := bus.Connect(ctx, url, name)
+		var opts []nats.Option
+		if c.srv != nil {
+			opts = append(opts, bus.InProcess(c.srv))
+		}
+		cn, err := bus.Connect(ctx, url, name, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +239,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return fail(err)
 	}
 	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", cfg.Nodes, "kubeconfig", c.Kubeconfig)
+	c.stopped = make(chan struct{})
 	go func() {
+		defer close(c.stopped)
 		<-ctx.Done()
 		c.wg.Wait()
 		c.closeConns()
@@ -263,9 +272,10 @@ func (c *Cluster) closeConns() {
 	}
 }
 
-// Wait blocks until every service has stopped and returns their errors.
+// Wait blocks until every service and the embedded server have stopped (after ctx is cancelled) and
+// returns the services' errors.
 func (c *Cluster) Wait() error {
-	c.wg.Wait()
+	<-c.stopped
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return errors.Join(c.errs...)

@@ -350,6 +350,7 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 	case pod.ResourceVersion != "" && pod.ResourceVersion != old.ResourceVersion:
 		return updateResult{code: http.StatusConflict, err: conflict(req.name)}, nil, nil
 	case pod.UID != "" && pod.UID != old.UID:
+		//lint:ignore ST1005 Kubernetes' exact message
 		return updateResult{}, nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", pod.UID, old.UID))
 	}
 	// Fields the API owns, as the pod strategy's PrepareForUpdate resets them; status has its own
@@ -466,9 +467,7 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 		writeStatus(w, apierrors.NewInvalid(gkPod, req.name, nil))
 		return
 	}
-	for _, v := range req.q["dryRun"] {
-		opts.DryRun = append(opts.DryRun, v)
-	}
+	opts.DryRun = append(opts.DryRun, req.q["dryRun"]...)
 	stored := &pb.Pod{}
 	rev, err := bus.Get(r.Context(), s.pods, bus.PodKey(req.ns, req.name), stored)
 	if errors.Is(err, bus.ErrNotFound) {
@@ -488,6 +487,7 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 	if pre := opts.Preconditions; pre != nil {
 		if pre.UID != nil {
 			if string(*pre.UID) != stored.GetMetadata().GetUid() {
+				//lint:ignore ST1005 Kubernetes' exact message
 				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, stored.GetMetadata().GetUid())))
 				return
 			}
@@ -496,6 +496,7 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 		if pre.ResourceVersion != nil {
 			want, err := parseRV(*pre.ResourceVersion)
 			if err != nil || want != rev {
+				//lint:ignore ST1005 Kubernetes' exact message
 				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev)))
 				return
 			}

@@ -38,7 +38,7 @@ import (
 type Config struct {
 	ID string // replica identity, stamped on messages as "binder/<ID>"
 	// Workers handle decisions concurrently; decisions for the same node go to the same worker.
-	Workers int // default 4
+	Workers int // default 32
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -68,7 +68,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+		cfg.Workers = 32
 	}
 	actor := "binder/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)

@@ -25,7 +25,7 @@ import (
 // Config configures one status replica.
 type Config struct {
 	ID      string // replica identity
-	Workers int    // concurrent handlers per consumer, default 8
+	Workers int    // concurrent handlers per consumer, default 32
 	// NodeMonitorGracePeriod without heartbeat before a Ready node becomes Unknown (default 40s).
 	NodeMonitorGracePeriod time.Duration
 	// MonitorInterval between node monitor passes (default 5s).
@@ -58,7 +58,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = 32
 	}
 	if cfg.NodeMonitorGracePeriod <= 0 {
 		cfg.NodeMonitorGracePeriod = 40 * time.Second

@@ -28,7 +28,7 @@ import (
 type Config struct {
 	ID string // replica identity, stamped on messages as "store/<ID>"
 	// Workers handle commands concurrently; commands for the same pod always go to the same worker, in order.
-	Workers int // default 8
+	Workers int // default 32
 }
 
 // Service consumes pod commands and applies them to the pods bucket.
@@ -53,7 +53,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = 32
 	}
 	actor := "store/" + cfg.ID
 	return &Service{

@@ -40,13 +40,6 @@ func fromTSPtr(ts *timestamppb.Timestamp) *metav1.Time {
 	return &t
 }
 
-func toMicroTS(t metav1.MicroTime) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t.Time)
-}
-
 func fromMicroTS(ts *timestamppb.Timestamp) metav1.MicroTime {
 	if ts == nil {
 		return metav1.MicroTime{}

@@ -40,6 +40,7 @@ func NodeToPB(n *corev1.Node) *pb.Node {
 		status.NodeInfo = &pb.NodeSystemInfo{
 			MachineId: i.MachineID, SystemUuid: i.SystemUUID, BootId: i.BootID, KernelVersion: i.KernelVersion,
 			OsImage: i.OSImage, ContainerRuntimeVersion: i.ContainerRuntimeVersion, KubeletVersion: i.KubeletVersion,
+			//lint:ignore SA1019 deprecated, but still part of the v1 API
 			KubeProxyVersion: i.KubeProxyVersion, OperatingSystem: i.OperatingSystem, Architecture: i.Architecture,
 		}
 	}
@@ -87,6 +88,7 @@ func NodeFromPB(n *pb.Node, revision uint64) *corev1.Node {
 		out.Status.NodeInfo = corev1.NodeSystemInfo{
 			MachineID: i.GetMachineId(), SystemUUID: i.GetSystemUuid(), BootID: i.GetBootId(), KernelVersion: i.GetKernelVersion(),
 			OSImage: i.GetOsImage(), ContainerRuntimeVersion: i.GetContainerRuntimeVersion(), KubeletVersion: i.GetKubeletVersion(),
+			//lint:ignore SA1019 deprecated, but still part of the v1 API
 			KubeProxyVersion: i.GetKubeProxyVersion(), OperatingSystem: i.GetOperatingSystem(), Architecture: i.GetArchitecture(),
 		}
 	}

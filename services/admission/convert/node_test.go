@@ -31,6 +31,7 @@ func richNode() *corev1.Node {
 				LastTransitionTime: ts(3), Reason: "KubeletReady", Message: "ready"}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-1"}},
 			NodeInfo: corev1.NodeSystemInfo{MachineID: "m", SystemUUID: "s", BootID: "b", KernelVersion: "6.1", OSImage: "Debian",
+				//lint:ignore SA1019 deprecated, but still part of the v1 API
 				ContainerRuntimeVersion: "containerd://2.0", KubeletVersion: "podbus-agent/v0.1", KubeProxyVersion: "v0",
 				OperatingSystem: "linux", Architecture: "amd64"},
 			Images: []corev1.ContainerImage{{Names: []string{"nginx:1.27"}, SizeBytes: 1 << 20}},

@@ -174,7 +174,8 @@ func TestPodToPBWarnings(t *testing.T) {
 		}},
 		{"server bookkeeping is silent", func(p *corev1.Pod) {
 			p.ResourceVersion = "9"
-			p.SelfLink = "/api/v1/x" //nolint:staticcheck
+			//lint:ignore SA1019 clients may still send it
+			p.SelfLink = "/api/v1/x"
 			p.Spec.DeprecatedServiceAccount = "sa"
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}}
 			p.Status.HostIPs = []corev1.HostIP{{IP: "1.2.3.4"}}

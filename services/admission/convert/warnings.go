@@ -20,7 +20,8 @@ const unsupported = "not supported by podbus, ignored"
 func lostFields(orig, rt *corev1.Pod) []string {
 	w := &lossWalker{}
 	om, rm := orig.ObjectMeta, rt.ObjectMeta
-	om.ResourceVersion, om.ManagedFields, om.SelfLink = "", nil, "" //nolint:staticcheck // SelfLink is deprecated but still decoded
+	//lint:ignore SA1019 SelfLink is deprecated but still decoded from clients
+	om.ResourceVersion, om.ManagedFields, om.SelfLink = "", nil, ""
 	w.walk("metadata", reflect.ValueOf(om), reflect.ValueOf(rm))
 	oSpec, rSpec := orig.Spec, rt.Spec
 	// serviceAccount is an alias of serviceAccountName and is converted into it.
