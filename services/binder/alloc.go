@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
@@ -35,12 +38,21 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 	key := bus.NodeKey(node)
 	req := podutil.PodRequests(pod)
 	for range maxAttempts {
-		a, rev, err := s.allocation(ctx, node)
+		a, rev, err := s.allocation(ctx, node, false)
 		if err != nil {
 			return 0, err
 		}
 		if _, ok := a.Pods[uid]; ok {
-			return reservationHeld, nil
+			// Only the record itself may say so, never the cache: another replica may have released it.
+			fa, frev, err := s.allocation(ctx, node, true)
+			if err != nil {
+				return 0, err
+			}
+			if _, ok := fa.Pods[uid]; ok {
+				return reservationHeld, nil
+			}
+			s.alloc.put(node, fa, frev)
+			continue
 		}
 		// Looked up on every attempt: a node can go NotReady while we lose compare-and-sets.
 		n, err := s.node(ctx, node)
@@ -63,13 +75,16 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			Requests:  req,
 		}
 		a.Total = total(a)
-		_, err = bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
+		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
+			s.alloc.forget(node)
 			continue
 		}
 		if err != nil {
+			s.alloc.forget(node)
 			return 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, err)
 		}
+		s.alloc.put(node, a, newRev)
 		return reservationAdded, nil
 	}
 	return 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, errRetry)
@@ -82,7 +97,8 @@ func (s *Service) release(ctx context.Context, node, uid string) error {
 	}
 	key := bus.NodeKey(node)
 	for range maxAttempts {
-		a, rev, err := s.allocation(ctx, node)
+		// Always the record, not the cache: a stale "not there" would leak the reservation.
+		a, rev, err := s.allocation(ctx, node, true)
 		if err != nil {
 			return err
 		}
@@ -91,20 +107,27 @@ func (s *Service) release(ctx context.Context, node, uid string) error {
 		}
 		delete(a.Pods, uid)
 		a.Total = total(a)
-		_, err = bus.Update(ctx, s.b.Alloc, key, a, rev)
+		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev)
 		if errors.Is(err, bus.ErrConflict) {
+			s.alloc.forget(node)
 			continue
 		}
 		if err != nil {
+			s.alloc.forget(node)
 			return fmt.Errorf("release pod %s on %s: %w", uid, node, err)
 		}
+		s.alloc.put(node, a, newRev)
 		return nil
 	}
 	return fmt.Errorf("release pod %s on %s: %w", uid, node, errRetry)
 }
 
 // allocation reads a node's record and its revision; an empty record at revision 0 when there is none.
-func (s *Service) allocation(ctx context.Context, node string) (*pb.NodeAllocation, uint64, error) {
+// Unless fresh, the copy this replica wrote last may stand in for the record.
+func (s *Service) allocation(ctx context.Context, node string, fresh bool) (*pb.NodeAllocation, uint64, error) {
+	if a, rev, ok := s.alloc.get(node); ok && !fresh {
+		return a, rev, nil
+	}
 	a := &pb.NodeAllocation{}
 	rev, err := bus.Get(ctx, s.b.Alloc, bus.NodeKey(node), a)
 	if errors.Is(err, bus.ErrNotFound) {
@@ -126,4 +149,44 @@ func total(a *pb.NodeAllocation) *pb.Resources {
 		podutil.Add(t, p.GetRequests())
 	}
 	return t
+}
+
+// allocCache remembers the alloc records this replica wrote last, with their revisions, so a decision
+// costs no read. It is only a hint: every write is still a compare-and-set, and a conflict (another
+// replica wrote) drops the entry so the next attempt reads the record afresh.
+type allocCache struct {
+	mu sync.Mutex
+	m  map[string]cachedAlloc
+}
+
+type cachedAlloc struct {
+	a   *pb.NodeAllocation
+	rev uint64
+}
+
+// get returns a private copy of the node's record.
+func (c *allocCache) get(node string) (*pb.NodeAllocation, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[node]
+	if !ok {
+		return nil, 0, false
+	}
+	return proto.Clone(e.a).(*pb.NodeAllocation), e.rev, true
+}
+
+// put stores a record the caller no longer changes.
+func (c *allocCache) put(node string, a *pb.NodeAllocation, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cachedAlloc{}
+	}
+	c.m[node] = cachedAlloc{a: a, rev: rev}
+}
+
+func (c *allocCache) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, node)
 }

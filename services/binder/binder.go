@@ -53,6 +53,7 @@ type Service struct {
 	log   *slog.Logger
 	b     bus.Buckets // opened by Run (or open)
 	nodes nodeCache
+	alloc allocCache
 	now   func() time.Time
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
 	// decision there, as a crash would.

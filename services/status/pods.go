@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,10 +93,28 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 // correlation id when it was found.
 func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (outcome, string, error) {
 	key := bus.PodKey(rep.GetNamespace(), rep.GetName())
-	for range casAttempts {
-		var pod pb.Pod
-		rev, err := bus.Get(ctx, s.pods, key, &pod)
+	for attempt := range casAttempts {
+		// The pod as this replica last wrote it saves a read when it is still current (the usual case:
+		// one pod's reports go to one worker); anything but a plain apply is decided on a fresh read.
+		pod, rev, cached := s.last.get(key, rep.GetUid())
+		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > pod.GetInternal().GetReportSeq() &&
+			pod.GetSpec().GetNodeName() == rep.GetNode() {
+			mergeStatus(pod, rep)
+			newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
+			if err == nil {
+				s.last.put(key, pod, newRev)
+				return applied, pod.GetInternal().GetCorrelationId(), nil
+			}
+			s.last.forget(key)
+			if !errors.Is(err, bus.ErrConflict) {
+				return ignored, "", err
+			}
+			continue
+		}
+		pod = &pb.Pod{}
+		rev, err := bus.Get(ctx, s.pods, key, pod)
 		if errors.Is(err, bus.ErrNotFound) {
+			s.last.forget(key)
 			return goneOrIgnored(rep), "", nil
 		}
 		if err != nil {
@@ -113,6 +132,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			return ignored, corr, nil
 		}
 		if rep.GetGone() {
+			s.last.forget(key)
 			err := bus.Delete(ctx, s.pods, key, rev)
 			if errors.Is(err, bus.ErrConflict) {
 				continue
@@ -122,8 +142,8 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			}
 			return removed, corr, nil
 		}
-		mergeStatus(&pod, rep)
-		_, err = bus.Update(ctx, s.pods, key, &pod, rev)
+		mergeStatus(pod, rep)
+		newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
 		if errors.Is(err, bus.ErrConflict) {
 			bus.Count("kv.conflicts.status", 1)
 			continue
@@ -131,6 +151,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		if err != nil {
 			return ignored, corr, err
 		}
+		s.last.put(key, pod, newRev)
 		return applied, corr, nil
 	}
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
@@ -169,4 +190,45 @@ func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
 		pod.Internal = &pb.PodInternal{}
 	}
 	pod.Internal.ReportSeq = rep.GetSeq()
+}
+
+// podCache holds the pods this replica wrote last, with their revisions. It is a hint: writes are
+// still compare-and-set, and a conflict drops the entry.
+type podCache struct {
+	mu sync.Mutex
+	m  map[string]cachedPod
+}
+
+type cachedPod struct {
+	pod *pb.Pod
+	rev uint64
+}
+
+// maxCachedPods bounds the cache; past it the cache starts over (it only saves reads).
+const maxCachedPods = 100_000
+
+// get returns a private copy of the cached pod if it is the incarnation uid.
+func (c *podCache) get(key, uid string) (*pb.Pod, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || e.pod.GetMetadata().GetUid() != uid {
+		return nil, 0, false
+	}
+	return proto.Clone(e.pod).(*pb.Pod), e.rev, true
+}
+
+func (c *podCache) put(key string, pod *pb.Pod, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedPods {
+		c.m = map[string]cachedPod{}
+	}
+	c.m[key] = cachedPod{pod: pod, rev: rev}
+}
+
+func (c *podCache) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
 }

@@ -47,6 +47,7 @@ type Service struct {
 	log  *slog.Logger
 
 	pods, nodes jetstream.KeyValue
+	last        podCache
 }
 
 // New returns a status replica.
