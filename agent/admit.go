@@ -38,7 +38,10 @@ func (a *Agent) admitLocked(pod *pb.Pod) (reason, message string) {
 	used := &pb.Resources{}
 	for _, w := range a.pods {
 		if w.active() {
-			podutil.Add(used, podutil.PodRequests(w.pod))
+			if w.requests == nil {
+				w.requests = podutil.PodRequests(w.pod)
+			}
+			podutil.Add(used, w.requests)
 		}
 	}
 	req := podutil.PodRequests(pod)

@@ -51,6 +51,9 @@ type Config struct {
 	Prober  Prober // nil: the runtime's if it implements Prober, else the network prober
 
 	HeartbeatInterval time.Duration // default 10s
+	// StatusCoalesce is how long a starting pod may take before ContainerCreating is reported on its own
+	// (default 25ms; a pod that is up sooner is reported Running at once).
+	StatusCoalesce time.Duration
 	// BackoffBase and BackoffMax shape the restart back-off of crashing containers (kubelet: 10s, 5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
@@ -108,6 +111,9 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
+	}
+	if cfg.StatusCoalesce <= 0 {
+		cfg.StatusCoalesce = 25 * time.Millisecond
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 10 * time.Second
@@ -265,15 +271,23 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 	runCtx := a.runCtx
 	a.mu.Unlock()
 
-	if err := w.report(ctx, false); err != nil { // ContainerCreating
-		a.forget(w)
-		return err
-	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		w.run(runCtx, nil)
 	}()
+	// Like the kubelet's status manager, only the latest status is worth sending: a pod that settles
+	// within the coalescing window goes straight to its Running report, one write instead of two.
+	// A slower start reports ContainerCreating first.
+	select {
+	case <-w.started:
+	case <-time.After(a.cfg.StatusCoalesce):
+		if err := w.report(ctx, false); err != nil { // ContainerCreating
+			return err // the binding is redelivered; the pod, already ours, is reported again then
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	select {
 	case <-w.started:
 		if err := runCtx.Err(); err != nil {

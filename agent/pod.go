@@ -16,9 +16,11 @@ import (
 // podWorker owns one pod on the node: its sandbox, its containers, their restarts and probes, and
 // its status reports. Its state is guarded by mu; runtime calls and publishes happen without it.
 type podWorker struct {
-	a   *Agent
-	uid string
-	pod *pb.Pod // as bound; never modified
+	// requests caches podutil.PodRequests(pod) for admission; written and read with a.mu held.
+	requests *pb.Resources
+	a        *Agent
+	uid      string
+	pod      *pb.Pod // as bound; never modified
 
 	started   chan struct{} // closed once the pod's start has settled (see markStarted)
 	startOnce sync.Once

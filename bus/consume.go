@@ -220,8 +220,10 @@ func toMsg(raw jetstream.Msg) *Msg {
 
 func (w *worker) handle(ctx context.Context, raw jetstream.Msg) {
 	m := toMsg(raw)
+	start := time.Now()
 	err := w.safeHandle(ctx, m)
 	name := w.spec.Durable
+	Count("handle_us."+name, time.Since(start).Microseconds())
 	var re *RetryError
 	switch {
 	case err == nil:

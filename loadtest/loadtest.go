@@ -8,12 +8,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"expvar"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +50,7 @@ type Config struct {
 	JSON        bool
 	Memory      bool // embedded cluster keeps streams in memory
 	Quiet       bool
+	Verbose     bool
 	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
 }
 
@@ -73,6 +76,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.JSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.Memory, "memory-streams", false, "embedded cluster: keep streams in memory")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
+	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -191,6 +195,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	for _, s := range stages {
 		p := res.Stages[s]
 		fmt.Fprintf(w, "%-10s %7d %9.1f %9.1f %9.1f %9.1f\n", s, p.Count, p.P50, p.P90, p.P99, p.Max)
+	}
+	if cfg.Verbose {
+		printHandlerTimes(w)
 	}
 	return nil
 }
@@ -380,4 +387,24 @@ func podJSON(name string, cfg Config) []byte {
 	return fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q,"labels":{"app":"loadtest"}},`+
 		`"spec":{"containers":[{"name":"app","image":"registry.local/pause:3.10","resources":{"requests":{"cpu":%q,"memory":%q}}}]}}`,
 		name, cfg.Namespace, cfg.CPURequest, cfg.MemRequest)
+}
+
+// printHandlerTimes prints, per durable consumer of this process, messages handled and the mean time a
+// handler took (the bus counters handled.<durable> and handle_us.<durable>).
+func printHandlerTimes(w io.Writer) {
+	var names []string
+	expvar.Get("podbus").(*expvar.Map).Do(func(kv expvar.KeyValue) {
+		if n, ok := strings.CutPrefix(kv.Key, "handle_us."); ok {
+			names = append(names, n)
+		}
+	})
+	slices.Sort(names)
+	fmt.Fprintf(w, "%-24s %9s %12s\n", "consumer", "handled", "mean µs")
+	for _, n := range names {
+		h := bus.Counter("handled." + n)
+		if h == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%-24s %9d %12.0f\n", n, h, float64(bus.Counter("handle_us."+n))/float64(h))
+	}
 }
