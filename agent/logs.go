@@ -13,30 +13,15 @@ import (
 	"github.com/podbus/podbus/bus"
 )
 
-// LogRequest is the JSON body of a request on podbus.logs.<node> (bus.SubjLogs), the same wire
-// format services/admission sends. Timestamps and SinceSeconds are accepted but not applied yet.
-type LogRequest struct {
-	Namespace    string `json:"namespace"`
-	Name         string `json:"name"`
-	UID          string `json:"uid"`
-	Container    string `json:"container"` // default: the pod's first container
-	Previous     bool   `json:"previous,omitempty"`
-	Timestamps   bool   `json:"timestamps,omitempty"`
-	TailLines    *int64 `json:"tailLines,omitempty"`
-	SinceSeconds *int64 `json:"sinceSeconds,omitempty"`
-	LimitBytes   *int64 `json:"limitBytes,omitempty"`
-}
-
-// LogResponse is the JSON reply: the log text, or an error with an HTTP status code.
-type LogResponse struct {
-	Logs  string `json:"logs"`
-	Error string `json:"error,omitempty"`
-	Code  int    `json:"code,omitempty"`
-}
+// LogRequest and LogResponse are the wire format of bus.SubjLogs, shared with the other side.
+type (
+	LogRequest  = bus.LogRequest
+	LogResponse = bus.LogResponse
+)
 
 // serveLogs answers log requests until ctx ends.
 func (a *Agent) serveLogs(ctx context.Context) error {
-	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), "agent", func(m *nats.Msg) {
+	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), bus.QueueLogs, func(m *nats.Msg) {
 		go a.answerLogs(ctx, m)
 	})
 	if err != nil {

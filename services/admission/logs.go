@@ -16,26 +16,11 @@ import (
 	"github.com/podbus/podbus/bus"
 )
 
-// LogRequest asks a node's agent for a container's logs on bus.SubjLogs(node) (JSON, core NATS
-// request/reply). A later issue moves it to the proto file and adds follow.
-type LogRequest struct {
-	Namespace    string `json:"namespace"`
-	Name         string `json:"name"`
-	UID          string `json:"uid"`
-	Container    string `json:"container"`
-	Previous     bool   `json:"previous,omitempty"`
-	Timestamps   bool   `json:"timestamps,omitempty"`
-	TailLines    *int64 `json:"tailLines,omitempty"`
-	SinceSeconds *int64 `json:"sinceSeconds,omitempty"`
-	LimitBytes   *int64 `json:"limitBytes,omitempty"`
-}
-
-// LogResponse is the agent's answer: the log text, or an error with an HTTP code.
-type LogResponse struct {
-	Logs  string `json:"logs"`
-	Error string `json:"error,omitempty"`
-	Code  int    `json:"code,omitempty"`
-}
+// LogRequest and LogResponse are the wire format of bus.SubjLogs, shared with the other side.
+type (
+	LogRequest  = bus.LogRequest
+	LogResponse = bus.LogResponse
+)
 
 const logTimeout = 10 * time.Second
 
