@@ -42,7 +42,8 @@ func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*Conn
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	// An async publish whose ack never comes (a reconnect lost it) fails after 10s instead of hanging its handler.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -147,15 +147,20 @@ func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64,
 func (s *Service) announce(ctx context.Context, pod *pb.Pod, rev uint64, node string) error {
 	md := pod.GetMetadata()
 	binding := &pb.PodBinding{Pod: pod, Revision: rev, Node: node}
-	if err := s.pub.Publish(ctx, bus.SubjPodBound(node), binding, meta(pod, "bound-"+md.GetUid())); err != nil {
+	// Both go out at once; the decision is acked only when both are stored.
+	bound, err := s.pub.PublishAsync(bus.SubjPodBound(node), binding, meta(pod, "bound-"+md.GetUid()))
+	if err != nil {
 		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)
 	}
 	msg := fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node)
-	f, err := s.rec.Event(bus.PodRef(pod), "Normal", "Scheduled", msg, node, s.now())
+	ev, err := s.rec.Event(bus.PodRef(pod), "Normal", "Scheduled", msg, node, s.now())
 	if err != nil {
 		return fmt.Errorf("record Scheduled for %s: %w", md.GetUid(), err)
 	}
-	return bus.Wait(ctx, f)
+	if err := bus.Wait(ctx, bound, ev); err != nil {
+		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)
+	}
+	return nil
 }
 
 // rebind finishes a binding found already written (a redelivery, or a duplicate decision).
