@@ -161,6 +161,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 				parent = "/dev/shm"
 			}
 		}
+		if parent != "" {
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				return err
+			}
+		}
 		dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
 		if err != nil {
 			return err
