@@ -210,25 +210,12 @@ func isRunningReady(p *pb.Pod) bool {
 
 // drained reports whether a durable consumer has handled everything on its stream.
 func (e *env) drained(stream, durable string) bool {
-	c, err := e.conn.JS.Consumer(context.Background(), stream, durable)
-	if err != nil {
-		return false
-	}
-	info, err := c.Info(context.Background())
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	return bustest.Drained(e.conn, stream, durable)
 }
 
 // lastMsg returns the last message on subject in stream, or nil.
 func (e *env) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
-	s, err := e.conn.JS.Stream(context.Background(), stream)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(context.Background(), subject)
-	if err != nil {
-		return nil
-	}
-	return m
+	return bustest.LastMsg(e.t, e.conn, stream, subject)
 }
 
 // eventReasons lists the reasons of the events recorded about a pod.

@@ -3,10 +3,13 @@ package bustest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 )
@@ -58,4 +61,72 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Messages returns every message still in stream whose subject matches filter ("*" and ">" wildcards).
+func Messages(t testing.TB, c *bus.Conn, stream, filter string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := c.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if SubjectMatches(filter, m.Subject) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// SubjectMatches reports whether subject matches a NATS filter with "*" and ">" wildcards.
+func SubjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(f) == len(s)
+}
+
+// LastMsg returns the last message on subject in stream, or nil when there is none.
+func LastMsg(t testing.TB, c *bus.Conn, stream, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	st, err := c.JS.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// Drained reports whether a durable consumer has handled and acknowledged everything on its stream.
+func Drained(c *bus.Conn, stream, durable string) bool {
+	cons, err := c.JS.Consumer(context.Background(), stream, durable)
+	if err != nil {
+		return false
+	}
+	info, err := cons.Info(context.Background())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }

@@ -189,38 +189,7 @@ func (h *harness) publishDecision(d *pb.SchedulingDecision, msgID string) {
 // msgs returns the messages stored on subject in stream, oldest first.
 func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
 	h.t.Helper()
-	ctx := context.Background()
-	st, err := h.conn.JS.Stream(ctx, stream)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if subjectMatch(subject, m.Subject) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// subjectMatch supports a trailing "*" token, enough for these tests.
-func subjectMatch(filter, subject string) bool {
-	if len(filter) > 0 && filter[len(filter)-1] == '*' {
-		prefix := filter[:len(filter)-1]
-		return len(subject) > len(prefix) && subject[:len(prefix)] == prefix
-	}
-	return filter == subject
+	return bustest.Messages(h.t, h.conn, stream, subject)
 }
 
 func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {

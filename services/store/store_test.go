@@ -122,29 +122,7 @@ func (h *harness) send(cmd *pb.PodCommand) *pb.CommandResult {
 // msgs returns every message stored on subject in the PODS stream, oldest first.
 func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
 	h.t.Helper()
-	ctx := context.Background()
-	st, err := h.conn.JS.Stream(ctx, stream)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if m.Subject == subject {
-			out = append(out, m)
-		}
-	}
-	return out
+	return bustest.Messages(h.t, h.conn, stream, subject)
 }
 
 func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {
