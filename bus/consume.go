@@ -89,6 +89,9 @@ type ConsumerSpec struct {
 func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler) error {
 	cons, err := EnsureConsumer(ctx, js, spec)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // shut down while setting up: not a failure
+		}
 		return err
 	}
 	return Work(ctx, js, cons, spec, h)
