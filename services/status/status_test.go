@@ -281,6 +281,7 @@ func TestHeartbeatUpsert(t *testing.T) {
 	stale := heartbeat("n1", now.Add(-time.Minute))
 	stale.Node.Status.Capacity["cpu"] = "2"
 	e.beat(stale)
+	bustest.Eventually(t, wait, func() bool { return e.node("n1").GetStatus().GetCapacity()["cpu"] == "8" }, "newer heartbeat applied")
 	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamHeartbeats, bus.ConsumerHeartbeats) }, "heartbeats handled")
 	if cpu := e.node("n1").GetStatus().GetCapacity()["cpu"]; cpu != "8" {
 		t.Fatalf("cpu %s, want 8 (the stale heartbeat must be ignored)", cpu)
