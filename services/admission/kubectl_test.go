@@ -105,7 +105,10 @@ type kubectl struct {
 
 func newKubectl(t *testing.T, server string) *kubectl {
 	if _, err := os.Stat(kubectlBinary); err != nil {
-		t.Skip("kubectl not installed")
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("kubectl is required in CI: %v", err)
+		}
+		t.Skipf("kubectl not installed (%v)", err)
 	}
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`apiVersion: v1
