@@ -62,13 +62,15 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 
 // KVConfigs are the buckets podbus needs.
 func KVConfigs(o Options) []jetstream.KeyValueConfig {
-	mk := func(name, desc string) jetstream.KeyValueConfig {
-		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: o.storage(), Replicas: o.replicas()}
+	mk := func(name, desc string, history uint8) jetstream.KeyValueConfig {
+		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: history, Storage: o.storage(), Replicas: o.replicas()}
 	}
+	// A few revisions per pod and node, so an API watch that resumes from a resourceVersion sees each
+	// step (created, bound, running, ...) rather than only the latest state.
 	return []jetstream.KeyValueConfig{
-		mk(BucketPods, "podbus pods; revision = resourceVersion"),
-		mk(BucketNodes, "podbus nodes"),
-		mk(BucketAlloc, "podbus committed requests per node (binder)"),
+		mk(BucketPods, "podbus pods; revision = resourceVersion", 8),
+		mk(BucketNodes, "podbus nodes", 4),
+		mk(BucketAlloc, "podbus committed requests per node (binder)", 1),
 	}
 }
 
