@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 )
@@ -129,4 +130,13 @@ func Drained(c *bus.Conn, stream, durable string) bool {
 	}
 	info, err := cons.Info(context.Background())
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// Decode unmarshals a stored message into into, failing the test if it does not decode.
+func Decode[T proto.Message](t testing.TB, m *jetstream.RawStreamMsg, into T) T {
+	t.Helper()
+	if err := proto.Unmarshal(m.Data, into); err != nil {
+		t.Fatalf("decode %T from %s: %v", into, m.Subject, err)
+	}
+	return into
 }

@@ -209,7 +209,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("pod.bound messages = %d, want %d", len(boundMsgs), tt.wantBound)
 			}
 			for _, m := range boundMsgs {
-				b := decode(t, m, &pb.PodBinding{})
+				b := bustest.Decode(t, m, &pb.PodBinding{})
 				if m.Subject != bus.SubjPodBound(tt.wantNode) || b.GetNode() != tt.wantNode || b.GetPod().GetSpec().GetNodeName() != tt.wantNode {
 					t.Errorf("binding on %s for node %s", m.Subject, b.GetNode())
 				}
@@ -231,7 +231,7 @@ func TestDecide(t *testing.T) {
 				if len(pending) != 1 {
 					t.Errorf("pod.pending messages = %d, want 1", len(pending))
 				}
-				pp := decode(t, pending[0], &pb.PendingPod{})
+				pp := bustest.Decode(t, pending[0], &pb.PendingPod{})
 				if pp.GetCause() != "conflict" || pp.GetRevision() != rev || pp.GetPod().GetMetadata().GetUid() != "u1" {
 					t.Errorf("requeue = %v", pp)
 				}
@@ -250,7 +250,7 @@ func TestDecide(t *testing.T) {
 			case tt.wantEvent != nil && len(events) != 1:
 				t.Errorf("events = %d, want 1", len(events))
 			case tt.wantEvent != nil:
-				ev := decode(t, events[0], &pb.Event{})
+				ev := bustest.Decode(t, events[0], &pb.Event{})
 				gotEv := event{ev.GetType(), ev.GetReason(), ev.GetMessage()}
 				if gotEv != *tt.wantEvent || ev.GetSource().GetComponent() != "default-scheduler" || ev.GetInvolvedObject().GetUid() != "u1" {
 					t.Errorf("event = %+v from %q, want %+v from default-scheduler", gotEv, ev.GetSource().GetComponent(), *tt.wantEvent)

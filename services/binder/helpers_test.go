@@ -192,14 +192,6 @@ func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
 	return bustest.Messages(h.t, h.conn, stream, subject)
 }
 
-func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {
-	t.Helper()
-	if err := proto.Unmarshal(m.Data, into); err != nil {
-		t.Fatal(err)
-	}
-	return into
-}
-
 // quiesce waits until both binder consumers have acknowledged every message published so far.
 func (h *harness) quiesce() {
 	h.t.Helper()
@@ -332,7 +324,7 @@ func (h *harness) checkFinal(nodes []string, pods []*pb.Pod) (bound int) {
 	}
 	handed := map[string]string{}
 	for _, m := range h.msgs(bus.StreamPods, "pod.bound.*") {
-		b := decode(h.t, m, &pb.PodBinding{})
+		b := bustest.Decode(h.t, m, &pb.PodBinding{})
 		uid := b.GetPod().GetMetadata().GetUid()
 		if prev, ok := handed[uid]; ok {
 			h.t.Errorf("pod %s handed to agents twice (%s, %s)", uid, prev, b.GetNode())

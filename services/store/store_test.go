@@ -125,14 +125,6 @@ func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
 	return bustest.Messages(h.t, h.conn, stream, subject)
 }
 
-func decode[T proto.Message](t *testing.T, m *jetstream.RawStreamMsg, into T) T {
-	t.Helper()
-	if err := proto.Unmarshal(m.Data, into); err != nil {
-		t.Fatal(err)
-	}
-	return into
-}
-
 func create(p *pb.Pod) *pb.PodCommand { return &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p} }
 
 func TestCreate(t *testing.T) {
@@ -205,7 +197,7 @@ func TestCreate(t *testing.T) {
 				return
 			}
 			m := pending[0]
-			pp := decode(t, m, &pb.PendingPod{})
+			pp := bustest.Decode(t, m, &pb.PendingPod{})
 			if pp.GetCause() != "created" || pp.GetRevision() != rev || pp.GetPod().GetMetadata().GetUid() != "u1" {
 				t.Errorf("pending = cause %q rev %d uid %q; want created %d u1", pp.GetCause(), pp.GetRevision(), pp.GetPod().GetMetadata().GetUid(), rev)
 			}
@@ -468,7 +460,7 @@ func TestDelete(t *testing.T) {
 			case tt.wantGrace >= 0 && len(terms) != 1:
 				t.Errorf("termination messages = %d, want 1", len(terms))
 			case tt.wantGrace >= 0:
-				term := decode(t, terms[0], &pb.PodTermination{})
+				term := bustest.Decode(t, terms[0], &pb.PodTermination{})
 				want := &pb.PodTermination{Uid: "u1", Namespace: "default", Name: "web", Node: "n1", GracePeriodSeconds: tt.wantGrace,
 					DeletionTimestamp: timestamppb.New(tt.wantAt), Reason: "Deleted"}
 				if diff := cmp.Diff(want, term, protocmp.Transform()); diff != "" {
@@ -489,7 +481,7 @@ func TestDelete(t *testing.T) {
 			if len(deleted) != 1 {
 				t.Fatalf("pod.deleted messages = %d, want 1", len(deleted))
 			}
-			if diff := cmp.Diff(tt.deleted, decode(t, deleted[0], &pb.PodDeleted{}), protocmp.Transform()); diff != "" {
+			if diff := cmp.Diff(tt.deleted, bustest.Decode(t, deleted[0], &pb.PodDeleted{}), protocmp.Transform()); diff != "" {
 				t.Errorf("pod.deleted (-want +got):\n%s", diff)
 			}
 			if id := deleted[0].Header.Get(bus.HdrMsgID); id != "deleted-u1" {
