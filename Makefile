@@ -55,7 +55,7 @@ build:
 ## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible) and Go benchmarks
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./bus/ ./services/...
+	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./services/...
 
 loadtest: build
 	$(BIN)/podbus loadtest $(ARGS)
