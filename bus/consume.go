@@ -144,19 +144,19 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	}
 	w := &worker{js: js, spec: spec, h: h, log: log}
 
-	queues := make([]chan jetstream.Msg, workers)
+	queues := make([]chan *Msg, workers)
 	var wg sync.WaitGroup
 	// Handlers get a context that outlives ctx by a grace period, so in-flight work can finish
 	// (and ack) during shutdown instead of being cut in the middle of a compare-and-set.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	for i := range queues {
-		queues[i] = make(chan jetstream.Msg, batch)
+		queues[i] = make(chan *Msg, batch)
 		wg.Add(1)
-		go func(q <-chan jetstream.Msg) {
+		go func(q <-chan *Msg) {
 			defer wg.Done()
-			for raw := range q {
-				w.handle(hctx, raw)
+			for m := range q {
+				w.handle(hctx, m)
 			}
 		}(queues[i])
 	}
@@ -172,18 +172,19 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 			}
 			break
 		}
+		m := toMsg(raw)
 		idx := 0
 		if workers > 1 {
 			if spec.Key != nil {
 				hs := fnv.New32a()
-				_, _ = hs.Write([]byte(spec.Key(toMsg(raw))))
+				_, _ = hs.Write([]byte(spec.Key(m)))
 				idx = int(hs.Sum32() % uint32(workers))
 			} else {
 				idx = rr % workers
 				rr++
 			}
 		}
-		queues[idx] <- raw
+		queues[idx] <- m
 	}
 	for _, q := range queues {
 		close(q)
@@ -221,8 +222,8 @@ func toMsg(raw jetstream.Msg) *Msg {
 	return m
 }
 
-func (w *worker) handle(ctx context.Context, raw jetstream.Msg) {
-	m := toMsg(raw)
+func (w *worker) handle(ctx context.Context, m *Msg) {
+	raw := m.raw
 	start := time.Now()
 	err := w.safeHandle(ctx, m)
 	name := w.spec.Durable
