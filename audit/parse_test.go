@@ -125,3 +125,16 @@ func TestPhases(t *testing.T) {
 		t.Errorf("summary %q, want %q", got, want)
 	}
 }
+
+func TestCausalOrder(t *testing.T) {
+	steps := []Step{{Kind: "stored"}, {Kind: "admitted"}, {Kind: "event"}, {Kind: "queued"}, {Kind: "scheduled"},
+		{Kind: "handed"}, {Kind: "bound"}, {Kind: "queued"}, {Kind: "ready"}}
+	causalOrder(steps)
+	var got []string
+	for _, s := range steps {
+		got = append(got, s.Kind)
+	}
+	if want := "admitted stored event queued scheduled bound handed queued ready"; strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+}

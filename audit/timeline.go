@@ -149,9 +149,35 @@ func Timeline(ctx context.Context, js jetstream.JetStream, o TimelineOptions) ([
 		in := incs[i].Incarnation
 		slices.SortStableFunc(in.Steps, func(a, b Step) int { return a.Time.Compare(b.Time) })
 		in.Steps = slices.CompactFunc(in.Steps, func(a, b Step) bool { return a.Seq == b.Seq })
+		causalOrder(in.Steps)
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// flowRank is the order of the seed flow's steps: each causes the next.
+var flowRank = map[string]int{"admitted": 0, "stored": 1, "queued": 2, "scheduled": 3, "bound": 4, "handed": 5, "ready": 6}
+
+// causalOrder puts the first occurrence of each seed-flow step back in flow order, in place. Records
+// come from several streams whose sourcing into the log runs independently, so a step can reach the log
+// a moment before the one that caused it (the store's write before the command that asked for it).
+func causalOrder(steps []Step) {
+	var slots []int
+	seen := map[string]bool{}
+	for i, s := range steps {
+		if _, ok := flowRank[s.Kind]; ok && !seen[s.Kind] {
+			seen[s.Kind] = true
+			slots = append(slots, i)
+		}
+	}
+	firsts := make([]Step, len(slots))
+	for i, j := range slots {
+		firsts[i] = steps[j]
+	}
+	slices.SortStableFunc(firsts, func(a, b Step) int { return flowRank[a.Kind] - flowRank[b.Kind] })
+	for i, j := range slots {
+		steps[j] = firsts[i]
+	}
 }
 
 // mergeWindows sorts windows and merges the ones that overlap.
@@ -254,7 +280,7 @@ func WriteTimeline(w io.Writer, incs []Incarnation) error {
 		for _, s := range in.Steps {
 			gap := ""
 			if !last.IsZero() {
-				gap = fmt.Sprintf("+%.1fms", float64(s.Time.Sub(last))/float64(time.Millisecond))
+				gap = fmt.Sprintf("%+.1fms", float64(s.Time.Sub(last))/float64(time.Millisecond))
 			}
 			last = s.Time
 			if _, err := fmt.Fprintf(w, "  %s %9s  %-28s %s\n", s.Time.Local().Format("15:04:05.000"), gap, s.Actor, s.What); err != nil {

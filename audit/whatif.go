@@ -75,20 +75,23 @@ func WhatIf(ctx context.Context, js jetstream.JetStream, o WhatIfOptions) (WhatI
 	}
 
 	w := newWorld()
+	// Every node version first: they are placed by their own time, not by where they sit in the log.
+	for _, e := range evs {
+		if e.nodeKey != "" {
+			w.nodes[e.nodeKey] = append(w.nodes[e.nodeKey], nodeVersion{at: e.time, node: e.node})
+		}
+	}
+	for _, vs := range w.nodes {
+		slices.SortStableFunc(vs, func(a, b nodeVersion) int { return a.at.Compare(b.at) })
+	}
 	recorded := map[string]string{} // uid -> node, as recorded
 	for _, e := range evs {
 		switch {
-		case e.node != nil:
-			w.nodes[e.key] = e.node
-		case e.nodeDeleted:
-			delete(w.nodes, e.key)
 		case e.pod != nil:
-			w.pods[e.pod.GetMetadata().GetUid()] = e.pod
-		case e.alloc != nil:
-			for _, uid := range w.allocDrops(e.key, e.alloc) {
-				w.release(uid)
-				delete(recorded, uid)
-			}
+			uid := e.pod.GetMetadata().GetUid()
+			w.pods[uid] = e.pod
+			w.release(uid)
+			delete(recorded, uid)
 		case e.release != "":
 			w.release(e.release)
 			delete(recorded, e.release)
@@ -100,14 +103,15 @@ func WhatIf(ctx context.Context, js jetstream.JetStream, o WhatIfOptions) (WhatI
 			if !d.GetUnschedulable() {
 				recorded[uid] = d.GetNode()
 			}
-			if e.time.Before(o.Since) {
+			at := d.GetDecidedAt().AsTime()
+			if at.Before(o.Since) {
 				if !d.GetUnschedulable() {
 					w.place(uid, d.GetNode(), d.GetRequests())
 				}
 				continue
 			}
 			rep.Decisions++
-			res, err := sim.Schedule(w.snapshot(), w.podInfo(d))
+			res, err := sim.Schedule(w.snapshot(at), w.podInfo(d))
 			var fit *framework.FitError
 			unsched := errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable)
 			if err != nil && !unsched {
@@ -119,7 +123,7 @@ func WhatIf(ctx context.Context, js jetstream.JetStream, o WhatIfOptions) (WhatI
 				rep.Same++
 			case unsched:
 				rep.NowUnschedulable++
-				what = "now unschedulable (was " + d.GetNode() + ")"
+				what = "now unschedulable (was " + d.GetNode() + "): " + err.Error()
 			case d.GetUnschedulable():
 				rep.NowSchedulable++
 				what = "now fits on " + res.Node
@@ -152,34 +156,26 @@ func distinct(m map[string]string) int {
 
 // event is one history record what-if cares about.
 type event struct {
-	time        time.Time
-	key         string // node name (nodes, alloc)
-	node        *pb.Node
-	nodeDeleted bool
-	pod         *pb.Pod
-	alloc       *pb.NodeAllocation
-	release     string // uid queued again or deleted
-	decision    *pb.SchedulingDecision
+	time     time.Time // nodes: when the record was written (see nodeTime)
+	nodeKey  string    // a nodes bucket record; node nil when deleted
+	node     *pb.Node
+	pod      *pb.Pod // queued for scheduling (pod.pending): the pod as the scheduler got it
+	release  string  // uid deleted
+	decision *pb.SchedulingDecision
 }
 
+// readWhatIfEvents reads the decisions, the pods queued, the deletions and the node records. The first
+// three come from one stream (PODS) and keep its order. The log interleaves streams only roughly (each
+// is sourced on its own, and one may lag, at start especially), so node records are placed by the time
+// in the node object instead (nodeTime), and bucket records of pods and allocations are not used.
 func readWhatIfEvents(ctx context.Context, js jetstream.JetStream, stream string) ([]*event, error) {
 	var evs []*event
-	filters := []string{bus.SubjKV(bus.BucketNodes) + ">", bus.SubjKV(bus.BucketPods) + ">", bus.SubjKV(bus.BucketAlloc) + ">",
-		bus.SubjPodScheduled, bus.SubjPodPending, bus.SubjPodDeleted}
+	filters := []string{bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodScheduled, bus.SubjPodPending, bus.SubjPodDeleted}
 	err := Scan(ctx, js, ScanOptions{Stream: stream, Filters: filters}, func(r *Record) error {
 		e := &event{time: r.Time}
-		if bucket, key, ok := r.Bucket(); ok {
-			e.key, _ = bus.Untoken(key)
-			if bucket == bus.BucketNodes && r.Deleted() {
-				e.nodeDeleted = true
-				evs = append(evs, e)
-				return nil
-			}
-			if bucket == bus.BucketPods && r.Deleted() {
-				return nil
-			}
-			if bucket == bus.BucketAlloc && r.Deleted() {
-				e.alloc = &pb.NodeAllocation{}
+		if _, key, ok := r.Bucket(); ok {
+			e.nodeKey, _ = bus.Untoken(key)
+			if r.Deleted() {
 				evs = append(evs, e)
 				return nil
 			}
@@ -190,21 +186,17 @@ func readWhatIfEvents(ctx context.Context, js jetstream.JetStream, stream string
 		}
 		switch m := m.(type) {
 		case *pb.Node:
-			e.node = m
-		case *pb.Pod:
-			e.pod = m
-		case *pb.NodeAllocation:
-			e.alloc = m
+			e.node, e.time = m, nodeTime(m)
 		case *pb.PendingPod:
-			e.release = m.GetPod().GetMetadata().GetUid()
+			e.pod = m.GetPod()
+			if e.pod.GetMetadata().GetUid() == "" {
+				return nil
+			}
 		case *pb.PodDeleted:
 			e.release = m.GetUid()
 		case *pb.SchedulingDecision:
 			e.decision = m
 		default:
-			return nil
-		}
-		if e.release == "" && e.node == nil && e.pod == nil && e.alloc == nil && e.decision == nil {
 			return nil
 		}
 		evs = append(evs, e)
@@ -213,14 +205,32 @@ func readWhatIfEvents(ctx context.Context, js jetstream.JetStream, stream string
 	return evs, err
 }
 
+// nodeTime is when a node record was written, from the object itself: its creation, or the latest
+// heartbeat or condition change it carries.
+func nodeTime(n *pb.Node) time.Time {
+	t := n.GetMetadata().GetCreationTimestamp().AsTime()
+	for _, c := range n.GetStatus().GetConditions() {
+		for _, ts := range []time.Time{c.GetLastHeartbeatTime().AsTime(), c.GetLastTransitionTime().AsTime()} {
+			if ts.After(t) {
+				t = ts
+			}
+		}
+	}
+	return t
+}
+
+type nodeVersion struct {
+	at   time.Time
+	node *pb.Node // nil: deleted
+}
+
 // world is the simulated cluster: nodes, and the pods placed on them.
 type world struct {
-	nodes  map[string]*pb.Node
-	pods   map[string]*pb.Pod // by uid, latest state
-	placed map[string]string  // uid -> node
+	nodes  map[string][]nodeVersion // by name, in the order written
+	pods   map[string]*pb.Pod       // by uid, as last queued
+	placed map[string]string        // uid -> node
 	req    map[string]*pb.Resources
-	used   map[string]*use            // by node
-	alloc  map[string]map[string]bool // node -> uids in its last alloc record
+	used   map[string]*use // by node
 }
 
 type use struct {
@@ -229,8 +239,8 @@ type use struct {
 }
 
 func newWorld() *world {
-	return &world{nodes: map[string]*pb.Node{}, pods: map[string]*pb.Pod{}, placed: map[string]string{},
-		req: map[string]*pb.Resources{}, used: map[string]*use{}, alloc: map[string]map[string]bool{}}
+	return &world{nodes: map[string][]nodeVersion{}, pods: map[string]*pb.Pod{}, placed: map[string]string{},
+		req: map[string]*pb.Resources{}, used: map[string]*use{}}
 }
 
 func (w *world) place(uid, node string, req *pb.Resources) {
@@ -261,26 +271,20 @@ func (w *world) release(uid string) {
 	delete(w.req, uid)
 }
 
-// allocDrops records node's new alloc record and returns the uids it no longer lists.
-func (w *world) allocDrops(node string, a *pb.NodeAllocation) []string {
-	var dropped []string
-	for uid := range w.alloc[node] {
-		if _, ok := a.GetPods()[uid]; !ok {
-			dropped = append(dropped, uid)
-		}
-	}
-	slices.Sort(dropped)
-	cur := map[string]bool{}
-	for uid := range a.GetPods() {
-		cur[uid] = true
-	}
-	w.alloc[node] = cur
-	return dropped
-}
-
-func (w *world) snapshot() *framework.Snapshot {
+// snapshot is the cluster as of at: each node's latest version written by then, with the pods placed.
+func (w *world) snapshot(at time.Time) *framework.Snapshot {
 	infos := make([]*framework.NodeInfo, 0, len(w.nodes))
-	for name, n := range w.nodes {
+	for name, vs := range w.nodes {
+		i, _ := slices.BinarySearchFunc(vs, at, func(v nodeVersion, t time.Time) int {
+			if v.at.After(t) {
+				return 1
+			}
+			return -1
+		})
+		if i == 0 || vs[i-1].node == nil {
+			continue
+		}
+		n := vs[i-1].node
 		info := &framework.NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}}
 		if u := w.used[name]; u != nil {
 			info.Requested = proto.Clone(u.req).(*pb.Resources)
