@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -47,6 +49,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, o ReplayOptions, w io.W
 	if o.Format == FormatTable {
 		_, _ = bw.WriteString("SEQ       TIME                     SUBJECT                          ACTOR                 WHAT\n")
 	}
+	if !flushEach {
+		n, err := replayParallel(ctx, js, o, bw)
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+		return n, err
+	}
 	err := Scan(ctx, js, o.ScanOptions, func(r *Record) error {
 		if o.Pace && !last.IsZero() {
 			if d := r.Time.Sub(last); d > 0 {
@@ -85,6 +94,88 @@ func Replay(ctx context.Context, js jetstream.JetStream, o ReplayOptions, w io.W
 	return n, err
 }
 
+// replayParallel formats records on every core (decoding and protojson are most of a replay's cost)
+// and writes them in order: batches go to workers and, in the same order, to the writer.
+func replayParallel(ctx context.Context, js jetstream.JetStream, o ReplayOptions, w io.Writer) (int, error) {
+	type batch struct {
+		recs []Record
+		out  []byte
+		err  error
+		done chan struct{}
+	}
+	const size = 256
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan *batch, 2*runtime.GOMAXPROCS(0))
+	ordered := make(chan *batch, 4*runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				for i := range b.recs {
+					if o.Format == FormatJSON {
+						if b.out, b.err = AppendJSON(b.out, &b.recs[i]); b.err != nil {
+							break
+						}
+					} else {
+						b.out = AppendTable(b.out, &b.recs[i])
+					}
+				}
+				close(b.done)
+			}
+		}()
+	}
+	n := 0
+	var werr error
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range ordered {
+			<-b.done
+			if werr != nil {
+				continue
+			}
+			if b.err != nil {
+				werr = b.err
+				cancel()
+				continue
+			}
+			if _, err := w.Write(b.out); err != nil {
+				werr = err
+				cancel()
+				continue
+			}
+			n += len(b.recs)
+		}
+	}()
+	cur := &batch{done: make(chan struct{})}
+	send := func() {
+		ordered <- cur
+		work <- cur
+		cur = &batch{done: make(chan struct{})}
+	}
+	err := Scan(ctx, js, o.ScanOptions, func(r *Record) error {
+		cur.recs = append(cur.recs, *r)
+		if len(cur.recs) == size {
+			send()
+		}
+		return nil
+	})
+	if len(cur.recs) > 0 {
+		send()
+	}
+	close(work)
+	close(ordered)
+	wg.Wait()
+	<-writerDone
+	if werr != nil {
+		return n, werr
+	}
+	return n, err
+}
+
 var jsonOpts = protojson.MarshalOptions{UseProtoNames: false}
 
 // AppendJSON appends r as one JSON object and a newline: seq, time, subject, origin stream and
@@ -114,9 +205,10 @@ func AppendJSON(b []byte, r *Record) ([]byte, error) {
 			b = appendString(b, v)
 		}
 	}
-	m, err := r.Decode()
+	m, _ := r.Decode() // a payload that does not decode is printed raw
 	switch {
 	case m != nil:
+		var err error
 		b = append(b, `,"data":`...)
 		b, err = jsonOpts.MarshalAppend(b, m)
 		if err != nil {
