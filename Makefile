@@ -56,6 +56,7 @@ build:
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./services/...
+	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
 
 loadtest: build
 	$(BIN)/podbus loadtest $(ARGS)

@@ -24,7 +24,19 @@ const (
 	StreamHeartbeats = "HEARTBEATS" // node.>: node heartbeats
 	StreamEvents     = "EVENTS"     // event.>: Kubernetes events
 	StreamDead       = "DEAD"       // dead.>: messages that could not be handled, parked for inspection
+	// StreamAudit sources PODS, STATUS, EVENTS, DEAD and the streams of the pods, nodes and alloc
+	// buckets: every state change, kept with its original subject and headers, never deleted or purged.
+	StreamAudit = "AUDIT"
 )
+
+// KVStream is the name of the stream behind a KV bucket ("KV_pods").
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// SubjKV is the subject prefix of a bucket's records ("$KV.pods."); the key follows it.
+func SubjKV(bucket string) string { return "$KV." + bucket + "." }
+
+// HdrKVOperation marks a KV record that deletes its key ("DEL") or purges it ("PURGE"); absent on puts.
+const HdrKVOperation = "KV-Operation"
 
 // Subjects. Node, namespace and pod names inside subjects always go through Token.
 const (

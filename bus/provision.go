@@ -17,6 +17,8 @@ type Options struct {
 	MaxAge time.Duration
 	// Memory storage instead of files (load tests of the pipeline alone).
 	Memory bool
+	// AuditMaxAge of the AUDIT stream. Zero keeps the audit log forever.
+	AuditMaxAge time.Duration
 }
 
 func (o Options) replicas() int {
@@ -60,6 +62,32 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 	}
 }
 
+// AuditConfig is the AUDIT stream: it sources every pipeline stream (HEARTBEATS excepted: a node's
+// status changes reach the nodes bucket, which is sourced) and the streams of the three buckets. Sourced
+// messages keep their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus
+// Nats-Stream-Source naming the origin stream and sequence. DenyDelete and DenyPurge make the log
+// append-only through the API. No de-duplication window: every sourced message is kept, even one whose
+// message id repeats after the origin's two-minute window.
+func AuditConfig(o Options) jetstream.StreamConfig {
+	var sources []*jetstream.StreamSource
+	for _, name := range []string{StreamPods, StreamStatus, StreamEvents, StreamDead,
+		KVStream(BucketPods), KVStream(BucketNodes), KVStream(BucketAlloc)} {
+		sources = append(sources, &jetstream.StreamSource{Name: name})
+	}
+	return jetstream.StreamConfig{
+		Name:        StreamAudit,
+		Description: "podbus audit log: every state change, append-only",
+		Sources:     sources,
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     o.storage(),
+		Replicas:    o.replicas(),
+		MaxAge:      o.AuditMaxAge,
+		Discard:     jetstream.DiscardOld,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}
+}
+
 // KVConfigs are the buckets podbus needs.
 func KVConfigs(o Options) []jetstream.KeyValueConfig {
 	mk := func(name, desc string, history uint8) jetstream.KeyValueConfig {
@@ -92,6 +120,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
+	}
+	// Last: the streams it sources, buckets included, must exist first.
+	audit := AuditConfig(o)
+	if err := retry(ctx, func() error {
+		_, err := js.CreateOrUpdateStream(ctx, audit)
+		return err
+	}); err != nil {
+		return fmt.Errorf("provision stream %s: %w", audit.Name, err)
 	}
 	return nil
 }

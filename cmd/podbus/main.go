@@ -32,6 +32,7 @@ var commands = []command{
 	{"status", "the status service: pod and node status, events, node monitor", runStatus},
 	{"agent", "a node agent (kubelet)", runAgent},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
+	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
 	{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 }
 

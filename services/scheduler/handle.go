@@ -67,8 +67,12 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	if err == nil {
 		assumeErr = s.cache.Assume(pi, res.node, m.StreamSeq)
 	}
+	// decidedAt is read inside the cycle: decisions are published concurrently and may reach the stream
+	// out of order, and a replay (podbus audit what-if) puts them back in the order they were made.
+	decidedAt := s.now()
 	s.cycle.Unlock()
 	d := s.decision(pp, m.StreamSeq)
+	d.DecidedAt = timestamppb.New(decidedAt)
 	d.Requests = pi.Requests
 	d.NodesEvaluated = int32(res.evaluated)
 

@@ -47,7 +47,9 @@ type Config struct {
 	RequeueBackoff time.Duration
 	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
 	AssumeTTL time.Duration
-	Logger    *slog.Logger
+	// Profile changes scoring (zero: the default plugins, LeastAllocated).
+	Profile Profile
+	Logger  *slog.Logger
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -106,7 +108,11 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	if cfg.AssumeTTL <= 0 {
 		cfg.AssumeTTL = cache.DefaultAssumeTTL
 	}
-	fw, err := framework.New(DefaultPlugins()...)
+	regs, err := cfg.Profile.Plugins()
+	if err != nil {
+		return nil, err
+	}
+	fw, err := framework.New(regs...)
 	if err != nil {
 		return nil, err
 	}

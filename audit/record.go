@@ -1,0 +1,209 @@
+// Package audit reads podbus's audit log, the AUDIT stream (bus.AuditConfig): it replays records,
+// prints a pod's timeline, rebuilds the store from the history alone to prove it complete (Verify), and
+// re-runs recorded scheduling decisions with another scheduler profile (WhatIf). It only reads.
+//
+// A record is one message of the log with its original subject and headers: a pipeline step
+// ("pod.scheduled"), a Kubernetes event ("event.<ns>.<name>") or a bucket write ("$KV.pods.<ns>.<name>",
+// with KV-Operation DEL on deletes). Nats-Stream-Source names the stream it came from and its sequence
+// there, which for a bucket record is the store revision it produced.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// ErrDifferences is returned by Verify when the history does not rebuild the live store.
+var ErrDifferences = errors.New("the history does not match the live store")
+
+// ErrNotFound is returned when a pod has no record in the history.
+var ErrNotFound = errors.New("not found in the audit log")
+
+// Record is one audit log message.
+type Record struct {
+	Seq     uint64 // in the audit stream
+	Time    time.Time
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
+// Actor is the service replica that published the record (empty on bucket records).
+func (r *Record) Actor() string { return r.Header.Get(bus.HdrActor) }
+
+// UID is the pod uid the record is about, from its header.
+func (r *Record) UID() string { return r.Header.Get(bus.HdrPodUID) }
+
+// Deleted reports a bucket record that deletes (or purges) its key.
+func (r *Record) Deleted() bool {
+	op := r.Header.Get(bus.HdrKVOperation)
+	return op == "DEL" || op == "PURGE"
+}
+
+// Origin is the stream the record was sourced from and its sequence there (for a bucket: the revision).
+// ok is false for a record without the header (a copy of a copy).
+func (r *Record) Origin() (stream string, seq uint64, ok bool) {
+	f := strings.Fields(r.Header.Get(hdrStreamSource))
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return f[0], n, true
+}
+
+// Bucket returns the bucket and key of a bucket record.
+func (r *Record) Bucket() (bucket, key string, ok bool) {
+	rest, found := strings.CutPrefix(r.Subject, "$KV.")
+	if !found {
+		return "", "", false
+	}
+	return strings.Cut(rest, ".")
+}
+
+// NewMessage returns an empty message of the type carried on subject, nil for subjects whose payload is
+// not protobuf (dead letters).
+func NewMessage(subject string) proto.Message {
+	head, rest, _ := strings.Cut(subject, ".")
+	switch head {
+	case "pod":
+		kind, _, _ := strings.Cut(rest, ".")
+		switch kind {
+		case "cmd":
+			return &pb.PodCommand{}
+		case "pending":
+			return &pb.PendingPod{}
+		case "scheduled":
+			return &pb.SchedulingDecision{}
+		case "bound":
+			return &pb.PodBinding{}
+		case "terminate":
+			return &pb.PodTermination{}
+		case "deleted":
+			return &pb.PodDeleted{}
+		}
+	case "status":
+		return &pb.PodStatusReport{}
+	case "node":
+		return &pb.NodeHeartbeat{}
+	case "event":
+		return &pb.Event{}
+	case "$KV":
+		bucket, _, _ := strings.Cut(rest, ".")
+		switch bucket {
+		case bus.BucketPods:
+			return &pb.Pod{}
+		case bus.BucketNodes:
+			return &pb.Node{}
+		case bus.BucketAlloc:
+			return &pb.NodeAllocation{}
+		}
+	}
+	return nil
+}
+
+// Decode decodes the record's payload by its subject: nil for deletes and unknown subjects.
+func (r *Record) Decode() (proto.Message, error) {
+	m := NewMessage(r.Subject)
+	if m == nil || r.Deleted() {
+		return nil, nil
+	}
+	if err := proto.Unmarshal(r.Data, m); err != nil {
+		return nil, fmt.Errorf("record %d (%s): %w", r.Seq, r.Subject, errors.Join(bus.ErrMalformed, err))
+	}
+	return m, nil
+}
+
+// ScanOptions select records.
+type ScanOptions struct {
+	Stream   string   // default bus.StreamAudit
+	Filters  []string // subjects; none: all
+	StartSeq uint64   // first sequence (takes precedence over Since)
+	Since    time.Time
+	Until    time.Time // stop after this time (zero: the end)
+	UntilSeq uint64    // stop after this sequence (zero: the end)
+	// Follow keeps reading new records until ctx ends instead of stopping at the end.
+	Follow bool
+	Batch  int // messages per pull (default 4096)
+}
+
+// Scan calls fn for each selected record, in stream order, with an ordered consumer (no state on the
+// server survives it). fn must not keep the record after it returns. It stops at the end of the
+// stream (unless following), at Until/UntilSeq, when fn fails, or when ctx ends.
+func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*Record) error) error {
+	if o.Stream == "" {
+		o.Stream = bus.StreamAudit
+	}
+	if o.Batch <= 0 {
+		o.Batch = 4096
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.Filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	switch {
+	case o.StartSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.StartSeq
+	case !o.Since.IsZero():
+		since := o.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := js.OrderedConsumer(ctx, o.Stream, cfg)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", o.Stream, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(o.Batch))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", o.Stream, err)
+	}
+	defer it.Stop()
+	if !o.Follow {
+		// Nothing selected at all: Next would wait for a record that may never come.
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", o.Stream, err)
+		}
+		if info.NumPending == 0 && info.Delivered.Consumer == 0 {
+			return nil
+		}
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	var rec Record
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read %s: %w", o.Stream, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", o.Stream, err)
+		}
+		if (o.UntilSeq > 0 && md.Sequence.Stream > o.UntilSeq) || (!o.Until.IsZero() && md.Timestamp.After(o.Until)) {
+			return nil
+		}
+		rec = Record{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+		if !o.Follow && md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// hdrStreamSource is set by JetStream on every sourced message: "<stream> <seq> ...".
+const hdrStreamSource = "Nats-Stream-Source"

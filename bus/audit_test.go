@@ -1,0 +1,75 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// The AUDIT stream receives pipeline messages and bucket records with their subjects and headers, and
+// refuses deletes and purges; provisioning again changes nothing.
+func TestAuditStream(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := bus.Provision(ctx, c.JS, bus.Options{}); err != nil {
+		t.Fatalf("provision twice: %v", err)
+	}
+	pub := bus.NewPublisher(c.JS, "test/a")
+	if err := pub.Publish(ctx, bus.SubjPodScheduled, &pb.SchedulingDecision{Uid: "u1"}, bus.Meta{PodUID: "u1", Key: "default/web"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.OpenBuckets(ctx, c.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bus.PodKey("default", "web")
+	rev, err := bus.Create(ctx, b.Pods, key, &pb.Pod{Metadata: &pb.ObjectMeta{Name: "web", Namespace: "default", Uid: "u1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Delete(ctx, b.Pods, key, rev); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		return len(bustest.Messages(t, c, bus.StreamAudit, ">")) == 3
+	}, "AUDIT has the decision, the put and the delete")
+	msgs := bustest.Messages(t, c, bus.StreamAudit, ">")
+	bySubject := map[string][]*jetstream.RawStreamMsg{}
+	for _, m := range msgs {
+		bySubject[m.Subject] = append(bySubject[m.Subject], m)
+	}
+	if d := bySubject[bus.SubjPodScheduled]; len(d) != 1 || d[0].Header.Get(bus.HdrActor) != "test/a" || d[0].Header.Get(bus.HdrPodUID) != "u1" {
+		t.Errorf("decision not sourced with its headers: %v", d)
+	}
+	kv := bySubject[bus.SubjKV(bus.BucketPods)+key]
+	if len(kv) != 2 || kv[0].Header.Get(bus.HdrKVOperation) != "" || kv[1].Header.Get(bus.HdrKVOperation) != "DEL" {
+		t.Fatalf("pod records: %v", kv)
+	}
+
+	s, err := c.JS.Stream(ctx, bus.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMsg(ctx, msgs[0].Sequence); err == nil {
+		t.Error("deleting an audit message was allowed")
+	}
+	if err := s.SecureDeleteMsg(ctx, msgs[0].Sequence); err == nil {
+		t.Error("erasing an audit message was allowed")
+	}
+	if err := s.Purge(ctx); err == nil {
+		t.Error("purging the audit stream was allowed")
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(bus.SubjPodScheduled)); err == nil {
+		t.Error("purging a subject of the audit stream was allowed")
+	}
+	if n := len(bustest.Messages(t, c, bus.StreamAudit, ">")); n != 3 {
+		t.Errorf("AUDIT has %d messages after the refused deletes, want 3", n)
+	}
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/podbus/podbus/audit"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/services/scheduler"
+)
+
+const auditUsage = `usage: podbus audit <verb> [flags]
+
+verbs:
+  replay     records in order as a table or JSON lines (--since, --seq, --until, --subject, --follow, --pace, -o json)
+  timeline   ns/name (every incarnation, newest first) or --uid: each step, the service, the gaps, a summary
+  verify     rebuild pods and nodes from the history alone, compare with the live buckets (exit 1 on any difference)
+  what-if    re-run recorded scheduling decisions with --profile file.yaml (--since)
+`
+
+// runAudit parses flags and hands over to package audit.
+func runAudit(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, auditUsage)
+		os.Exit(2)
+	}
+	verb, args := args[0], args[1:]
+	fs := flag.NewFlagSet("audit "+verb, flag.ExitOnError)
+	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s)")
+	stream := fs.String("stream", bus.StreamAudit, "the audit stream (or a copy of it)")
+	connect := func() (*bus.Conn, error) { return bus.Connect(ctx, *natsURL, "podbus-audit") }
+	switch verb {
+	case "replay":
+		since := fs.String("since", "", "start at this time (RFC 3339, or a duration before now: 15m)")
+		seq := fs.Uint64("seq", 0, "start at this audit sequence")
+		until := fs.String("until", "", "stop after this time")
+		subject := fs.String("subject", "", "only these subjects, comma separated (pod.>, $KV.pods.default.>)")
+		out := fs.String("o", audit.FormatTable, "output: table or json (one object per line)")
+		follow := fs.Bool("follow", false, "keep printing new records")
+		pace := fs.Bool("pace", false, "replay at the original pace")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		o := audit.ReplayOptions{ScanOptions: audit.ScanOptions{Stream: *stream, StartSeq: *seq, Follow: *follow}, Format: *out, Pace: *pace}
+		var err error
+		if o.Since, err = audit.ParseTime(*since, time.Now()); err != nil {
+			return err
+		}
+		if o.Until, err = audit.ParseTime(*until, time.Now()); err != nil {
+			return err
+		}
+		if *subject != "" {
+			o.Filters = strings.Split(*subject, ",")
+		}
+		conn, err := connect()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = audit.Replay(ctx, conn.JS, o, os.Stdout)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+
+	case "timeline":
+		uid := fs.String("uid", "", "the pod's uid (instead of ns/name)")
+		slack := fs.Duration("slack", 2*time.Second, "how far around the pod's store records to look for its pipeline messages")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		o := audit.TimelineOptions{Stream: *stream, UID: *uid, Slack: *slack}
+		if fs.NArg() > 0 {
+			var err error
+			if o.Namespace, o.Name, err = audit.ParsePodRef(fs.Arg(0)); err != nil {
+				return err
+			}
+		}
+		conn, err := connect()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		incs, err := audit.Timeline(ctx, conn.JS, o)
+		if err != nil {
+			return err
+		}
+		return audit.WriteTimeline(os.Stdout, incs)
+
+	case "verify":
+		settle := fs.Duration("settle", 3*time.Second, "how long differences may take to disappear (the log trails the store)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		conn, err := connect()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		res, err := audit.Verify(ctx, conn.JS, audit.VerifyOptions{Stream: *stream, Settle: *settle})
+		for _, d := range res.Differences {
+			fmt.Println(d)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("history of %d records rebuilds the %d pods and %d nodes exactly\n", res.Records, res.Pods, res.Nodes)
+		return nil
+
+	case "what-if":
+		profile := fs.String("profile", "", "scheduler profile (YAML: scoring: LeastAllocated|MostAllocated, weights: {plugin: n})")
+		since := fs.String("since", "", "re-run decisions from this time (earlier ones are taken as recorded)")
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		o := audit.WhatIfOptions{Stream: *stream}
+		var err error
+		if *profile != "" {
+			if o.Profile, err = scheduler.LoadProfile(*profile); err != nil {
+				return err
+			}
+		}
+		if o.Since, err = audit.ParseTime(*since, time.Now()); err != nil {
+			return err
+		}
+		conn, err := connect()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		rep, err := audit.WhatIf(ctx, conn.JS, o)
+		if err != nil {
+			return err
+		}
+		return audit.WriteWhatIf(os.Stdout, rep)
+	}
+	fmt.Fprint(os.Stderr, auditUsage)
+	os.Exit(2)
+	return nil
+}
