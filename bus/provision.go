@@ -19,6 +19,9 @@ type Options struct {
 	Memory bool
 	// AuditMaxAge of the AUDIT stream. Zero keeps the audit log forever.
 	AuditMaxAge time.Duration
+	// NoAudit skips the AUDIT stream (it copies every message once more; load tests compare with and
+	// without it). Off by default: a podbus keeps its audit log.
+	NoAudit bool
 }
 
 func (o Options) replicas() int {
@@ -120,6 +123,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
+	}
+	if o.NoAudit {
+		return nil
 	}
 	// Last: the streams it sources, buckets included, must exist first.
 	audit := AuditConfig(o)

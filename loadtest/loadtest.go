@@ -51,6 +51,7 @@ type Config struct {
 	Memory      bool // embedded cluster keeps streams in memory
 	Quiet       bool
 	Verbose     bool
+	NoAudit     bool   // embedded cluster without the AUDIT stream
 	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
 }
 
@@ -75,6 +76,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.DurationVar(&c.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&c.JSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.Memory, "memory-streams", false, "embedded cluster: keep streams in memory")
+	fs.BoolVar(&c.NoAudit, "no-audit", false, "embedded cluster: no AUDIT stream (to measure what the audit log costs)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
@@ -176,7 +178,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		cl, err := up.Start(cctx, up.Config{
 			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
 			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
-			Schedulers: cfg.Schedulers, Memory: cfg.Memory,
+			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit,
 		})
 		if err != nil {
 			return err

@@ -52,7 +52,9 @@ type Config struct {
 	NoServices bool
 	// Memory keeps streams in memory (load tests of the pipeline alone).
 	Memory bool
-	Logger *slog.Logger
+	// NoAudit runs without the AUDIT stream.
+	NoAudit bool
+	Logger  *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -147,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := bus.Provision(ctx, root.JS, bus.Options{Memory: cfg.Memory}); err != nil {
+	if err := bus.Provision(ctx, root.JS, bus.Options{Memory: cfg.Memory, NoAudit: cfg.NoAudit}); err != nil {
 		return fail(err)
 	}
 
