@@ -47,7 +47,7 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 		return err
 	}
 	defer conn.Close()
-	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: c.replicas}); err != nil {
+	if err := provision(ctx, conn.JS, c.replicas); err != nil {
 		return err
 	}
 	svc, err := mk(conn)
