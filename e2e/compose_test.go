@@ -378,6 +378,13 @@ func TestCompose(t *testing.T) {
 	c.checkPods(3 * composeBatch)
 	c.checkBus()
 
+	// Restarts (a service exits when a consumer stops pulling; the restart policy brings it back).
+	for id, st := range c.containers("") {
+		if n := strings.TrimSpace(c.must(30*time.Second, "docker", "inspect", "-f", "{{.RestartCount}}", id)); n != "0" {
+			t.Logf("container %.12s (%s) restarted %s times", id, st, n)
+		}
+	}
+
 	// 6. Graceful stop of everything (exit 0 each), then down -v leaves nothing behind.
 	c.mustDC(3*time.Minute, "stop", "-t", "20")
 	for id, st := range c.containers("") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,9 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	slog.SetDefault(slog.New(pullWatchdog{slog.Default().Handler(), cancel}))
 	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
 	if err != nil {
 		return err
@@ -63,7 +67,11 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 		ready.Store(true)
 		return svc.Run(gctx)
 	})
-	return g.Wait()
+	err = g.Wait()
+	if cause := context.Cause(ctx); cause == errConsumerStopped {
+		return cause
+	}
+	return err
 }
 
 func runStore(ctx context.Context, args []string) error {
