@@ -5,14 +5,16 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test lint vet fmt-check staticcheck proto proto-check build bench loadtest clean
+.PHONY: run test unit lint vet fmt-check staticcheck proto proto-check build bench loadtest clean images compose-test
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
 	$(GO) run ./cmd/podbus up
 
-## test: lint, then every test (end-to-end ones included)
-test: lint
+## test: lint, then every test (end-to-end ones included), then the docker-compose deployment test
+test: lint unit compose-test
+
+unit:
 	$(GO) test $(GOTESTFLAGS) ./...
 
 lint: fmt-check vet proto-check staticcheck
@@ -60,6 +62,22 @@ bench: build
 
 loadtest: build
 	$(BIN)/podbus loadtest $(ARGS)
+
+IMAGE ?= podbus:local
+DOCKER ?= docker
+
+## images: a static podbus binary (nats-server compiled in) in one image FROM scratch, tagged $(IMAGE)
+images:
+	@mkdir -p $(BIN)/image/empty
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image/podbus ./cmd/podbus
+	cp deploy/Dockerfile $(BIN)/image/Dockerfile
+	$(DOCKER) build -q -t $(IMAGE) $(BIN)/image
+
+## compose-test: images, deploy/docker-compose.yml up (3 NATS nodes, R3), 900 pods through kubectl,
+## a NATS node and a scheduler stopped mid-batch, down -v. Skips without docker unless CI=true.
+compose-test:
+	$(GO) vet -tags compose ./e2e/
+	$(GO) test -count=1 -timeout 12m -tags compose -run TestCompose -v ./e2e/
 
 clean:
 	rm -rf $(BIN) .podbus

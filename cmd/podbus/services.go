@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -42,12 +43,15 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	slog.SetDefault(slog.New(pullWatchdog{slog.Default().Handler(), cancel}))
 	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: c.replicas}); err != nil {
+	if err := provision(ctx, conn.JS, c.replicas); err != nil {
 		return err
 	}
 	svc, err := mk(conn)
@@ -63,7 +67,11 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 		ready.Store(true)
 		return svc.Run(gctx)
 	})
-	return g.Wait()
+	err = g.Wait()
+	if cause := context.Cause(ctx); cause == errConsumerStopped {
+		return cause
+	}
+	return err
 }
 
 func runStore(ctx context.Context, args []string) error {
@@ -158,7 +166,7 @@ func runAgent(ctx context.Context, args []string) error {
 	host, _ := os.Hostname()
 	node := fs.String("node", host, "node name")
 	runtime := fs.String("runtime", "fake", "container runtime: fake")
-	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node")
+	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node; auto: a /24 of 10.0.0.0/8 from the last two bytes of the node's IPv4 address")
 	cpu := fs.String("cpu", "8", "cpu capacity")
 	mem := fs.String("memory", "32Gi", "memory capacity")
 	maxPods := fs.Int("max-pods", 110, "maximum pods")
@@ -170,6 +178,9 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	if *runtime != "fake" {
 		return fmt.Errorf("runtime %q is not available in this build (use fake)", *runtime)
+	}
+	if *cidr == "auto" {
+		*cidr = autoPodCIDR()
 	}
 	lbls := map[string]string{}
 	for _, kv := range strings.Split(*labels, ",") {
@@ -196,7 +207,7 @@ func runNATS(ctx context.Context, args []string) error {
 	cluster := fs.String("cluster-name", "", "join a cluster of this name")
 	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
 	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
-	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz) or 0")
+	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz: ready once JetStream reaches its meta leader) or 0")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
