@@ -161,16 +161,36 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		}(queues[i])
 	}
 
-	stop := context.AfterFunc(ctx, func() { it.Drain() })
+	var itMu sync.Mutex // guards it: a failed pull replaces it while shutdown may drain it
+	stop := context.AfterFunc(ctx, func() {
+		itMu.Lock()
+		defer itMu.Unlock()
+		it.Drain()
+	})
 	defer stop()
 	var rr int
 	for {
 		raw, err := it.Next()
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				log.Error("pull failed", "consumer", spec.Durable, "err", err)
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				break
 			}
-			break
+			// A missed heartbeat (the consumer's leader moved when a NATS node left), a deleted consumer, a
+			// reconnect: the service must not sit idle. Start over with the consumer and a new pull.
+			log.Warn("pull failed; resuming", "consumer", spec.Durable, "err", err)
+			Count("pull_restarts."+spec.Durable, 1)
+			it.Stop()
+			next, rerr := resume(ctx, js, spec, batch)
+			if rerr != nil {
+				break // only when ctx ended
+			}
+			itMu.Lock()
+			it = next
+			itMu.Unlock()
+			if ctx.Err() != nil {
+				next.Drain()
+			}
+			continue
 		}
 		m := toMsg(raw)
 		idx := 0
@@ -202,6 +222,26 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		return nil
 	}
 	return fmt.Errorf("consumer %s stopped", spec.Durable)
+}
+
+// resume re-creates the consumer (idempotent) and a new pull, retrying until it works or ctx ends.
+func resume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, batch int) (jetstream.MessagesContext, error) {
+	delay := 100 * time.Millisecond
+	for {
+		cons, err := EnsureConsumer(ctx, js, spec)
+		if err == nil {
+			it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second))
+			if err == nil {
+				return it, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 type worker struct {

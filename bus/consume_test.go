@@ -174,3 +174,40 @@ func TestProvisionIsIdempotentAndConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A consumer that goes away under a running Consume (as when its leader's NATS node leaves) is re-created
+// and the service goes on handling messages instead of sitting idle.
+func TestConsumeResumesAfterConsumerLoss(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := bus.NewPublisher(c.JS, "test/1")
+	var handled atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "resume", Filters: []string{bus.SubjPodDeleted}},
+			func(ctx context.Context, m *bus.Msg) error { handled.Add(1); return nil })
+	}()
+	if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "a"}, bus.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool { return handled.Load() == 1 }, "first message handled")
+	if err := c.JS.DeleteConsumer(ctx, bus.StreamPods, "resume"); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 20*time.Second, func() bool { return bus.Counter("pull_restarts.resume") > 0 }, "pull resumed")
+	if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "b"}, bus.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	// The re-created consumer starts from the beginning of the stream: "a" again, then "b" (at least once).
+	bustest.Eventually(t, 20*time.Second, func() bool { return handled.Load() >= 3 }, "handled %d after resume", handled.Load())
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Consume did not return")
+	}
+}

@@ -118,6 +118,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	for _, cfg := range KVConfigs(o) {
 		if err := retry(ctx, func() error {
+			if o.replicas() > 1 {
+				_, err := js.CreateOrUpdateStream(ctx, kvStreamConfig(cfg))
+				return err
+			}
 			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 			return err
 		}); err != nil {
@@ -179,4 +183,31 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 		}
 	}
 	return b, nil
+}
+
+// kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets. A direct get may be
+// answered by any replica, including a follower a few writes behind: a binder could then read "no such pod"
+// just after the store created it and drop the decision (seen in the compose test, about 2 % of pods stuck
+// Pending). Without direct gets every read goes to the stream leader, which has applied every acknowledged
+// write. Replicated buckets are always made this way (never through CreateKeyValue, which would turn direct
+// gets back on), so every replica of every service provisions the same configuration.
+func kvStreamConfig(kv jetstream.KeyValueConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + kv.Bucket,
+		Description:       kv.Description,
+		Subjects:          []string{"$KV." + kv.Bucket + ".>"},
+		MaxMsgsPerSubject: int64(max(kv.History, 1)),
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxAge:            kv.TTL,
+		Storage:           kv.Storage,
+		Replicas:          max(kv.Replicas, 1),
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       false,
+		Discard:           jetstream.DiscardNew,
+	}
 }

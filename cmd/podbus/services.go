@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -43,15 +42,12 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	slog.SetDefault(slog.New(pullWatchdog{slog.Default().Handler(), cancel}))
 	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := provision(ctx, conn.JS, c.replicas); err != nil {
+	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: c.replicas}); err != nil {
 		return err
 	}
 	svc, err := mk(conn)
@@ -67,11 +63,7 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 		ready.Store(true)
 		return svc.Run(gctx)
 	})
-	err = g.Wait()
-	if cause := context.Cause(ctx); cause == errConsumerStopped {
-		return cause
-	}
-	return err
+	return g.Wait()
 }
 
 func runStore(ctx context.Context, args []string) error {
