@@ -4659,13 +4659,21 @@ func (x *NodeAllocation) GetTotal() *Resources {
 	return nil
 }
 
+// What the scheduler needs to know of a pod placed on a node: its requests, and for inter-pod
+// affinity, topology spread and preemption its labels, its pod (anti-)affinity terms and its priority.
 type PodAllocation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Requests      *Resources             `protobuf:"bytes,3,opt,name=requests,proto3" json:"requests,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Namespace         string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name              string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Requests          *Resources             `protobuf:"bytes,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	Labels            map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Priority          int32                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	PodAffinity       *PodAffinity           `protobuf:"bytes,6,opt,name=pod_affinity,json=podAffinity,proto3" json:"pod_affinity,omitempty"`
+	PodAntiAffinity   *PodAffinity           `protobuf:"bytes,7,opt,name=pod_anti_affinity,json=podAntiAffinity,proto3" json:"pod_anti_affinity,omitempty"`
+	CreationTimestamp *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=creation_timestamp,json=creationTimestamp,proto3" json:"creation_timestamp,omitempty"`
+	SchedulerName     string                 `protobuf:"bytes,9,opt,name=scheduler_name,json=schedulerName,proto3" json:"scheduler_name,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PodAllocation) Reset() {
@@ -4717,6 +4725,48 @@ func (x *PodAllocation) GetRequests() *Resources {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *PodAllocation) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *PodAllocation) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PodAllocation) GetPodAffinity() *PodAffinity {
+	if x != nil {
+		return x.PodAffinity
+	}
+	return nil
+}
+
+func (x *PodAllocation) GetPodAntiAffinity() *PodAffinity {
+	if x != nil {
+		return x.PodAntiAffinity
+	}
+	return nil
+}
+
+func (x *PodAllocation) GetCreationTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreationTimestamp
+	}
+	return nil
+}
+
+func (x *PodAllocation) GetSchedulerName() string {
+	if x != nil {
+		return x.SchedulerName
+	}
+	return ""
 }
 
 var File_podbus_proto protoreflect.FileDescriptor
@@ -5193,11 +5243,20 @@ const file_podbus_proto_rawDesc = "" +
 	"\x05total\x18\x03 \x01(\v2\x14.podbus.v1.ResourcesR\x05total\x1aQ\n" +
 	"\tPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"s\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\xf9\x03\n" +
 	"\rPodAllocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
-	"\brequests\x18\x03 \x01(\v2\x14.podbus.v1.ResourcesR\brequestsB2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
+	"\brequests\x18\x03 \x01(\v2\x14.podbus.v1.ResourcesR\brequests\x12<\n" +
+	"\x06labels\x18\x04 \x03(\v2$.podbus.v1.PodAllocation.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\x05R\bpriority\x129\n" +
+	"\fpod_affinity\x18\x06 \x01(\v2\x16.podbus.v1.PodAffinityR\vpodAffinity\x12B\n" +
+	"\x11pod_anti_affinity\x18\a \x01(\v2\x16.podbus.v1.PodAffinityR\x0fpodAntiAffinity\x12I\n" +
+	"\x12creation_timestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11creationTimestamp\x12%\n" +
+	"\x0escheduler_name\x18\t \x01(\tR\rschedulerName\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
 
 var (
 	file_podbus_proto_rawDescOnce sync.Once
@@ -5212,7 +5271,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -5286,112 +5345,117 @@ var file_podbus_proto_goTypes = []any{
 	nil,                              // 69: podbus.v1.Resources.ScalarEntry
 	nil,                              // 70: podbus.v1.SchedulingDecision.ReasonsEntry
 	nil,                              // 71: podbus.v1.NodeAllocation.PodsEntry
-	(*timestamppb.Timestamp)(nil),    // 72: google.protobuf.Timestamp
+	nil,                              // 72: podbus.v1.PodAllocation.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 73: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	61, // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	62, // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	72, // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	72, // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	2,  // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	63, // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
-	4,  // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
-	1,  // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
-	7,  // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
-	30, // 9: podbus.v1.Pod.status:type_name -> podbus.v1.PodStatus
-	6,  // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
-	9,  // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
-	9,  // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	64, // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
-	20, // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
-	19, // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
-	29, // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
-	8,  // 17: podbus.v1.PodSpec.volumes:type_name -> podbus.v1.Volume
-	11, // 18: podbus.v1.Container.ports:type_name -> podbus.v1.ContainerPort
-	12, // 19: podbus.v1.Container.env:type_name -> podbus.v1.EnvVar
-	13, // 20: podbus.v1.Container.resources:type_name -> podbus.v1.ResourceRequirements
-	14, // 21: podbus.v1.Container.liveness_probe:type_name -> podbus.v1.Probe
-	14, // 22: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
-	14, // 23: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
-	10, // 24: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
-	65, // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	66, // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
-	15, // 27: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
-	16, // 28: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
-	18, // 29: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
-	17, // 30: podbus.v1.HTTPGetAction.http_headers:type_name -> podbus.v1.HTTPHeader
-	21, // 31: podbus.v1.Affinity.node_affinity:type_name -> podbus.v1.NodeAffinity
-	26, // 32: podbus.v1.Affinity.pod_affinity:type_name -> podbus.v1.PodAffinity
-	26, // 33: podbus.v1.Affinity.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	22, // 34: podbus.v1.NodeAffinity.required:type_name -> podbus.v1.NodeSelector
-	25, // 35: podbus.v1.NodeAffinity.preferred:type_name -> podbus.v1.PreferredSchedulingTerm
-	23, // 36: podbus.v1.NodeSelector.terms:type_name -> podbus.v1.NodeSelectorTerm
-	24, // 37: podbus.v1.NodeSelectorTerm.match_expressions:type_name -> podbus.v1.NodeSelectorRequirement
-	24, // 38: podbus.v1.NodeSelectorTerm.match_fields:type_name -> podbus.v1.NodeSelectorRequirement
-	23, // 39: podbus.v1.PreferredSchedulingTerm.preference:type_name -> podbus.v1.NodeSelectorTerm
-	27, // 40: podbus.v1.PodAffinity.required:type_name -> podbus.v1.PodAffinityTerm
-	28, // 41: podbus.v1.PodAffinity.preferred:type_name -> podbus.v1.WeightedPodAffinityTerm
-	3,  // 42: podbus.v1.PodAffinityTerm.label_selector:type_name -> podbus.v1.LabelSelector
-	3,  // 43: podbus.v1.PodAffinityTerm.namespace_selector:type_name -> podbus.v1.LabelSelector
-	27, // 44: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
-	3,  // 45: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
-	31, // 46: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	72, // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	32, // 48: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
-	32, // 49: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	72, // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	72, // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	33, // 52: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
-	33, // 53: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
-	34, // 54: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
-	35, // 55: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
-	36, // 56: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	72, // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	72, // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	72, // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 60: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
-	38, // 61: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
-	40, // 62: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
-	39, // 63: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	72, // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	67, // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	68, // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
-	41, // 67: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
-	42, // 68: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
-	43, // 69: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
-	44, // 70: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	72, // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	72, // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,  // 73: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
-	46, // 74: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
-	47, // 75: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	72, // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	72, // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	72, // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	69, // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
-	0,  // 80: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
-	5,  // 81: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
-	5,  // 82: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
-	5,  // 83: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	70, // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
-	48, // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	72, // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
-	5,  // 87: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	72, // 88: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	72, // 89: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
-	30, // 90: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
-	56, // 91: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
-	37, // 92: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	72, // 93: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	71, // 94: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	48, // 95: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	48, // 96: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	60, // 97: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	98, // [98:98] is the sub-list for method output_type
-	98, // [98:98] is the sub-list for method input_type
-	98, // [98:98] is the sub-list for extension type_name
-	98, // [98:98] is the sub-list for extension extendee
-	0,  // [0:98] is the sub-list for field type_name
+	61,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	62,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	73,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
+	63,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
+	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
+	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
+	30,  // 9: podbus.v1.Pod.status:type_name -> podbus.v1.PodStatus
+	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
+	9,   // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
+	9,   // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
+	64,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	20,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
+	19,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
+	29,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
+	8,   // 17: podbus.v1.PodSpec.volumes:type_name -> podbus.v1.Volume
+	11,  // 18: podbus.v1.Container.ports:type_name -> podbus.v1.ContainerPort
+	12,  // 19: podbus.v1.Container.env:type_name -> podbus.v1.EnvVar
+	13,  // 20: podbus.v1.Container.resources:type_name -> podbus.v1.ResourceRequirements
+	14,  // 21: podbus.v1.Container.liveness_probe:type_name -> podbus.v1.Probe
+	14,  // 22: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
+	14,  // 23: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
+	10,  // 24: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
+	65,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	66,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	15,  // 27: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
+	16,  // 28: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
+	18,  // 29: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
+	17,  // 30: podbus.v1.HTTPGetAction.http_headers:type_name -> podbus.v1.HTTPHeader
+	21,  // 31: podbus.v1.Affinity.node_affinity:type_name -> podbus.v1.NodeAffinity
+	26,  // 32: podbus.v1.Affinity.pod_affinity:type_name -> podbus.v1.PodAffinity
+	26,  // 33: podbus.v1.Affinity.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	22,  // 34: podbus.v1.NodeAffinity.required:type_name -> podbus.v1.NodeSelector
+	25,  // 35: podbus.v1.NodeAffinity.preferred:type_name -> podbus.v1.PreferredSchedulingTerm
+	23,  // 36: podbus.v1.NodeSelector.terms:type_name -> podbus.v1.NodeSelectorTerm
+	24,  // 37: podbus.v1.NodeSelectorTerm.match_expressions:type_name -> podbus.v1.NodeSelectorRequirement
+	24,  // 38: podbus.v1.NodeSelectorTerm.match_fields:type_name -> podbus.v1.NodeSelectorRequirement
+	23,  // 39: podbus.v1.PreferredSchedulingTerm.preference:type_name -> podbus.v1.NodeSelectorTerm
+	27,  // 40: podbus.v1.PodAffinity.required:type_name -> podbus.v1.PodAffinityTerm
+	28,  // 41: podbus.v1.PodAffinity.preferred:type_name -> podbus.v1.WeightedPodAffinityTerm
+	3,   // 42: podbus.v1.PodAffinityTerm.label_selector:type_name -> podbus.v1.LabelSelector
+	3,   // 43: podbus.v1.PodAffinityTerm.namespace_selector:type_name -> podbus.v1.LabelSelector
+	27,  // 44: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
+	3,   // 45: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
+	31,  // 46: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
+	73,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	32,  // 48: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
+	32,  // 49: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
+	73,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	73,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	33,  // 52: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
+	33,  // 53: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
+	34,  // 54: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
+	35,  // 55: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
+	36,  // 56: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
+	73,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	73,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	73,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	1,   // 60: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
+	38,  // 61: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
+	40,  // 62: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
+	39,  // 63: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
+	73,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	67,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	68,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	41,  // 67: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
+	42,  // 68: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
+	43,  // 69: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
+	44,  // 70: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
+	73,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	73,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 73: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
+	46,  // 74: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
+	47,  // 75: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
+	73,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	69,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	0,   // 80: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
+	5,   // 81: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
+	5,   // 82: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
+	5,   // 83: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
+	70,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	48,  // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
+	73,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	5,   // 87: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
+	73,  // 88: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 89: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	30,  // 90: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
+	56,  // 91: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
+	37,  // 92: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
+	73,  // 93: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	71,  // 94: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	48,  // 95: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	48,  // 96: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	72,  // 97: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	26,  // 98: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	26,  // 99: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	73,  // 100: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	60,  // 101: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	102, // [102:102] is the sub-list for method output_type
+	102, // [102:102] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -5413,7 +5477,7 @@ func file_podbus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

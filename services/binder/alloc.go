@@ -69,11 +69,7 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			s.log.Debug("no room", "pod", uid, "node", node, "insufficient", strings.Join(short, ","))
 			return reservationNoRoom, nil
 		}
-		a.Pods[uid] = &pb.PodAllocation{
-			Namespace: pod.GetMetadata().GetNamespace(),
-			Name:      pod.GetMetadata().GetName(),
-			Requests:  req,
-		}
+		a.Pods[uid] = podAllocation(pod, req)
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
@@ -189,4 +185,21 @@ func (c *allocCache) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, node)
+}
+
+// podAllocation is what the alloc record keeps of a pod for the schedulers' inter-pod plugins and
+// preemption.
+func podAllocation(pod *pb.Pod, req *pb.Resources) *pb.PodAllocation {
+	md, spec := pod.GetMetadata(), pod.GetSpec()
+	return &pb.PodAllocation{
+		Namespace:         md.GetNamespace(),
+		Name:              md.GetName(),
+		Requests:          req,
+		Labels:            md.GetLabels(),
+		Priority:          spec.GetPriority(),
+		PodAffinity:       spec.GetAffinity().GetPodAffinity(),
+		PodAntiAffinity:   spec.GetAffinity().GetPodAntiAffinity(),
+		CreationTimestamp: md.GetCreationTimestamp(),
+		SchedulerName:     spec.GetSchedulerName(),
+	}
 }
