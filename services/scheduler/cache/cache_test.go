@@ -185,7 +185,13 @@ func TestTriggers(t *testing.T) {
 		{"node removed", func(c *Cache) string { c.RemoveNode("n1", 10); return "" }, ""},
 		{"alloc grows", func(c *Cache) string {
 			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}}), 10)
+		}, "p10"}, // only pods waiting for pod affinity or spread care
+		{"alloc unchanged pods", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 10)
 		}, ""},
+		{"alloc swaps a pod", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"y": {Pods: 1}}), 10)
+		}, "a10"},
 		{"alloc shrinks", func(c *Cache) string {
 			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{}), 10)
 		}, "a10"},
@@ -213,7 +219,7 @@ func TestHasSeen(t *testing.T) {
 	c, _ := newTestCache()
 	c.UpsertNode(st.Node("n1").Obj(), 5)
 	c.UpsertAlloc("n1", alloc("n1", nil), 3)
-	for trig, want := range map[string]bool{"n5": true, "n6": false, "a3": true, "a4": false, "s5-3": true, "": true} {
+	for trig, want := range map[string]bool{"n5": true, "n6": false, "a3": true, "a4": false, "p3": true, "p4": false, "s5-3": true, "": true} {
 		if got := c.HasSeen(trig); got != want {
 			t.Errorf("HasSeen(%q) = %v, want %v", trig, got, want)
 		}

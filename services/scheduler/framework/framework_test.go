@@ -153,7 +153,7 @@ func TestRunPlugins(t *testing.T) {
 		t.Errorf("skipped filter ran %d times", a.filtered)
 	}
 	totals := make([]framework.NodeScore, 2)
-	_, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, make([][]framework.NodeScore, fw.NumScores()), totals)
+	_, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, nil, make([][]framework.NodeScore, fw.NumScores()), totals)
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
 	}
@@ -163,7 +163,7 @@ func TestRunPlugins(t *testing.T) {
 	}
 
 	a.score["n1"] = 101
-	if _, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, make([][]framework.NodeScore, 2), totals); s.Code() != framework.Error {
+	if _, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, nil, make([][]framework.NodeScore, 2), totals); s.Code() != framework.Error {
 		t.Errorf("score out of range: code %v", s.Code())
 	}
 }
