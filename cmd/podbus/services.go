@@ -83,11 +83,19 @@ func runScheduler(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
 	c.register(fs, "scheduler")
+	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName); every replica must load the same")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	var profiles []scheduler.Profile
+	if *profile != "" {
+		var err error
+		if profiles, err = scheduler.LoadProfiles(*profile); err != nil {
+			return err
+		}
+	}
 	return c.serve(ctx, "scheduler", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return scheduler.New(scheduler.Config{ID: c.id}, cn)
+		return scheduler.New(scheduler.Config{ID: c.id, Profiles: profiles}, cn)
 	})
 }
 

@@ -44,20 +44,12 @@ func (*BalancedAllocation) PreScore(_ *framework.CycleState, pod *framework.PodI
 
 // Score implements framework.ScorePlugin.
 func (*BalancedAllocation) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
-	var fractions [2]float64
-	n := 0
-	add := func(requested, allocatable int64) {
-		if allocatable == 0 {
-			return
-		}
-		fractions[n] = min(float64(requested)/float64(allocatable), 1)
-		n++
+	cpuAlloc, memAlloc := node.Allocatable.GetMilliCpu(), node.Allocatable.GetMemory()
+	if cpuAlloc == 0 || memAlloc == 0 {
+		return framework.MaxNodeScore, nil // at most one resource: std 0
 	}
-	add(node.Requested.GetMilliCpu()+pod.Requests.GetMilliCpu(), node.Allocatable.GetMilliCpu())
-	add(node.Requested.GetMemory()+pod.Requests.GetMemory(), node.Allocatable.GetMemory())
-	std := 0.0
-	if n == 2 {
-		std = math.Abs((fractions[0] - fractions[1]) / 2)
-	}
+	fCPU := min(float64(node.Requested.GetMilliCpu()+pod.Requests.GetMilliCpu())/float64(cpuAlloc), 1)
+	fMem := min(float64(node.Requested.GetMemory()+pod.Requests.GetMemory())/float64(memAlloc), 1)
+	std := math.Abs((fCPU - fMem) / 2)
 	return int64((1 - std) * float64(framework.MaxNodeScore)), nil
 }
