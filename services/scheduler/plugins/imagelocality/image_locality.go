@@ -10,6 +10,7 @@
 package imagelocality
 
 import (
+	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
 )
 
@@ -56,23 +57,19 @@ type preScoreState struct {
 func (*ImageLocality) PreScore(state *framework.CycleState, pod *framework.PodInfo, _ []*framework.NodeInfo) *framework.Status {
 	snap := state.Snapshot()
 	spec := pod.Pod.GetSpec()
-	s := &preScoreState{numContainers: len(spec.GetInitContainers()) + len(spec.GetContainers())}
-	add := func(img string) {
-		name := framework.NormalizedImageName(img)
-		if n := snap.ImageNumNodes(name); n > 0 {
-			s.images = append(s.images, image{name: name, spread: float64(n) / float64(snap.NumNodes())})
+	var images []image // allocated only when some node holds an image of the pod
+	for _, cs := range [2][]*pb.Container{spec.GetInitContainers(), spec.GetContainers()} {
+		for _, c := range cs {
+			name := framework.NormalizedImageName(c.GetImage())
+			if n := snap.ImageNumNodes(name); n > 0 {
+				images = append(images, image{name: name, spread: float64(n) / float64(snap.NumNodes())})
+			}
 		}
 	}
-	for _, c := range spec.GetInitContainers() {
-		add(c.GetImage())
-	}
-	for _, c := range spec.GetContainers() {
-		add(c.GetImage())
-	}
-	if len(s.images) == 0 {
+	if len(images) == 0 {
 		return statusSkip
 	}
-	state.Write(stateKey, s)
+	state.Write(stateKey, &preScoreState{images: images, numContainers: len(spec.GetInitContainers()) + len(spec.GetContainers())})
 	return nil
 }
 
