@@ -61,4 +61,3 @@ func tail(b []byte, n int64) []byte {
 	}
 	return b
 }
-

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/google/uuid"
 
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/cri"
@@ -35,7 +36,7 @@ func testCIDR() string {
 	return fmt.Sprintf("10.250.%d.0/24", (cidrBase+int(cidrNext.Add(1)))%256)
 }
 
-func testNode(t *testing.T) string { return "t-" + testNamespace()[len("podbus-test-"):] + "-" + fmt.Sprint(cidrNext.Load()) }
+func testNode() string { return "t-" + uuid.NewString()[:8] }
 
 func httpGet(url string) (string, error) {
 	client := http.Client{Timeout: time.Second}
@@ -59,7 +60,7 @@ func TestPodServesHTTPByIP(t *testing.T) {
 	requireContainerd(t)
 	_, busybox := startRegistry(t)
 	cidr := testCIDR()
-	r := newRuntime(t, testNode(t), cidr, testNamespace(), "")
+	r := newRuntime(t, testNode(), cidr, testNamespace(), "")
 	ctx := context.Background()
 
 	// Pull first: the latency figure is create→Running of a pod whose image is present.
@@ -106,8 +107,8 @@ func TestPodsTalkByIP(t *testing.T) {
 	_, busybox := startRegistry(t)
 	ns := testNamespace()
 	cidrA, cidrB := testCIDR(), testCIDR()
-	a := newRuntime(t, testNode(t), cidrA, ns, "")
-	b := newRuntime(t, testNode(t), cidrB, ns, "")
+	a := newRuntime(t, testNode(), cidrA, ns, "")
+	b := newRuntime(t, testNode(), cidrB, ns, "")
 	ctx := context.Background()
 
 	server, _ := runPod(t, a, newPod("server", webServer(busybox)))
@@ -135,7 +136,7 @@ func TestRemoveSandboxRemovesEverything(t *testing.T) {
 	_, busybox := startRegistry(t)
 	ns := testNamespace()
 	state := t.TempDir()
-	r := newRuntime(t, testNode(t), testCIDR(), ns, state)
+	r := newRuntime(t, testNode(), testCIDR(), ns, state)
 	ctx := context.Background()
 
 	p := newPod("doomed", ctr("a", busybox, "sleep", "3600"), ctr("b", busybox, "sleep", "3600"))
@@ -202,7 +203,7 @@ func TestRemoveSandboxRemovesEverything(t *testing.T) {
 func TestExitCodeLogsAndPreviousAttempt(t *testing.T) {
 	requireContainerd(t)
 	_, busybox := startRegistry(t)
-	r := newRuntime(t, testNode(t), testCIDR(), testNamespace(), "")
+	r := newRuntime(t, testNode(), testCIDR(), testNamespace(), "")
 	ctx := context.Background()
 
 	c := ctr("job", busybox, "sh", "-c", "echo hi; exit 3")
@@ -275,7 +276,7 @@ func logs(t *testing.T, r *cri.Runtime, id agent.ContainerID, opts agent.LogOpti
 func TestReconcileAfterRestart(t *testing.T) {
 	requireContainerd(t)
 	_, busybox := startRegistry(t)
-	ns, node, cidr, state := testNamespace(), testNode(t), testCIDR(), t.TempDir()
+	ns, node, cidr, state := testNamespace(), testNode(), testCIDR(), t.TempDir()
 	ctx := context.Background()
 
 	first, err := cri.New(ctx, cri.Config{NodeName: node, Address: address(), Namespace: ns, PodCIDR: cidr, StateDir: state})
@@ -326,7 +327,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 func TestPullPolicies(t *testing.T) {
 	requireContainerd(t)
 	reg, busybox := startRegistry(t)
-	r := newRuntime(t, testNode(t), testCIDR(), testNamespace(), "")
+	r := newRuntime(t, testNode(), testCIDR(), testNamespace(), "")
 	ctx := context.Background()
 
 	if _, err := r.PullImage(ctx, busybox, "Never"); !errors.Is(err, agent.ErrImageNeverPull) {
