@@ -43,7 +43,7 @@ func address() string {
 }
 
 // requireContainerd skips (fails with CI=true) when this machine cannot run real pods.
-func requireContainerd(t *testing.T) {
+func requireContainerd(t testing.TB) {
 	t.Helper()
 	err := cri.Check(context.Background(), address(), nil)
 	if err == nil {
@@ -59,7 +59,7 @@ func requireContainerd(t *testing.T) {
 
 // startRegistry serves an OCI registry on loopback holding a busybox image, and returns the image's
 // reference. (Swap for internal/images once it exists.)
-func startRegistry(t *testing.T) (addr, busybox string) {
+func startRegistry(t testing.TB) (addr, busybox string) {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
@@ -131,7 +131,7 @@ func pushBusybox(ref string) error {
 
 // newRuntime returns a runtime of node on cidr in a containerd namespace of the test's own; it removes
 // every sandbox, image and the namespace when the test ends. state "" makes a fresh state dir.
-func newRuntime(t *testing.T, node, cidr, ns, state string) *cri.Runtime {
+func newRuntime(t testing.TB, node, cidr, ns, state string) *cri.Runtime {
 	t.Helper()
 	if state == "" {
 		state = t.TempDir()
@@ -182,7 +182,7 @@ func ctr(name, image string, command ...string) *pb.Container {
 }
 
 // runPod creates the sandbox and starts each container of the pod (attempt 0).
-func runPod(t *testing.T, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.ContainerID) {
+func runPod(t testing.TB, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.ContainerID) {
 	t.Helper()
 	ctx := context.Background()
 	sb, err := r.RunSandbox(ctx, p)
@@ -196,7 +196,7 @@ func runPod(t *testing.T, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.Con
 	return sb, ids
 }
 
-func startContainer(t *testing.T, r *cri.Runtime, sb agent.Sandbox, c *pb.Container, attempt int32) agent.ContainerID {
+func startContainer(t testing.TB, r *cri.Runtime, sb agent.Sandbox, c *pb.Container, attempt int32) agent.ContainerID {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := r.PullImage(ctx, c.Image, c.ImagePullPolicy); err != nil {
@@ -213,7 +213,7 @@ func startContainer(t *testing.T, r *cri.Runtime, sb agent.Sandbox, c *pb.Contai
 }
 
 // eventually polls f until it returns nil, failing with its last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

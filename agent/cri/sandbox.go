@@ -74,7 +74,7 @@ func (r *Runtime) saveRecord(rec *sandboxRecord) error {
 		return fmt.Errorf("write sandbox record: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err == nil {
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
