@@ -55,7 +55,7 @@ func TestAgentRunsRealPod(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done; <-done })
 
 	web := webServer(busybox)
-	web.Command = []string{"sh", "-c", "echo serving; exec httpd -f -p 8080 -h /www"}
+	web.Command[2] = "echo serving; " + web.Command[2]
 	web.Ports = []*pb.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: "TCP"}}
 	web.ReadinessProbe = &pb.Probe{HttpGet: &pb.HTTPGetAction{Path: "/index.html", Port: "http"}, PeriodSeconds: 1}
 	pub := bus.NewPublisher(conn.JS, "test")
@@ -96,7 +96,7 @@ func TestAgentRunsRealPod(t *testing.T) {
 	sick := ctr("sick", busybox, "sleep", "3600")
 	sick.LivenessProbe = &pb.Probe{Exec: &pb.ExecAction{Command: []string{"cat", "/tmp/healthy"}}, PeriodSeconds: 1,
 		FailureThreshold: 1, TerminationGracePeriodSeconds: proto.Int64(0)}
-	missing := newPod("missing", ctr("missing", strings.Replace(busybox, "busybox:test", "nothing:here", 1)))
+	missing := newPod("missing", ctr("missing", strings.Replace(busybox, "busybox:latest", "nothing:here", 1)))
 	for _, q := range []*pb.Pod{crash, newPod("sick", sick), missing} {
 		bind(q)
 	}

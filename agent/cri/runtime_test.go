@@ -53,8 +53,9 @@ func httpGet(url string) (string, error) {
 	return string(b), err
 }
 
+// webServer serves "hello from podbus" on port 8080 with busybox httpd.
 func webServer(image string) *pb.Container {
-	return ctr("web", image, "httpd", "-f", "-p", "8080", "-h", "/www")
+	return ctr("web", image, "sh", "-c", "mkdir -p /www && echo hello from podbus >/www/index.html && exec httpd -f -p 8080 -h /www")
 }
 
 func TestPodServesHTTPByIP(t *testing.T) {
