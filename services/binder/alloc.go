@@ -191,7 +191,9 @@ func (c *allocCache) forget(node string) {
 
 // PodAllocation is the entry the binder writes for pod in its node's alloc record (tools that place
 // pods directly write the same).
-func PodAllocation(pod *pb.Pod) *pb.PodAllocation { return podAllocation(pod, podutil.PodRequests(pod)) }
+func PodAllocation(pod *pb.Pod) *pb.PodAllocation {
+	return podAllocation(pod, podutil.PodRequests(pod))
+}
 
 // podAllocation is what the alloc record keeps of a pod for the schedulers' inter-pod plugins and
 // preemption.
