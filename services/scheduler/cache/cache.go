@@ -357,7 +357,8 @@ func (c *Cache) refresh(ns *nodeState) {
 		nzCPU += ap.nzCPU
 		nzMem += ap.nzMem
 	}
-	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem}
+	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
+		Ready: podutil.NodeIsReady(ns.node)}
 	c.unshare()
 	i, found := c.index(ns.name)
 	if found {

@@ -52,6 +52,9 @@ type NodeInfo struct {
 	Requested *pb.Resources
 	// NonZeroRequested is Requested's cpu and memory with the scoring defaults applied per pod.
 	NonZeroMilliCPU, NonZeroMemory int64
+	// Ready: the node's Ready condition is True. Computed once when the NodeInfo is built, since the
+	// filter runs for hundreds of nodes per pod (see NewNodeInfo).
+	Ready bool
 }
 
 // Name of the node.
@@ -59,7 +62,7 @@ func (n *NodeInfo) Name() string { return n.Node.GetMetadata().GetName() }
 
 // NewNodeInfo builds a NodeInfo for a node with nothing requested yet (tests, and the cache's base).
 func NewNodeInfo(n *pb.Node) *NodeInfo {
-	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}}
+	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}, Ready: podutil.NodeIsReady(n)}
 }
 
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
