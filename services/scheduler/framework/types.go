@@ -53,7 +53,7 @@ type NodeInfo struct {
 	// NonZeroRequested is Requested's cpu and memory with the scoring defaults applied per pod.
 	NonZeroMilliCPU, NonZeroMemory int64
 	// Ready: the node's Ready condition is True. Computed once when the NodeInfo is built, since the
-	// filter runs for hundreds of nodes per pod (see NewNodeInfo).
+	// filter runs for hundreds of nodes per pod: build NodeInfos with NewNodeInfo (or set it).
 	Ready bool
 }
 
