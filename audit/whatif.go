@@ -285,7 +285,7 @@ func (w *world) snapshot(at time.Time) *framework.Snapshot {
 			continue
 		}
 		n := vs[i-1].node
-		info := &framework.NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}}
+		info := framework.NewNodeInfo(n)
 		if u := w.used[name]; u != nil {
 			info.Requested = proto.Clone(u.req).(*pb.Resources)
 			info.NonZeroMilliCPU, info.NonZeroMemory = u.nzCPU, u.nzMem

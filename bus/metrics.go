@@ -32,3 +32,14 @@ func NewGauge(name string) *Gauge {
 
 // Set sets the gauge.
 func (g *Gauge) Set(v int64) { g.v.Store(v) }
+
+// Counters returns every counter's current value (gauges left out).
+func Counters() map[string]int64 {
+	out := map[string]int64{}
+	metrics.Do(func(kv expvar.KeyValue) {
+		if v, ok := kv.Value.(*expvar.Int); ok {
+			out[kv.Key] = v.Value()
+		}
+	})
+	return out
+}

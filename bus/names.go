@@ -90,6 +90,9 @@ const (
 	HdrKey         = "Podbus-Key"   // namespace/name of the pod, for per-pod ordering without decoding
 	HdrReply       = "Podbus-Reply" // core NATS subject where the store answers a command
 	HdrUser        = "Podbus-User"
+	// HdrTrigger names a change ("a<rev>": alloc bucket revision) the receiver's view should include
+	// before it acts on the message (a conflict requeue says which record refused the decision).
+	HdrTrigger     = "Podbus-Trigger"
 	HdrDeadReason  = "Podbus-Dead-Reason"
 	HdrDeadSubject = "Podbus-Dead-Subject"
 )

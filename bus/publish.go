@@ -17,6 +17,7 @@ type Meta struct {
 	Key         string // "namespace/name"
 	Reply       string // core NATS subject for the store's answer
 	User        string // the authenticated API user, on commands
+	Trigger     string // a change the receiver should have seen first (HdrTrigger)
 	Actor       string // set by the Publisher
 }
 
@@ -33,6 +34,7 @@ func (m Meta) header() nats.Header {
 	set(HdrKey, m.Key)
 	set(HdrReply, m.Reply)
 	set(HdrUser, m.User)
+	set(HdrTrigger, m.Trigger)
 	set(HdrActor, m.Actor)
 	return h
 }
@@ -46,6 +48,7 @@ func MetaFrom(h nats.Header) Meta {
 		Key:         h.Get(HdrKey),
 		Reply:       h.Get(HdrReply),
 		User:        h.Get(HdrUser),
+		Trigger:     h.Get(HdrTrigger),
 		Actor:       h.Get(HdrActor),
 	}
 }

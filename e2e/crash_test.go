@@ -21,7 +21,7 @@ import (
 type proc struct {
 	cancel context.CancelFunc
 	conn   *bus.Conn
-	done   chan error
+	done   chan struct{} // closed when Run returned, so kill may be called more than once
 }
 
 func startProc(t *testing.T, url, name string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) *proc {
@@ -35,8 +35,8 @@ func startProc(t *testing.T, url, name string, mk func(*bus.Conn) (interface{ Ru
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cancel: cancel, conn: conn, done: make(chan error, 1)}
-	go func() { p.done <- svc.Run(ctx) }()
+	p := &proc{cancel: cancel, conn: conn, done: make(chan struct{})}
+	go func() { _ = svc.Run(ctx); close(p.done) }()
 	t.Cleanup(p.kill)
 	return p
 }

@@ -53,6 +53,12 @@ type Config struct {
 	Verbose     bool
 	NoAudit     bool   // embedded cluster without the AUDIT stream
 	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
+	// Scenario: "pipeline" (pods through the API to Ready, simulated agents) or "scheduling-basic"
+	// (kube-scheduler's scheduler_perf shape: nodes registered directly, created→bound, see schedbasic.go).
+	Scenario string
+	Variant  string // scheduling-basic: basic, anti-affinity or spread
+	InitPods int    // scheduling-basic: pods placed before the measurement
+	Replicas string // scheduling-basic: scheduler replica counts to measure, comma separated
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -80,8 +86,35 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
+	fs.StringVar(&c.Scenario, "scenario", ScenarioPipeline, "pipeline or scheduling-basic")
+	fs.StringVar(&c.Variant, "variant", VariantBasic, "scheduling-basic: basic, anti-affinity or spread")
+	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
+	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	switch c.Scenario {
+	case ScenarioPipeline:
+	case ScenarioSchedulingBasic:
+		// scheduler_perf's SchedulingBasic sizes unless given.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["nodes"] {
+			c.Nodes = 5000
+		}
+		if !set["pods"] {
+			c.Pods = 10000
+		}
+		switch c.Variant {
+		case VariantBasic, VariantAntiAffinity, VariantSpread:
+		default:
+			return c, fmt.Errorf("--variant %q: want %s, %s or %s", c.Variant, VariantBasic, VariantAntiAffinity, VariantSpread)
+		}
+		if _, err := parseReplicas(c.Replicas); err != nil {
+			return c, err
+		}
+	default:
+		return c, fmt.Errorf("--scenario %q: want %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic)
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
@@ -152,6 +185,9 @@ func (t *tracker) mark(name string, stage int, at time.Time) {
 
 // Run executes the load test and writes the report to w.
 func Run(ctx context.Context, cfg Config, w io.Writer) error {
+	if cfg.Scenario == ScenarioSchedulingBasic {
+		return runSchedulingBasic(ctx, cfg, w) // each run has its own timeout
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if cfg.API == "" {
@@ -205,6 +241,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	if cfg.Verbose {
 		printHandlerTimes(w)
+		fmt.Fprintln(w, "conflicts and retries:")
+		printCounters(w, bus.Counters())
 	}
 	return nil
 }

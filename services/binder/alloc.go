@@ -32,24 +32,25 @@ func (r reservation) String() string {
 }
 
 // reserve commits the pod's requests on node if they fit its allocatable. It is idempotent: a pod that
-// already holds a reservation on node keeps it, whatever happened to the node since.
-func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reservation, error) {
+// already holds a reservation on node keeps it, whatever happened to the node since. The revision is
+// that of the alloc record the answer was based on.
+func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reservation, uint64, error) {
 	uid := pod.GetMetadata().GetUid()
 	key := bus.NodeKey(node)
 	req := podutil.PodRequests(pod)
 	for range maxAttempts {
 		a, rev, err := s.allocation(ctx, node, false)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if _, ok := a.Pods[uid]; ok {
 			// Only the record itself may say so, never the cache: another replica may have released it.
 			fa, frev, err := s.allocation(ctx, node, true)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if _, ok := fa.Pods[uid]; ok {
-				return reservationHeld, nil
+				return reservationHeld, frev, nil
 			}
 			s.alloc.put(node, fa, frev)
 			continue
@@ -57,33 +58,34 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 		// Looked up on every attempt: a node can go NotReady while we lose compare-and-sets.
 		n, err := s.node(ctx, node)
 		if errors.Is(err, bus.ErrNotFound) {
-			return reservationNoNode, nil
+			return reservationNoNode, rev, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if !podutil.NodeIsReady(n) {
-			return reservationNotReady, nil
+			return reservationNotReady, rev, nil
 		}
 		if short := podutil.Insufficient(podutil.NodeAllocatable(n), a.GetTotal(), req); len(short) > 0 {
 			s.log.Debug("no room", "pod", uid, "node", node, "insufficient", strings.Join(short, ","))
-			return reservationNoRoom, nil
+			return reservationNoRoom, rev, nil
 		}
 		a.Pods[uid] = podAllocation(pod, req)
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
+			bus.Count("binder.cas_conflicts.alloc", 1)
 			s.alloc.forget(node)
 			continue
 		}
 		if err != nil {
 			s.alloc.forget(node)
-			return 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, err)
+			return 0, 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, err)
 		}
 		s.alloc.put(node, a, newRev)
-		return reservationAdded, nil
+		return reservationAdded, newRev, nil
 	}
-	return 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, errRetry)
+	return 0, 0, fmt.Errorf("reserve pod %s on %s: %w", uid, node, errRetry)
 }
 
 // release removes the pod's reservation from node, if it has one (idempotent).
@@ -185,6 +187,12 @@ func (c *allocCache) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, node)
+}
+
+// PodAllocation is the entry the binder writes for pod in its node's alloc record (tools that place
+// pods directly write the same).
+func PodAllocation(pod *pb.Pod) *pb.PodAllocation {
+	return podAllocation(pod, podutil.PodRequests(pod))
 }
 
 // podAllocation is what the alloc record keeps of a pod for the schedulers' inter-pod plugins and

@@ -168,7 +168,7 @@ func TestDecide(t *testing.T) {
 			}
 			for n, pods := range tt.reserved {
 				for _, p := range pods {
-					if res, err := s.reserve(ctx, n, p); err != nil || res != reservationAdded {
+					if res, _, err := s.reserve(ctx, n, p); err != nil || res != reservationAdded {
 						t.Fatalf("setup reserve: %v %v", res, err)
 					}
 				}
@@ -238,6 +238,9 @@ func TestDecide(t *testing.T) {
 				if id := pending[0].Header.Get(bus.HdrMsgID); id != fmt.Sprintf("conflict-u1-%d", seq) {
 					t.Errorf("requeue msg id = %q", id)
 				}
+				if tr := pending[0].Header.Get(bus.HdrTrigger); (tr == "") == (tt.name == "no room on the node") || tr != "" && (tr[0] != 'a' || len(tr) < 2) {
+					t.Errorf("requeue trigger = %q, want a<alloc revision> or none", tr)
+				}
 			}
 			if got := bus.Counter("binder.conflicts") - conflicts; got != wantConflicts {
 				t.Errorf("binder.conflicts grew by %d, want %d", got, wantConflicts)
@@ -265,10 +268,10 @@ func TestPodDeletedReleases(t *testing.T) {
 	h.addNode(node("n1", "1", true))
 	s := h.service("direct")
 	p := pod("u1", "web", "500m", boundTo("n1"))
-	if _, err := s.reserve(context.Background(), "n1", p); err != nil {
+	if _, _, err := s.reserve(context.Background(), "n1", p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.reserve(context.Background(), "n1", pod("u2", "keep", "100m")); err != nil {
+	if _, _, err := s.reserve(context.Background(), "n1", pod("u2", "keep", "100m")); err != nil {
 		t.Fatal(err)
 	}
 	h.run("b1")
@@ -461,7 +464,7 @@ func TestCrashBetweenReserveAndBind(t *testing.T) {
 
 func mustReserve(t *testing.T, s *Service, node string, p *pb.Pod) {
 	t.Helper()
-	if res, err := s.reserve(context.Background(), node, p); err != nil || !res.ok() {
+	if res, _, err := s.reserve(context.Background(), node, p); err != nil || !res.ok() {
 		t.Fatalf("reserve on %s: %v %v", node, res, err)
 	}
 }

@@ -68,6 +68,7 @@ func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint
 		}
 		switch judge(pod, d) {
 		case verdictRelease:
+			bus.Count("binder.stale_decisions", 1)
 			return s.release(ctx, d.GetNode(), d.GetUid())
 		case verdictDone:
 			return nil
@@ -81,6 +82,7 @@ func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint
 			err = s.schedule(ctx, key, pod, rev, d, seq)
 		}
 		if errors.Is(err, bus.ErrConflict) {
+			bus.Count("binder.cas_conflicts.pod", 1)
 			continue // the pod changed under us: judge the decision again
 		}
 		return err
@@ -104,12 +106,12 @@ func (s *Service) pod(ctx context.Context, key string) (*pb.Pod, uint64, error) 
 // schedule reserves room on the decision's node and binds the pod there. bus.ErrConflict means the pod
 // changed before the binding; the reservation stays and the caller judges the decision again.
 func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64) error {
-	res, err := s.reserve(ctx, d.GetNode(), pod)
+	res, allocRev, err := s.reserve(ctx, d.GetNode(), pod)
 	if err != nil {
 		return err
 	}
 	if !res.ok() {
-		return s.conflict(ctx, pod, rev, d, seq, res)
+		return s.conflict(ctx, pod, rev, d, seq, res, allocRev)
 	}
 	if s.afterReserve != nil {
 		if err := s.afterReserve(d); err != nil {
@@ -165,7 +167,7 @@ func (s *Service) announce(ctx context.Context, pod *pb.Pod, rev uint64, node st
 
 // rebind finishes a binding found already written (a redelivery, or a duplicate decision).
 func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node string) error {
-	res, err := s.reserve(ctx, node, pod)
+	res, _, err := s.reserve(ctx, node, pod)
 	if err != nil {
 		return err
 	}
@@ -205,14 +207,21 @@ func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod
 	return bus.Wait(ctx, f)
 }
 
-// conflict sends a pod whose decision could not be honoured back to the schedulers.
-func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why reservation) error {
+// conflict sends a pod whose decision could not be honoured back to the schedulers. A refusal for room
+// names the alloc record's revision, so the scheduler that takes the pod waits until its cache has
+// seen it rather than repeating the same stale choice.
+func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why reservation, allocRev uint64) error {
 	bus.Count("binder.conflicts", 1)
+	bus.Count("binder.conflicts."+d.GetScheduler(), 1)
 	uid := pod.GetMetadata().GetUid()
 	s.log.Info("decision refused; pod goes back to the schedulers", "pod", uid, "node", d.GetNode(), "why", why, "scheduler", d.GetScheduler())
 	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}
 	id := fmt.Sprintf("conflict-%s-%d", uid, seq)
-	if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, meta(pod, id)); err != nil {
+	m := meta(pod, id)
+	if why == reservationNoRoom && allocRev > 0 {
+		m.Trigger = "a" + strconv.FormatUint(allocRev, 10)
+	}
+	if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, m); err != nil {
 		return fmt.Errorf("requeue pod %s: %w", uid, err)
 	}
 	return nil

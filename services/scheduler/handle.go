@@ -43,7 +43,19 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		bus.Count("scheduler.skipped_deleting", 1)
 		return nil
 	}
-	if t := retryTrigger(m.Meta.MsgID, uid); t != "" && !s.cache.HasSeen(t) && m.Delivered < maxCacheWaits {
+	conflicted := pp.GetCause() == CauseConflict
+	if conflicted && m.Delivered == 1 {
+		bus.Count("scheduler.conflict_requeues", 1)
+		bus.Count("scheduler.conflict_requeues."+s.cfg.ID, 1)
+	}
+	// A requeue names the change that caused it (a requeue's message id, a conflict's trigger header):
+	// deciding before the cache has it would repeat the choice that just failed.
+	t := retryTrigger(m.Meta.MsgID, uid)
+	if conflicted {
+		t = m.Meta.Trigger
+	}
+	if t != "" && !s.cache.HasSeen(t) && m.Delivered < maxCacheWaits {
+		bus.Count("scheduler.cache_waits", 1)
 		return bus.RetryAfter(20*time.Millisecond, errCacheBehind)
 	}
 
@@ -56,7 +68,11 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	}
 	// Any other pending message means the pod is not (or no longer) placed: an earlier decision lost a
 	// conflict at the binder, or this is a requeue.
-	s.cache.Forget(uid)
+	if s.cache.Forget(uid) && conflicted {
+		// Its assumption held room on its node in this replica's view; pods parked as unschedulable
+		// against that view may fit now.
+		s.parks.Trigger("f" + s.cfg.ID + "-" + strconv.FormatUint(m.StreamSeq, 10))
+	}
 	s.parks.Remove(uid)
 
 	algo := s.profileFor(pod)

@@ -17,8 +17,11 @@ import (
 	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
 )
 
-// CauseNodeChanged is the PendingPod cause of a requeue.
-const CauseNodeChanged = "node-changed"
+// PendingPod causes: a requeue by a scheduler, a decision the binder refused.
+const (
+	CauseNodeChanged = "node-changed"
+	CauseConflict    = "conflict"
+)
 
 // publisher is what the scheduler needs of bus.Publisher.
 type publisher interface {

@@ -391,3 +391,6 @@ func (s *Service) expireAssumptions(ctx context.Context) {
 		}
 	}
 }
+
+// Ready is closed once the replica's cache holds the initial nodes and alloc records.
+func (s *Service) Ready() <-chan struct{} { return s.ready }

@@ -319,3 +319,37 @@ func TestNewValidatesConfig(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// A pod the binder refused for room comes back naming the alloc revision that refused it: a replica
+// whose cache has not seen that revision waits (nak with a short delay) instead of repeating the stale
+// choice, and goes ahead once it has.
+func TestConflictRequeueWaitsForTheCache(t *testing.T) {
+	h := newHarness(t)
+	s, err := New(Config{ID: "a"}, h.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := &pb.PendingPod{Pod: st.Pod("p", "uid-p").Obj(), Revision: 3, Cause: CauseConflict}
+	data, _ := proto.Marshal(pp)
+	msg := func(delivered uint64) *bus.Msg {
+		return &bus.Msg{Subject: bus.SubjPodPending, Data: data, Delivered: delivered, StreamSeq: 7,
+			Meta: bus.Meta{MsgID: "conflict-uid-p-5", PodUID: "uid-p", Trigger: "a40"}}
+	}
+	ctx := context.Background()
+	s.cache.UpsertAlloc("n1", &pb.NodeAllocation{Node: "n1"}, 39)
+	waits := bus.Counter("scheduler.cache_waits")
+	var re *bus.RetryError
+	if err := s.handlePending(ctx, msg(1)); !errors.As(err, &re) || !errors.Is(err, errCacheBehind) {
+		t.Fatalf("behind the refusing revision: %v, want a retry for errCacheBehind", err)
+	}
+	if got := bus.Counter("scheduler.cache_waits") - waits; got != 1 {
+		t.Errorf("cache_waits grew by %d, want 1", got)
+	}
+	s.cache.UpsertAlloc("n1", &pb.NodeAllocation{Node: "n1"}, 40)
+	if err := s.handlePending(ctx, msg(2)); err != nil {
+		t.Fatalf("after the cache caught up: %v", err)
+	}
+	if d := h.decision("uid-p", 1).dec; !d.GetUnschedulable() {
+		t.Errorf("decision = %v, want unschedulable (no nodes)", d)
+	}
+}

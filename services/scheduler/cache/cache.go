@@ -418,7 +418,7 @@ func (c *Cache) refresh(ns *nodeState) {
 		}
 	}
 	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
-		ImageSizes: ns.images}
+		ImageSizes: ns.images, Ready: podutil.NodeIsReady(ns.node)}
 	info.SetPods(pods)
 	c.sorted.set(ns.name, info)
 	c.withAffinity.set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))

@@ -75,6 +75,9 @@ type NodeInfo struct {
 	Pods, PodsWithAffinity, PodsWithRequiredAntiAffinity []*PlacedPod
 	// ImageSizes maps the node's images (normalised names, see NormalizedImageName) to their sizes.
 	ImageSizes map[string]int64
+	// Ready: the node's Ready condition is True. Computed once when the NodeInfo is built, since the
+	// filter runs for hundreds of nodes per pod: build NodeInfos with NewNodeInfo (or set it).
+	Ready bool
 }
 
 // SetPods sets Pods and derives the affinity lists from it.
@@ -118,7 +121,7 @@ func (n *NodeInfo) Name() string { return n.Node.GetMetadata().GetName() }
 
 // NewNodeInfo builds a NodeInfo for a node with nothing requested yet (tests, and the cache's base).
 func NewNodeInfo(n *pb.Node) *NodeInfo {
-	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}, ImageSizes: NodeImageSizes(n)}
+	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}, ImageSizes: NodeImageSizes(n), Ready: podutil.NodeIsReady(n)}
 }
 
 // WithPods returns a copy of n with pods placed on it (requests added) — tests and tools.

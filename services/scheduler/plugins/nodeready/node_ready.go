@@ -4,7 +4,6 @@
 package nodeready
 
 import (
-	"github.com/podbus/podbus/internal/podutil"
 	"github.com/podbus/podbus/services/scheduler/framework"
 )
 
@@ -29,7 +28,7 @@ func (*NodeReady) Name() string { return Name }
 
 // Filter rejects nodes whose Ready condition is missing, False or Unknown.
 func (*NodeReady) Filter(_ *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
-	if podutil.NodeIsReady(node.Node) {
+	if node.Ready {
 		return nil
 	}
 	return statusNotReady

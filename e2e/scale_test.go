@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podutil"
+	"github.com/podbus/podbus/internal/schedsim"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/scheduler"
+	"github.com/podbus/podbus/services/store"
+)
+
+// The shape of the three-replica test: 50 nodes whose cpu holds 1,800 pods of 100m, 2,000 pods.
+const (
+	scaleNodes    = 50
+	scalePods     = 2000
+	scaleNodeCPU  = "3600m"
+	scalePodCPU   = "100m"
+	scaleZones    = 3
+	scaleAntiSets = 5 // anti-affinity groups of 40 pods, each needing 40 distinct hosts
+	scaleAckWait  = 10 * time.Second
+	labelDisk     = "disktype"
+	labelAnti     = "anti"
+	labelSpread   = "spread"
+	taintKey      = "dedicated"
+)
+
+// Pod kinds of the mix; each is enabled only when the scheduler has the plugin it needs, or as
+// PODBUS_SCALE_MIX (comma separated) says.
+const (
+	kindPlain    = "plain"
+	kindSelector = "selector"
+	kindTolerate = "toleration"
+	kindAnti     = "anti-affinity"
+	kindSpread   = "spread"
+)
+
+func scaleMix(t *testing.T) []string {
+	if env := os.Getenv("PODBUS_SCALE_MIX"); env != "" {
+		return strings.Split(env, ",")
+	}
+	mix := []string{kindPlain, kindSelector, kindTolerate}
+	if schedsim.HasPlugin("InterPodAffinity") {
+		mix = append(mix, kindAnti)
+	} else {
+		t.Log("no InterPodAffinity plugin: anti-affinity pods left out of the mix")
+	}
+	if schedsim.HasPlugin("PodTopologySpread") {
+		mix = append(mix, kindSpread)
+	} else {
+		t.Log("no PodTopologySpread plugin: spread pods left out of the mix")
+	}
+	return mix
+}
+
+// Three scheduler replicas (each its own connection, cache and workers) and two binders share 2,000
+// pods on 50 nodes that hold 1,800: every pod ends bound exactly once or Unschedulable with a reason, no
+// node is over its allocatable, and the placement constraints hold. In the second round one scheduler
+// replica dies mid-run without a goodbye: the same outcome, and every pod decided within the
+// consumer's ack wait plus a margin after the kill.
+func TestThreeSchedulerReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 pods")
+	}
+	mix := scaleMix(t)
+	for _, kill := range []bool{false, true} {
+		name := "all-replicas-live"
+		if kill {
+			name = "one-replica-killed"
+		}
+		t.Run(name, func(t *testing.T) { scaleRound(t, mix, kill) })
+	}
+}
+
+func scaleRound(t *testing.T, mix []string, kill bool) {
+	srv, conn := bustest.Start(t)
+	url := srv.ClientURL()
+	ctx := context.Background()
+	b, err := bus.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := make([]*pb.Node, scaleNodes)
+	for i := range nodes {
+		labels := map[string]string{schedsim.LabelZone: fmt.Sprintf("zone-%d", i%scaleZones)}
+		if i%2 == 0 {
+			labels[labelDisk] = "ssd"
+		}
+		var taints []*pb.Taint
+		if i%10 == 9 {
+			taints = append(taints, &pb.Taint{Key: taintKey, Value: "infra", Effect: "NoSchedule"})
+		}
+		nodes[i] = schedsim.Node(fmt.Sprintf("n%02d", i), scaleNodeCPU, "64Gi", 110, labels, taints...)
+	}
+	if err := schedsim.RegisterNodes(ctx, b.Nodes, nodes); err != nil {
+		t.Fatal(err)
+	}
+
+	startProc(t, url, "store", func(c *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return store.New(store.Config{ID: "store"}, c)
+	})
+	for i := range 2 {
+		startProc(t, url, fmt.Sprintf("binder-%d", i), func(c *bus.Conn) (interface{ Run(context.Context) error }, error) {
+			return binder.New(binder.Config{ID: fmt.Sprintf("binder-%d", i)}, c)
+		})
+	}
+	scheds := make([]*proc, 3)
+	for i := range scheds {
+		scheds[i] = startProc(t, url, fmt.Sprintf("sched-%d", i), func(c *bus.Conn) (interface{ Run(context.Context) error }, error) {
+			return scheduler.New(scheduler.Config{ID: fmt.Sprintf("sched-%d", i)}, c)
+		})
+	}
+
+	pods := make([]*pb.Pod, scalePods)
+	for i := range pods {
+		pods[i] = scalePod(i, mix[i%len(mix)])
+	}
+	decisions := bus.Counter("scheduler.decisions")
+	start := time.Now()
+	if err := schedsim.Submit(ctx, bus.NewPublisher(conn.JS, "e2e"), pods, 256); err != nil {
+		t.Fatal(err)
+	}
+	deadline := 2 * time.Minute
+	if kill {
+		// Mid-run: once a quarter of the pods are decided, one replica dies holding pulled messages.
+		bustest.Eventually(t, time.Minute, func() bool {
+			return bus.Counter("scheduler.decisions")-decisions >= scalePods/4
+		}, "a quarter of the pods decided")
+		scheds[1].kill()
+		killed := time.Now()
+		t.Logf("killed sched-1 after %s", killed.Sub(start).Round(time.Millisecond))
+		deadline = scaleAckWait + 50*time.Second // the held messages come back after the ack wait
+	}
+	all := waitAll(t, conn, scalePods, time.Until(time.Now().Add(deadline)), func(p *pb.Pod) bool {
+		return p.GetSpec().GetNodeName() != "" || isUnschedulable(p)
+	})
+	t.Logf("%d pods decided in %s; so far in this test binary: conflicts %d, conflict requeues %d, cache waits %d", scalePods,
+		time.Since(start).Round(time.Millisecond), bus.Counter("binder.conflicts"),
+		bus.Counter("scheduler.conflict_requeues"), bus.Counter("scheduler.cache_waits"))
+	checkScale(t, conn, b, nodes, all)
+}
+
+// scalePod is pod i of a kind; each kind has its own labels so the constraints can be checked.
+func scalePod(i int, kind string) *pb.Pod {
+	labels := map[string]string{"kind": kind}
+	p := schedsim.Pod("scale", fmt.Sprintf("p-%04d", i), scalePodCPU, "64Mi", labels)
+	switch kind {
+	case kindSelector:
+		p.Spec.NodeSelector = map[string]string{labelDisk: "ssd"}
+	case kindTolerate:
+		p.Spec.Tolerations = []*pb.Toleration{{Key: taintKey, Operator: "Equal", Value: "infra", Effect: "NoSchedule"}}
+	case kindAnti:
+		g := fmt.Sprintf("g%d", i%scaleAntiSets)
+		labels[labelAnti] = g
+		p.Spec.Affinity = &pb.Affinity{PodAntiAffinity: &pb.PodAffinity{Required: []*pb.PodAffinityTerm{{
+			LabelSelector: &pb.LabelSelector{MatchLabels: map[string]string{labelAnti: g}},
+			TopologyKey:   schedsim.LabelHostname,
+		}}}}
+	case kindSpread:
+		labels[labelSpread] = "s"
+		p.Spec.TopologySpreadConstraints = []*pb.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: schedsim.LabelZone, WhenUnsatisfiable: "DoNotSchedule",
+			LabelSelector: &pb.LabelSelector{MatchLabels: map[string]string{labelSpread: "s"}},
+		}}
+	}
+	return p
+}
+
+// checkScale asserts the outcome of a round over the store.
+func checkScale(t *testing.T, conn *bus.Conn, b bus.Buckets, nodes []*pb.Node, all map[string]*pb.Pod) {
+	t.Helper()
+	checkInvariants(t, conn) // no pod on two nodes, pods and alloc records agree, no overcommit
+	byName := map[string]*pb.Node{}
+	for _, n := range nodes {
+		byName[n.GetMetadata().GetName()] = n
+	}
+	// Every reservation belongs to a pod bound to that node (none leaked by a refused decision).
+	boundTo := map[string]string{}
+	for _, p := range all {
+		if n := p.GetSpec().GetNodeName(); n != "" {
+			boundTo[p.GetMetadata().GetUid()] = n
+		}
+	}
+	ctx := context.Background()
+	for name := range byName {
+		var a pb.NodeAllocation
+		if _, err := bus.Get(ctx, b.Alloc, bus.NodeKey(name), &a); err != nil {
+			continue
+		}
+		for uid := range a.GetPods() {
+			if boundTo[uid] != name {
+				t.Errorf("alloc/%s holds %s, which is bound to %q", name, uid, boundTo[uid])
+			}
+		}
+	}
+
+	bound, unsched := 0, 0
+	antiOn := map[string]map[string]bool{} // group -> nodes used
+	spreadIn := map[string]int{}           // zone -> spread pods
+	for key, p := range all {
+		node := p.GetSpec().GetNodeName()
+		if node == "" {
+			if !isUnschedulable(p) {
+				t.Errorf("pod %s is neither bound nor Unschedulable: %v", key, p.GetStatus().GetConditions())
+			}
+			unsched++
+			continue
+		}
+		bound++
+		n := byName[node]
+		labels := n.GetMetadata().GetLabels()
+		for k, v := range p.GetSpec().GetNodeSelector() {
+			if labels[k] != v {
+				t.Errorf("pod %s on %s, which lacks %s=%s", key, node, k, v)
+			}
+		}
+		for _, taint := range n.GetSpec().GetTaints() {
+			if !slices.ContainsFunc(p.GetSpec().GetTolerations(), func(tol *pb.Toleration) bool {
+				return tol.GetKey() == taint.GetKey() && tol.GetValue() == taint.GetValue() && tol.GetEffect() == taint.GetEffect()
+			}) {
+				t.Errorf("pod %s on %s without tolerating %s", key, node, taint.GetKey())
+			}
+		}
+		if g := p.GetMetadata().GetLabels()[labelAnti]; g != "" {
+			if antiOn[g] == nil {
+				antiOn[g] = map[string]bool{}
+			}
+			if antiOn[g][node] {
+				t.Errorf("anti-affinity group %s has two pods on %s (e.g. %s)", g, node, key)
+			}
+			antiOn[g][node] = true
+		}
+		if p.GetMetadata().GetLabels()[labelSpread] != "" {
+			spreadIn[labels[schedsim.LabelZone]]++
+		}
+	}
+	if len(spreadIn) > 0 {
+		lo, hi := scalePods, 0
+		for z := range scaleZones {
+			c := spreadIn[fmt.Sprintf("zone-%d", z)]
+			lo, hi = min(lo, c), max(hi, c)
+		}
+		if hi-lo > 1 {
+			t.Errorf("spread pods per zone %v: skew %d > maxSkew 1", spreadIn, hi-lo)
+		}
+	}
+	// Capacity is 1,800 pods; taints and selectors may leave some of it unusable, but a scheduler
+	// that gave up on pods that fit would show here.
+	t.Logf("%d bound, %d unschedulable", bound, unsched)
+	if bound > 1800 || bound < 1500 {
+		t.Errorf("%d pods bound, want between 1500 and the 1800 that fit", bound)
+	}
+	var free int64
+	for name, n := range byName {
+		var a pb.NodeAllocation
+		_, _ = bus.Get(ctx, b.Alloc, bus.NodeKey(name), &a)
+		if len(n.GetSpec().GetTaints()) == 0 {
+			free += podutil.NodeAllocatable(n).GetMilliCpu() - a.GetTotal().GetMilliCpu()
+		}
+	}
+	t.Logf("cpu left on untainted nodes: %dm", free)
+}
