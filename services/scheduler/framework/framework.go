@@ -20,6 +20,7 @@ type Framework struct {
 	filters    []FilterPlugin
 	// skipIndex maps a PreFilter plugin to its Filter's index (or -1), so a Skip costs one bool per cycle.
 	skipIndex   []int
+	postFilters []PostFilterPlugin
 	scores      []ScorePlugin
 	normalizers []NormalizeScorePlugin // parallel to scores; nil when the plugin does not normalise
 	weights     []int64
@@ -48,6 +49,10 @@ func New(regs ...Registration) (*Framework, error) {
 		}
 		if p, ok := r.Plugin.(FilterPlugin); ok {
 			f.filters = append(f.filters, p)
+			used = true
+		}
+		if p, ok := r.Plugin.(PostFilterPlugin); ok {
+			f.postFilters = append(f.postFilters, p)
 			used = true
 		}
 		if p, ok := r.Plugin.(ScorePlugin); ok {
@@ -152,4 +157,34 @@ func (f *Framework) RunScorePlugins(state *CycleState, pod *PodInfo, nodes []*No
 		}
 	}
 	return perPlugin, nil
+}
+
+// HasPostFilterPlugins reports whether a failed cycle has anything left to try.
+func (f *Framework) HasPostFilterPlugins() bool { return len(f.postFilters) > 0 }
+
+// RunPostFilterPlugins runs the PostFilters until one succeeds (kube-scheduler's order: the first
+// success wins). Without a success it returns the rejections' messages joined, or an Error; a
+// rejection may still come with a result whose NominatedNode the pod keeps (it waits for its victims).
+func (f *Framework) RunPostFilterPlugins(state *CycleState, pod *PodInfo, snap *Snapshot, rejected []NodeStatus, skip []bool) (*PostFilterResult, *Status) {
+	in := PostFilterInput{
+		Snapshot: snap,
+		Rejected: rejected,
+		Filter:   func(n *NodeInfo) *Status { return f.RunFilterPlugins(state, pod, n, skip) },
+	}
+	var reasons []string
+	var keep *PostFilterResult
+	for _, p := range f.postFilters {
+		res, st := p.PostFilter(state, pod, in)
+		switch {
+		case st.IsSuccess():
+			return res, nil
+		case st.Code() == Error:
+			return nil, AsStatus(fmt.Errorf("postfilter %s: %w", p.Name(), st.AsError()))
+		}
+		if res != nil && keep == nil {
+			keep = res
+		}
+		reasons = append(reasons, st.Reasons()...)
+	}
+	return keep, NewStatus(Unschedulable, reasons...)
 }

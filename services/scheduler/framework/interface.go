@@ -6,10 +6,13 @@
 //
 //	PreFilter (once per pod: compute, stash in CycleState, maybe Skip own Filter)
 //	   └─▶ Filter (per node, first failure wins; reasons are counted per node)
-//	          └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	          ├─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	          └─▶ no node fits: PostFilter (preemption: nominate a node and the pods to evict there)
 //
 // Plugins are pure functions of (CycleState, PodInfo, NodeInfo): they never touch the bus or the store.
 package framework
+
+import pb "github.com/podbus/podbus/proto/podbusv1"
 
 // MaxNodeScore is the highest score a Score plugin may give after normalisation (as in Kubernetes).
 const MaxNodeScore int64 = 100
@@ -50,4 +53,41 @@ type NormalizeScorePlugin interface {
 type NodeScore struct {
 	Node  *NodeInfo
 	Score int64
+}
+
+// PostFilterPlugin runs only when the pod fits no node (kube-scheduler's PostFilter; the preemption
+// plugin). It may nominate a node where the pod would fit once the returned victims are gone. A
+// rejection's message is appended to the pod's FitError message.
+type PostFilterPlugin interface {
+	Plugin
+	PostFilter(state *CycleState, pod *PodInfo, in PostFilterInput) (*PostFilterResult, *Status)
+}
+
+// PostFilterInput is what a PostFilter sees of the failed cycle.
+type PostFilterInput struct {
+	Snapshot *Snapshot
+	// Rejected holds every node the filters rejected, with the status that rejected it. Nodes rejected
+	// UnschedulableAndUnresolvable cannot be helped by removing pods.
+	Rejected []NodeStatus
+	// Filter runs this cycle's filter plugins (with the PreFilter's skips) on a node view, e.g. a
+	// NodeInfo without some pods (NodeInfo.WithoutPods).
+	Filter func(node *NodeInfo) *Status
+}
+
+// NodeStatus is one node's filter verdict.
+type NodeStatus struct {
+	Node   *NodeInfo
+	Status *Status
+}
+
+// PostFilterResult nominates a node and lists the pods to evict there.
+type PostFilterResult struct {
+	NominatedNode string
+	Victims       []Victim
+}
+
+// Victim is a pod to evict, as the node's alloc record lists it.
+type Victim struct {
+	UID string
+	Pod *pb.PodAllocation
 }

@@ -3,6 +3,8 @@ package framework
 import (
 	"sort"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -52,6 +54,11 @@ type NodeInfo struct {
 	Requested *pb.Resources
 	// NonZeroRequested is Requested's cpu and memory with the scoring defaults applied per pod.
 	NonZeroMilliCPU, NonZeroMemory int64
+	// Pods are the pods the node's alloc record commits to it, by uid (shared with the cache: read-only).
+	// Pods this scheduler only assumed are counted in Requested but not listed.
+	Pods map[string]*pb.PodAllocation
+	// Nominated are pods that preempted others here and wait for the room, by uid (read-only).
+	Nominated map[string]*pb.PodAllocation
 }
 
 // Name of the node.
@@ -61,6 +68,77 @@ func (n *NodeInfo) Name() string { return n.Node.GetMetadata().GetName() }
 func NewNodeInfo(n *pb.Node) *NodeInfo {
 	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}}
 }
+
+// WithoutPods returns a copy of n from which the listed pods (uids in n.Pods) are removed: their
+// requests no longer count and they are no longer listed. Preemption filters the pod against it.
+func (n *NodeInfo) WithoutPods(uids ...string) *NodeInfo {
+	c := *n
+	c.Requested = proto.Clone(n.Requested).(*pb.Resources)
+	c.Pods = make(map[string]*pb.PodAllocation, len(n.Pods))
+	for uid, p := range n.Pods {
+		c.Pods[uid] = p
+	}
+	for _, uid := range uids {
+		p, ok := c.Pods[uid]
+		if !ok {
+			continue
+		}
+		delete(c.Pods, uid)
+		podutil.Sub(c.Requested, p.GetRequests())
+		cpu, mem := NonZeroRequests(p.GetRequests())
+		c.NonZeroMilliCPU -= cpu
+		c.NonZeroMemory -= mem
+	}
+	return &c
+}
+
+// WithPod returns a copy of n with p (uid) added, as if the binder had committed it.
+func (n *NodeInfo) WithPod(uid string, p *pb.PodAllocation) *NodeInfo {
+	c := *n
+	c.Requested = proto.Clone(n.Requested).(*pb.Resources)
+	c.Pods = make(map[string]*pb.PodAllocation, len(n.Pods)+1)
+	for u, q := range n.Pods {
+		c.Pods[u] = q
+	}
+	c.Pods[uid] = p
+	podutil.Add(c.Requested, p.GetRequests())
+	cpu, mem := NonZeroRequests(p.GetRequests())
+	c.NonZeroMilliCPU += cpu
+	c.NonZeroMemory += mem
+	return &c
+}
+
+// WithNominated returns n with the requests of the pods nominated to it that pod must leave room for:
+// those of equal or higher priority, other than pod itself (kube-scheduler's
+// RunFilterPluginsWithNominatedPods). n itself when there are none.
+func (n *NodeInfo) WithNominated(pod *PodInfo) *NodeInfo {
+	if len(n.Nominated) == 0 {
+		return n
+	}
+	prio, uid := PodPriority(pod.Pod), pod.UID()
+	out := n
+	for u, p := range n.Nominated {
+		if u == uid || p.GetPriority() < prio {
+			continue
+		}
+		if _, placed := n.Pods[u]; placed {
+			continue
+		}
+		if out == n {
+			c := *n
+			c.Requested = proto.Clone(n.Requested).(*pb.Resources)
+			out = &c
+		}
+		podutil.Add(out.Requested, p.GetRequests())
+		cpu, mem := NonZeroRequests(p.GetRequests())
+		out.NonZeroMilliCPU += cpu
+		out.NonZeroMemory += mem
+	}
+	return out
+}
+
+// PodPriority is spec.priority (0 when unset, as Kubernetes' corev1helpers.PodPriority).
+func PodPriority(p *pb.Pod) int32 { return p.GetSpec().GetPriority() }
 
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
 type Snapshot struct {
