@@ -9,7 +9,7 @@ import (
 
 // The scheduling cycle of one pod, as kube-scheduler's schedulePod: PreFilter, then Filter over nodes
 // in an order seeded from the pod uid until enough feasible nodes are found, then Score, then pick the
-// best node (ties broken with the same seeded generator). Given the same snapshot and uid it always
+// best node (ties broken with the same seeded generator); when no node fits, PostFilter (preemption). Given the same snapshot and uid it always
 // returns the same node, so any decision can be replayed.
 
 // Like Kubernetes, large clusters are not filtered exhaustively: the search stops once
@@ -33,6 +33,9 @@ type scheduleResult struct {
 	score     int64
 	evaluated int // nodes filtered
 	feasible  int // nodes that passed every filter
+	// When the pod fits nowhere (err is a FitError): the node PostFilter (preemption) nominated and
+	// the pods to evict there (nil: none); a nomination without victims means "keep waiting there".
+	post *framework.PostFilterResult
 }
 
 // algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
@@ -55,6 +58,7 @@ type cycle struct {
 	rng       *rand.Rand
 	skip      []bool
 	feasible  []*framework.NodeInfo
+	rejected  []framework.NodeStatus // kept for PostFilter, only when the framework has one
 	perPlugin [][]framework.NodeScore
 	totals    []framework.NodeScore
 }
@@ -107,7 +111,19 @@ func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (
 		return scheduleResult{}, err
 	}
 	if len(feasible) == 0 {
-		return scheduleResult{}, &framework.FitError{NumAllNodes: n, Reasons: reasons}
+		fit := &framework.FitError{NumAllNodes: n, Reasons: reasons}
+		if !a.fw.HasPostFilterPlugins() {
+			return scheduleResult{evaluated: evaluated}, fit
+		}
+		res, st := a.fw.RunPostFilterPlugins(c.state, pod, snap, c.rejected, c.skip)
+		if err := st.AsError(); err != nil {
+			return scheduleResult{}, err
+		}
+		out := scheduleResult{evaluated: evaluated, post: res}
+		if !st.IsSuccess() {
+			fit.PostFilterMsg = st.Message()
+		}
+		return out, fit
 	}
 
 	totals, err := a.prioritizeNodes(c, pod, feasible)
@@ -126,18 +142,25 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	want := numFeasibleNodesToFind(n)
 	start := c.rng.IntN(n)
 	feasible := c.feasible[:0]
+	clear(c.rejected)
+	c.rejected = c.rejected[:0]
+	keepRejected := a.fw.HasPostFilterPlugins()
 	var reasons map[string]int32
 	evaluated := 0
 	for i := 0; i < n && len(feasible) < want; i++ {
 		node := nodes[(start+i)%n]
 		evaluated++
-		st := a.fw.RunFilterPlugins(c.state, pod, node, c.skip)
+		// Room held for nominated pods of equal or higher priority is not this pod's to take.
+		st := a.fw.RunFilterPlugins(c.state, pod, node.WithNominated(pod), c.skip)
 		if st.IsSuccess() {
 			feasible = append(feasible, node)
 			continue
 		}
 		if err := st.AsError(); err != nil {
 			return nil, evaluated, nil, err
+		}
+		if keepRejected {
+			c.rejected = append(c.rejected, framework.NodeStatus{Node: node, Status: st})
 		}
 		if reasons == nil {
 			reasons = make(map[string]int32, 4)

@@ -29,6 +29,7 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/cache"
 	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/defaultpreemption"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodename"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeready"
@@ -88,6 +89,7 @@ func DefaultPlugins() []framework.Registration {
 		{Plugin: nodeaffinity.New(), Weight: 2},
 		{Plugin: noderesources.NewFit()},
 		{Plugin: noderesources.NewLeastAllocated(), Weight: 1},
+		{Plugin: defaultpreemption.New()},
 	}
 }
 

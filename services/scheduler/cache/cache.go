@@ -12,7 +12,7 @@
 //	                                 └──TTL (30 s) without either──────────────────────────▶ expired
 //
 // The cache also decides which changes may make an unschedulable pod fit (a node added, its allocatable,
-// labels, taints, unschedulable or Ready changed, an alloc record lost a pod) and names each such
+// labels, taints, unschedulable or Ready changed, an alloc record lost a pod or a nomination) and names each such
 // change with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for alloc) that requeues use as
 // their de-duplication id.
 package cache
@@ -214,6 +214,14 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 			break
 		}
 	}
+	// A nomination dropped (its pod bound, deleted or nominated elsewhere) frees room for lower
+	// priorities too.
+	for uid := range ns.alloc.GetNominated() {
+		if _, ok := a.GetNominated()[uid]; !ok {
+			shrunk = true
+			break
+		}
+	}
 	ns.alloc = a
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
 	for uid, p := range a.GetPods() {
@@ -242,7 +250,7 @@ func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
 	if ns == nil || ns.alloc == nil {
 		return ""
 	}
-	had := len(ns.alloc.GetPods()) > 0
+	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
 	ns.alloc, ns.allocNZCPU, ns.allocNZMem = nil, 0, 0
 	c.refresh(ns)
 	if had {
@@ -357,7 +365,8 @@ func (c *Cache) refresh(ns *nodeState) {
 		nzCPU += ap.nzCPU
 		nzMem += ap.nzMem
 	}
-	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem}
+	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
+		Pods: ns.alloc.GetPods(), Nominated: ns.alloc.GetNominated()}
 	c.unshare()
 	i, found := c.index(ns.name)
 	if found {

@@ -86,6 +86,22 @@ type PostFilterResult struct {
 	Victims       []Victim
 }
 
+// GetNominatedNode is nil-safe.
+func (r *PostFilterResult) GetNominatedNode() string {
+	if r == nil {
+		return ""
+	}
+	return r.NominatedNode
+}
+
+// GetVictims is nil-safe.
+func (r *PostFilterResult) GetVictims() []Victim {
+	if r == nil {
+		return nil
+	}
+	return r.Victims
+}
+
 // Victim is a pod to evict, as the node's alloc record lists it.
 type Victim struct {
 	UID string
