@@ -70,6 +70,7 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			return reservationNoRoom, nil
 		}
 		a.Pods[uid] = podAllocation(pod, req)
+		delete(a.Nominated, uid) // the room it waited for is taken now
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
