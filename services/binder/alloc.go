@@ -169,7 +169,11 @@ func (c *allocCache) get(node string) (*pb.NodeAllocation, uint64, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	return proto.Clone(e.a).(*pb.NodeAllocation), e.rev, true
+	a := proto.Clone(e.a).(*pb.NodeAllocation)
+	if a.Pods == nil { // cloning an empty map gives nil; callers add to it
+		a.Pods = map[string]*pb.PodAllocation{}
+	}
+	return a, e.rev, true
 }
 
 // put stores a record the caller no longer changes.
