@@ -5,7 +5,7 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test unit lint vet fmt-check staticcheck proto proto-check build bench loadtest clean images compose-test
+.PHONY: run test unit lint vet fmt-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
@@ -72,6 +72,13 @@ images:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image/podbus ./cmd/podbus
 	cp deploy/Dockerfile $(BIN)/image/Dockerfile
 	$(DOCKER) build -q -t $(IMAGE) $(BIN)/image
+
+## images-oci: podbus's built-in OCI images (podbus/demo-web, podbus/busybox from busybox-static) as an
+## OCI layout in .podbus/images, made from static binaries (no docker, nothing pulled)
+images-oci:
+	@mkdir -p .podbus/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o .podbus/bin/demo-web ./examples/demo-web
+	$(GO) run ./cmd/podbus images build --out .podbus/images --demo-web .podbus/bin/demo-web
 
 ## compose-test: images, deploy/docker-compose.yml up (3 NATS nodes, R3), 900 pods through kubectl,
 ## a NATS node and a scheduler stopped mid-batch, down -v. Skips without docker unless CI=true.

@@ -42,12 +42,12 @@ func (a *Agent) answerLogs(ctx context.Context, m *nats.Msg) {
 		respond(LogResponse{Error: "bad log request: " + err.Error(), Code: http.StatusBadRequest})
 		return
 	}
-	id, err := a.logContainer(req)
+	id, previous, err := a.logContainer(req)
 	if err != nil {
 		respond(LogResponse{Error: err.Error(), Code: http.StatusNotFound})
 		return
 	}
-	opts := LogOptions{Previous: req.Previous}
+	opts := LogOptions{Previous: previous}
 	if req.TailLines != nil {
 		opts.TailLines = *req.TailLines
 	}
@@ -65,8 +65,10 @@ func (a *Agent) answerLogs(ctx context.Context, m *nats.Msg) {
 	respond(LogResponse{Logs: string(logs)})
 }
 
-// logContainer finds the runtime container a log request is about.
-func (a *Agent) logContainer(req LogRequest) (ContainerID, error) {
+// logContainer finds the runtime container a log request is about. previous asks the runtime for the
+// attempt before that container: the worker knows the previous container only if the restart happened
+// since the agent started; otherwise the runtime finds it.
+func (a *Agent) logContainer(req LogRequest) (_ ContainerID, previous bool, _ error) {
 	a.mu.Lock()
 	var w *podWorker
 	for _, p := range a.pods {
@@ -78,7 +80,7 @@ func (a *Agent) logContainer(req LogRequest) (ContainerID, error) {
 	}
 	a.mu.Unlock()
 	if w == nil {
-		return "", fmt.Errorf("pod %s/%s is not running on node %s", req.Namespace, req.Name, a.cfg.Node)
+		return "", false, fmt.Errorf("pod %s/%s is not running on node %s", req.Namespace, req.Name, a.cfg.Node)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -87,13 +89,18 @@ func (a *Agent) logContainer(req LogRequest) (ContainerID, error) {
 			continue
 		}
 		id := c.id
-		if req.Previous || id == "" {
+		switch {
+		case req.Previous && c.prevID != "":
+			id = c.prevID
+		case req.Previous && id != "":
+			previous = true
+		case id == "":
 			id = c.prevID
 		}
 		if id == "" {
-			return "", fmt.Errorf("container %q in pod %s/%s has no logs", c.spec.GetName(), req.Namespace, req.Name)
+			return "", false, fmt.Errorf("container %q in pod %s/%s has no logs", c.spec.GetName(), req.Namespace, req.Name)
 		}
-		return id, nil
+		return id, previous, nil
 	}
-	return "", fmt.Errorf("container %q is not valid for pod %s/%s", req.Container, req.Namespace, req.Name)
+	return "", false, fmt.Errorf("container %q is not valid for pod %s/%s", req.Container, req.Namespace, req.Name)
 }

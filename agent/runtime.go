@@ -138,7 +138,7 @@ type ExecResult struct {
 // LogOptions select part of a container's log.
 type LogOptions struct {
 	TailLines int64 // 0: everything
-	Previous  bool  // the previous attempt's log
+	Previous  bool  // the log of the attempt before the given container's (same container name)
 }
 
 // ProbeKind is the kind of a probe.

@@ -31,6 +31,8 @@ var commands = []command{
 	{"binder", "the binder: commits scheduling decisions with compare-and-set", runBinder},
 	{"status", "the status service: pod and node status, events, node monitor", runStatus},
 	{"agent", "a node agent (kubelet)", runAgent},
+	{"images", "build the built-in OCI images (demo-web, busybox) as an OCI layout: images build --out DIR", runImages},
+	{"registry", "an OCI registry on loopback serving the built-in images", runRegistry},
 	{"health", "probe a health URL, exit 0 when it answers 200 (container healthchecks)", runHealth},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
 	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/health"
@@ -84,11 +86,19 @@ func runScheduler(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
 	c.register(fs, "scheduler")
+	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName); every replica must load the same")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	var profiles []scheduler.Profile
+	if *profile != "" {
+		var err error
+		if profiles, err = scheduler.LoadProfiles(*profile); err != nil {
+			return err
+		}
+	}
 	return c.serve(ctx, "scheduler", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return scheduler.New(scheduler.Config{ID: c.id}, cn)
+		return scheduler.New(scheduler.Config{ID: c.id, Profiles: profiles}, cn)
 	})
 }
 
@@ -166,20 +176,23 @@ func runAgent(ctx context.Context, args []string) error {
 	c.register(fs, "agent")
 	host, _ := os.Hostname()
 	node := fs.String("node", host, "node name")
-	runtime := fs.String("runtime", "fake", "container runtime: fake")
+	runtime := fs.String("runtime", "fake", "container runtime: fake (simulated) or containerd (real pods; root, containerd and the CNI plugins)")
 	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node; auto: a /24 of 10.0.0.0/8 from the last two bytes of the node's IPv4 address")
-	cpu := fs.String("cpu", "8", "cpu capacity")
-	mem := fs.String("memory", "32Gi", "memory capacity")
+	cpu := fs.String("cpu", "8", "cpu capacity (containerd: the machine's cores unless set)")
+	mem := fs.String("memory", "32Gi", "memory capacity (containerd: the machine's memory unless set)")
 	maxPods := fs.Int("max-pods", 110, "maximum pods")
 	labels := fs.String("node-labels", "", "labels to add when registering the node (k=v,k=v)")
 	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
+	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
+	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
+	stateDir := fs.String("state-dir", "", "sandbox records, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
+	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *runtime != "fake" {
-		return fmt.Errorf("runtime %q is not available in this build (use fake)", *runtime)
-	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *cidr == "auto" {
 		*cidr = autoPodCIDR()
 	}
@@ -189,12 +202,46 @@ func runAgent(ctx context.Context, args []string) error {
 			lbls[k] = v
 		}
 	}
+	var rt agent.Runtime
+	switch *runtime {
+	case "fake":
+		f, err := fake.New(fake.Config{StartDelay: *startDelay, PodCIDR: *cidr})
+		if err != nil {
+			return err
+		}
+		rt = f
+	case "containerd":
+		if *stateDir == "" {
+			*stateDir = filepath.Join("/var/lib/podbus/agent", *node)
+		}
+		var hosts []string
+		for _, h := range strings.Split(*plainHTTP, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
+		r, err := cri.New(ctx, cri.Config{NodeName: *node, Address: *address, Namespace: *namespace, PodCIDR: *cidr,
+			StateDir: *stateDir, PlainHTTP: hosts})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rt = r
+		mcpu, mmem, err := cri.MachineCapacity()
+		if err != nil {
+			return err
+		}
+		if !set["cpu"] {
+			*cpu = mcpu
+		}
+		if !set["memory"] {
+			*mem = mmem
+		}
+	default:
+		return fmt.Errorf("unknown runtime %q (fake or containerd)", *runtime)
+	}
 	c.id = *node
 	return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		rt, err := fake.New(fake.Config{StartDelay: *startDelay, PodCIDR: *cidr})
-		if err != nil {
-			return nil, err
-		}
 		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, HeartbeatInterval: *hb}, cn, rt)
 	})
 }
@@ -245,12 +292,28 @@ func runUp(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxPods, "max-pods", 110, "pods per simulated node")
 	fs.DurationVar(&cfg.StartDelay, "start-delay", 300*time.Millisecond, "simulated container start time")
 	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas")
+	fs.StringVar(&cfg.Runtime, "runtime", up.RuntimeAuto, "auto: one real node (containerd) next to the simulated ones if this machine can run it; containerd: require it; fake: simulated nodes only")
+	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
+	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
+	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
+	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	for _, h := range strings.Split(*plainHTTP, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.PlainHTTPRegistries = append(cfg.PlainHTTPRegistries, h)
+		}
 	}
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if c.NoRealNode != nil {
+		fmt.Printf("simulated nodes only: %v\n", c.NoRealNode)
+	}
+	if c.RealNode != "" {
+		fmt.Printf("real node %s runs pods with containerd (pod CIDR %s)\n", c.RealNode, cfg.RealNodePodCIDR)
 	}
 	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
 	<-ctx.Done()

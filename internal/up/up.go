@@ -55,6 +55,20 @@ type Config struct {
 	// NoAudit runs without the AUDIT stream.
 	NoAudit bool
 	Logger  *slog.Logger
+
+	// Runtime says whether one real node (containerd + CNI) runs next to the simulated ones:
+	// RuntimeFake (""), RuntimeContainerd or RuntimeAuto.
+	Runtime string
+	// RealNode names the real node (default DefaultRealNode); ContainerdAddress is containerd's socket
+	// (default cri.DefaultAddress); PlainHTTPRegistries are pulled from over plain HTTP (loopback always is).
+	RealNode            string
+	ContainerdAddress   string
+	PlainHTTPRegistries []string
+	// RealNodePodCIDR is the real node's pod range (default RealPodCIDR) and ContainerdNamespace its
+	// containerd namespace (default cri.DefaultNamespace): clusters running side by side (tests) each
+	// need their own.
+	RealNodePodCIDR     string
+	ContainerdNamespace string
 }
 
 func (c *Config) defaults() {
@@ -85,6 +99,12 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.RealNode == "" {
+		c.RealNode = DefaultRealNode
+	}
+	if c.RealNodePodCIDR == "" {
+		c.RealNodePodCIDR = RealPodCIDR
+	}
 }
 
 // Cluster is a running podbus.
@@ -92,6 +112,10 @@ type Cluster struct {
 	APIURL     string
 	NATSURL    string
 	Kubeconfig string
+	// RealNode is the real node's name, "" without one; NoRealNode says why there is none when
+	// Config.Runtime was RuntimeAuto.
+	RealNode   string
+	NoRealNode error
 
 	srv  *server.Server
 	wg   sync.WaitGroup
@@ -222,6 +246,26 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.run(ctx, "agent "+name, a)
 	}
 
+	nodes := cfg.Nodes
+	real, why := cfg.wantReal(ctx)
+	if why != nil && cfg.Runtime != RuntimeAuto {
+		return fail(why)
+	}
+	c.NoRealNode = why
+	if real {
+		cn, err := dial("podbus-agent-" + cfg.RealNode)
+		if err != nil {
+			return fail(err)
+		}
+		a, err := newRealAgent(ctx, cfg, cn)
+		if err != nil {
+			return fail(fmt.Errorf("real node %s: %w", cfg.RealNode, err))
+		}
+		c.run(ctx, "agent "+cfg.RealNode, a)
+		c.RealNode = cfg.RealNode
+		nodes++
+	}
+
 	if api != nil {
 		addr, err := waitAddr(ctx, api)
 		if err != nil {
@@ -235,12 +279,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	// Nodes are registered by the status service; without it here, the caller waits for them itself.
 	if cfg.NoServices {
-		cfg.Nodes = 0
+		nodes = 0
 	}
-	if err := WaitNodes(ctx, root, cfg.Nodes); err != nil {
+	if err := WaitNodes(ctx, root, nodes); err != nil {
 		return fail(err)
 	}
-	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", cfg.Nodes, "kubeconfig", c.Kubeconfig)
+	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", nodes, "real node", c.RealNode, "kubeconfig", c.Kubeconfig)
 	c.stopped = make(chan struct{})
 	go func() {
 		defer close(c.stopped)

@@ -17,6 +17,7 @@ type StateKey string
 // between cycles, so plugins must not keep references to it.
 type CycleState struct {
 	data map[StateKey]any
+	snap *Snapshot
 }
 
 // NewCycleState returns an empty state.
@@ -34,5 +35,40 @@ func (c *CycleState) Read(k StateKey) (any, error) {
 	return v, nil
 }
 
+// StateData is a cycle-state value that PreFilter extensions (AddPod/RemovePod) change: Clone must
+// return a deep enough copy that changing it leaves the original alone. Values that are not StateData
+// are shared by clones and must be treated as immutable.
+type StateData interface {
+	Clone() StateData
+}
+
+// Clone copies the state for a what-if (preemption filters node views without some pods on a clone
+// that PreFilter extensions update), cloning every StateData value.
+func (c *CycleState) Clone() *CycleState {
+	out := &CycleState{data: make(map[StateKey]any, len(c.data)), snap: c.snap}
+	for k, v := range c.data {
+		if sd, ok := v.(StateData); ok {
+			v = sd.Clone()
+		}
+		out.data[k] = v
+	}
+	return out
+}
+
 // Reset forgets everything, keeping the map's storage for the next cycle.
-func (c *CycleState) Reset() { clear(c.data) }
+func (c *CycleState) Reset() { clear(c.data); c.snap = nil }
+
+// SetSnapshot records the snapshot the cycle runs on (the scheduling algorithm does, before PreFilter).
+func (c *CycleState) SetSnapshot(s *Snapshot) { c.snap = s }
+
+// Snapshot is the cycle's snapshot, for plugins that look beyond the node at hand (inter-pod affinity
+// and topology spread count pods on every node, as kube-scheduler's SnapshotSharedLister). It is
+// never nil: a state without one returns an empty snapshot.
+func (c *CycleState) Snapshot() *Snapshot {
+	if c.snap == nil {
+		return emptySnapshot
+	}
+	return c.snap
+}
+
+var emptySnapshot = &Snapshot{}

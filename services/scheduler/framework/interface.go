@@ -6,13 +6,15 @@
 //
 //	PreFilter (once per pod: compute, stash in CycleState, maybe Skip own Filter)
 //	   └─▶ Filter (per node, first failure wins; reasons are counted per node)
-//	          ├─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
-//	          └─▶ no node fits: PostFilter (preemption: nominate a node and the pods to evict there)
+//	          ├─▶ PreScore (once, with the feasible nodes; maybe Skip own Score)
+//	          │      └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	          │             └─▶ (best node, assumed in the cache) ─▶ Reserve ──fails or decision lost──▶ Unreserve
+//	          └─▶ no node fits: PostFilter (preemption: nominate a node and the pods to evict there; it filters
+//	                 node views without victims on a copy of the CycleState that PreFilter
+//	                 extensions (AddPod/RemovePod) keep in step)
 //
 // Plugins are pure functions of (CycleState, PodInfo, NodeInfo): they never touch the bus or the store.
 package framework
-
-import pb "github.com/podbus/podbus/proto/podbusv1"
 
 // MaxNodeScore is the highest score a Score plugin may give after normalisation (as in Kubernetes).
 const MaxNodeScore int64 = 100
@@ -30,10 +32,38 @@ type PreFilterPlugin interface {
 	PreFilter(state *CycleState, pod *PodInfo) *Status
 }
 
+// PreFilterExtensions is a PreFilter whose state depends on the pods of other nodes (inter-pod
+// affinity, topology spread). AddPod and RemovePod update that state (in a CycleState clone) as if
+// placed were added to or removed from node, so that preemption can filter node views without
+// victims without re-running PreFilter over the whole snapshot (kube-scheduler's PreFilterExtensions).
+// They are not called in a cycle where the plugin's PreFilter returned Skip.
+type PreFilterExtensions interface {
+	PreFilterPlugin
+	AddPod(state *CycleState, pod *PodInfo, placed *PlacedPod, node *NodeInfo) *Status
+	RemovePod(state *CycleState, pod *PodInfo, placed *PlacedPod, node *NodeInfo) *Status
+}
+
 // FilterPlugin decides whether the pod may run on one node. nil (or Success) means it may.
 type FilterPlugin interface {
 	Plugin
 	Filter(state *CycleState, pod *PodInfo, node *NodeInfo) *Status
+}
+
+// PreScorePlugin runs once per pod with the nodes that passed every filter, before any Score. It
+// computes what Score needs (over the whole snapshot if it must). Returning Skip skips the plugin's own
+// Score for this cycle (every node scores 0 for it).
+type PreScorePlugin interface {
+	Plugin
+	PreScore(state *CycleState, pod *PodInfo, nodes []*NodeInfo) *Status
+}
+
+// ReservePlugin is told when the pod was assumed on a node (Reserve) and when that assumption is undone
+// (Unreserve: Reserve of this or a later plugin failed, or the decision could not be published).
+// Unreserve must be idempotent and must not fail.
+type ReservePlugin interface {
+	Plugin
+	Reserve(state *CycleState, pod *PodInfo, nodeName string) *Status
+	Unreserve(state *CycleState, pod *PodInfo, nodeName string)
 }
 
 // ScorePlugin ranks a node that passed every filter. Without a NormalizeScorePlugin the score must
@@ -70,8 +100,11 @@ type PostFilterInput struct {
 	// UnschedulableAndUnresolvable cannot be helped by removing pods.
 	Rejected []NodeStatus
 	// Filter runs this cycle's filter plugins (with the PreFilter's skips) on a node view, e.g. a
-	// NodeInfo without some pods (NodeInfo.WithoutPods).
-	Filter func(node *NodeInfo) *Status
+	// NodeInfo without some pods (NodeInfo.WithoutPods), with state: a CycleState.Clone kept in step
+	// with the view through AddPod and RemovePod.
+	Filter func(state *CycleState, node *NodeInfo) *Status
+	// AddPod and RemovePod run the PreFilter extensions for placed added to / removed from node.
+	AddPod, RemovePod func(state *CycleState, placed *PlacedPod, node *NodeInfo) *Status
 }
 
 // NodeStatus is one node's filter verdict.
@@ -83,7 +116,8 @@ type NodeStatus struct {
 // PostFilterResult nominates a node and lists the pods to evict there.
 type PostFilterResult struct {
 	NominatedNode string
-	Victims       []Victim
+	// Victims are pods of the node's alloc record (never assumed ones), most important first.
+	Victims []*PlacedPod
 }
 
 // GetNominatedNode is nil-safe.
@@ -95,15 +129,9 @@ func (r *PostFilterResult) GetNominatedNode() string {
 }
 
 // GetVictims is nil-safe.
-func (r *PostFilterResult) GetVictims() []Victim {
+func (r *PostFilterResult) GetVictims() []*PlacedPod {
 	if r == nil {
 		return nil
 	}
 	return r.Victims
-}
-
-// Victim is a pod to evict, as the node's alloc record lists it.
-type Victim struct {
-	UID string
-	Pod *pb.PodAllocation
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -34,13 +35,29 @@ type PodInfo struct {
 	Requests *pb.Resources // podutil.PodRequests: what the binder will reserve
 	// Requests with the scoring defaults applied.
 	NonZeroMilliCPU, NonZeroMemory int64
+	// Affinity is the pod's compiled pod (anti-)affinity, nil when it has none.
+	Affinity *PodAffinityTerms
 }
 
-// NewPodInfo computes the pod's requests.
+// NewPodInfo computes the pod's requests and compiles its pod affinity terms.
 func NewPodInfo(p *pb.Pod) *PodInfo {
 	req := podutil.PodRequests(p)
 	cpu, mem := NonZeroRequests(req)
-	return &PodInfo{Pod: p, Requests: req, NonZeroMilliCPU: cpu, NonZeroMemory: mem}
+	a := p.GetSpec().GetAffinity()
+	return &PodInfo{Pod: p, Requests: req, NonZeroMilliCPU: cpu, NonZeroMemory: mem,
+		Affinity: CompilePodAffinity(p.GetMetadata().GetNamespace(), a.GetPodAffinity(), a.GetPodAntiAffinity())}
+}
+
+// Placed returns the pod as it will count on its node once placed (the cache's assumed pods).
+func (p *PodInfo) Placed() *PlacedPod {
+	md := p.Pod.GetMetadata()
+	pp := &PlacedPod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Labels: md.GetLabels(),
+		Priority: p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
+		Requests: p.Requests, Affinity: p.Affinity, Assumed: true}
+	if ts := md.GetCreationTimestamp(); ts != nil {
+		pp.CreationTimestamp = ts.AsTime()
+	}
+	return pp
 }
 
 // UID of the pod.
@@ -54,11 +71,51 @@ type NodeInfo struct {
 	Requested *pb.Resources
 	// NonZeroRequested is Requested's cpu and memory with the scoring defaults applied per pod.
 	NonZeroMilliCPU, NonZeroMemory int64
-	// Pods are the pods the node's alloc record commits to it, by uid (shared with the cache: read-only).
-	// Pods this scheduler only assumed are counted in Requested but not listed.
-	Pods map[string]*pb.PodAllocation
-	// Nominated are pods that preempted others here and wait for the room, by uid (read-only).
-	Nominated map[string]*pb.PodAllocation
+	// Pods on the node: committed (alloc record) and assumed. PodsWithAffinity are those with any pod
+	// (anti-)affinity term, PodsWithRequiredAntiAffinity those with a required anti-affinity term.
+	// The slices are shared between snapshots and must not be modified.
+	Pods, PodsWithAffinity, PodsWithRequiredAntiAffinity []*PlacedPod
+	// ImageSizes maps the node's images (normalised names, see NormalizedImageName) to their sizes.
+	ImageSizes map[string]int64
+	// Nominated are pods that preempted others here and wait for the room (the alloc record's
+	// nominations, by uid), read-only. They are not in Pods; WithNominated counts their requests.
+	Nominated []*PlacedPod
+}
+
+// SetPods sets Pods and derives the affinity lists from it.
+func (n *NodeInfo) SetPods(pods []*PlacedPod) {
+	n.Pods, n.PodsWithAffinity, n.PodsWithRequiredAntiAffinity = pods, nil, nil
+	for _, p := range pods {
+		if p.HasAffinity() {
+			n.PodsWithAffinity = append(n.PodsWithAffinity, p)
+		}
+		if p.HasRequiredAntiAffinity() {
+			n.PodsWithRequiredAntiAffinity = append(n.PodsWithRequiredAntiAffinity, p)
+		}
+	}
+}
+
+// NormalizedImageName adds ":latest" to an image name without a tag, as kube-scheduler's ImageLocality.
+func NormalizedImageName(name string) string {
+	if strings.LastIndex(name, ":") <= strings.LastIndex(name, "/") {
+		name += ":latest"
+	}
+	return name
+}
+
+// NodeImageSizes maps the images in n's status to their sizes (nil when there are none).
+func NodeImageSizes(n *pb.Node) map[string]int64 {
+	imgs := n.GetStatus().GetImages()
+	if len(imgs) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(imgs))
+	for _, img := range imgs {
+		for _, name := range img.GetNames() {
+			out[NormalizedImageName(name)] = img.GetSizeBytes()
+		}
+	}
+	return out
 }
 
 // Name of the node.
@@ -66,75 +123,91 @@ func (n *NodeInfo) Name() string { return n.Node.GetMetadata().GetName() }
 
 // NewNodeInfo builds a NodeInfo for a node with nothing requested yet (tests, and the cache's base).
 func NewNodeInfo(n *pb.Node) *NodeInfo {
-	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}}
+	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}, ImageSizes: NodeImageSizes(n)}
 }
 
-// WithoutPods returns a copy of n from which the listed pods (uids in n.Pods) are removed: their
-// requests no longer count and they are no longer listed. Preemption filters the pod against it.
-func (n *NodeInfo) WithoutPods(uids ...string) *NodeInfo {
+// WithPods returns a copy of n with pods placed on it (requests added) — tests and tools.
+func (n *NodeInfo) WithPods(pods ...*PlacedPod) *NodeInfo {
 	c := *n
-	c.Requested = proto.Clone(n.Requested).(*pb.Resources)
-	c.Pods = make(map[string]*pb.PodAllocation, len(n.Pods))
-	for uid, p := range n.Pods {
-		c.Pods[uid] = p
+	req := &pb.Resources{}
+	podutil.Add(req, n.Requested)
+	for _, p := range pods {
+		podutil.Add(req, p.Requests)
+		cpu, mem := NonZeroRequests(p.Requests)
+		c.NonZeroMilliCPU += cpu
+		c.NonZeroMemory += mem
 	}
-	for _, uid := range uids {
-		p, ok := c.Pods[uid]
-		if !ok {
+	c.Requested = req
+	c.SetPods(append(append([]*PlacedPod(nil), n.Pods...), pods...))
+	return &c
+}
+
+// WithoutPods returns a copy of n without the pods whose uids are listed: their requests no longer
+// count and they leave Pods and the affinity lists. Preemption filters the pod against such views.
+func (n *NodeInfo) WithoutPods(uids ...string) *NodeInfo {
+	if len(uids) == 0 {
+		return n
+	}
+	drop := make(map[string]struct{}, len(uids))
+	for _, u := range uids {
+		drop[u] = struct{}{}
+	}
+	c := *n
+	req := &pb.Resources{}
+	podutil.Add(req, n.Requested)
+	pods := make([]*PlacedPod, 0, len(n.Pods))
+	for _, p := range n.Pods {
+		if _, ok := drop[p.UID]; !ok {
+			pods = append(pods, p)
 			continue
 		}
-		delete(c.Pods, uid)
-		podutil.Sub(c.Requested, p.GetRequests())
-		cpu, mem := NonZeroRequests(p.GetRequests())
+		podutil.Sub(req, p.Requests)
+		cpu, mem := NonZeroRequests(p.Requests)
 		c.NonZeroMilliCPU -= cpu
 		c.NonZeroMemory -= mem
 	}
+	c.Requested = req
+	c.SetPods(pods)
 	return &c
 }
 
-// WithPod returns a copy of n with p (uid) added, as if the binder had committed it.
-func (n *NodeInfo) WithPod(uid string, p *pb.PodAllocation) *NodeInfo {
-	c := *n
-	c.Requested = proto.Clone(n.Requested).(*pb.Resources)
-	c.Pods = make(map[string]*pb.PodAllocation, len(n.Pods)+1)
-	for u, q := range n.Pods {
-		c.Pods[u] = q
-	}
-	c.Pods[uid] = p
-	podutil.Add(c.Requested, p.GetRequests())
-	cpu, mem := NonZeroRequests(p.GetRequests())
-	c.NonZeroMilliCPU += cpu
-	c.NonZeroMemory += mem
-	return &c
-}
+// WithPod is WithPods with one pod (preemption's reprieve puts a candidate victim back).
+func (n *NodeInfo) WithPod(p *PlacedPod) *NodeInfo { return n.WithPods(p) }
 
 // WithNominated returns n with the requests of the pods nominated to it that pod must leave room for:
 // those of equal or higher priority, other than pod itself (kube-scheduler's
-// RunFilterPluginsWithNominatedPods). n itself when there are none.
+// RunFilterPluginsWithNominatedPods, for resources only: the inter-pod plugins do not see nominated
+// pods). n itself when there are none.
 func (n *NodeInfo) WithNominated(pod *PodInfo) *NodeInfo {
 	if len(n.Nominated) == 0 {
 		return n
 	}
 	prio, uid := PodPriority(pod.Pod), pod.UID()
 	out := n
-	for u, p := range n.Nominated {
-		if u == uid || p.GetPriority() < prio {
-			continue
-		}
-		if _, placed := n.Pods[u]; placed {
-			continue
+	for _, p := range n.Nominated {
+		if p.UID == uid || p.Priority < prio || n.hasPod(p.UID) {
+			continue // itself, yields to pod, or already counted (this replica assumed it here)
 		}
 		if out == n {
 			c := *n
 			c.Requested = proto.Clone(n.Requested).(*pb.Resources)
 			out = &c
 		}
-		podutil.Add(out.Requested, p.GetRequests())
-		cpu, mem := NonZeroRequests(p.GetRequests())
+		podutil.Add(out.Requested, p.Requests)
+		cpu, mem := NonZeroRequests(p.Requests)
 		out.NonZeroMilliCPU += cpu
 		out.NonZeroMemory += mem
 	}
 	return out
+}
+
+func (n *NodeInfo) hasPod(uid string) bool {
+	for _, p := range n.Pods {
+		if p.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // PodPriority is spec.priority (0 when unset, as Kubernetes' corev1helpers.PodPriority).
@@ -143,10 +216,45 @@ func PodPriority(p *pb.Pod) int32 { return p.GetSpec().GetPriority() }
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
 type Snapshot struct {
 	nodes []*NodeInfo
+	// Nodes hosting pods with pod (anti-)affinity / required anti-affinity, so the inter-pod plugins
+	// visit only those (kube-scheduler's HavePodsWithAffinityList and HavePodsWithRequiredAntiAffinityList).
+	withAffinity, withRequiredAntiAffinity []*NodeInfo
+	// imageNodes counts the nodes that hold each image (ImageLocality's spread).
+	imageNodes map[string]int
 }
 
-// NewSnapshot wraps nodes, which must be sorted by name and must not be modified afterwards.
-func NewSnapshot(nodes []*NodeInfo) *Snapshot { return &Snapshot{nodes: nodes} }
+// SnapshotParts are what the cache maintains incrementally for a snapshot; all must not be modified
+// afterwards. Nodes must be sorted by name.
+type SnapshotParts struct {
+	Nodes, WithAffinity, WithRequiredAntiAffinity []*NodeInfo
+	ImageNodes                                    map[string]int
+}
+
+// NewSnapshotFromParts wraps parts without copying.
+func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
+	return &Snapshot{nodes: p.Nodes, withAffinity: p.WithAffinity, withRequiredAntiAffinity: p.WithRequiredAntiAffinity, imageNodes: p.ImageNodes}
+}
+
+// NewSnapshot wraps nodes, which must be sorted by name and must not be modified afterwards, and derives
+// the affinity lists and image counts from them (O(nodes)).
+func NewSnapshot(nodes []*NodeInfo) *Snapshot {
+	s := &Snapshot{nodes: nodes}
+	for _, n := range nodes {
+		if len(n.PodsWithAffinity) > 0 {
+			s.withAffinity = append(s.withAffinity, n)
+		}
+		if len(n.PodsWithRequiredAntiAffinity) > 0 {
+			s.withRequiredAntiAffinity = append(s.withRequiredAntiAffinity, n)
+		}
+		for img := range n.ImageSizes {
+			if s.imageNodes == nil {
+				s.imageNodes = map[string]int{}
+			}
+			s.imageNodes[img]++
+		}
+	}
+	return s
+}
 
 // SnapshotOf sorts a copy of nodes by name (tests and tools).
 func SnapshotOf(nodes ...*NodeInfo) *Snapshot {
@@ -154,6 +262,15 @@ func SnapshotOf(nodes ...*NodeInfo) *Snapshot {
 	sort.Slice(s, func(i, j int) bool { return s[i].Name() < s[j].Name() })
 	return NewSnapshot(s)
 }
+
+// HavePodsWithAffinity returns the nodes hosting a pod with pod (anti-)affinity, in name order.
+func (s *Snapshot) HavePodsWithAffinity() []*NodeInfo { return s.withAffinity }
+
+// HavePodsWithRequiredAntiAffinity returns the nodes hosting a pod with required anti-affinity.
+func (s *Snapshot) HavePodsWithRequiredAntiAffinity() []*NodeInfo { return s.withRequiredAntiAffinity }
+
+// ImageNumNodes returns how many nodes hold image (a normalised name).
+func (s *Snapshot) ImageNumNodes(image string) int { return s.imageNodes[image] }
 
 // Nodes returns the nodes in name order; callers must not modify the slice.
 func (s *Snapshot) Nodes() []*NodeInfo { return s.nodes }

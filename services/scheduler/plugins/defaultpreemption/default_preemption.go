@@ -12,7 +12,11 @@
 // The plugin only proposes; the scheduler publishes the nomination and the binder carries it out.
 // Pods of equal or higher priority are never victims. PodDisruptionBudgets do not exist in podbus, so
 // kube's first criterion (fewest PDB violations) is always a tie and left out. A pod's start time is
-// its creation time (the alloc record does not carry status.startTime).
+// its creation time (the alloc record does not carry status.startTime). Candidates are the node's
+// PlacedPods from its alloc record; pods this replica only assumed are never victims (the binder could
+// not mark them). Each node is evaluated on a clone of the cycle state that the PreFilter extensions
+// (InterPodAffinity, PodTopologySpread) update as victims leave and are reprieved, so their
+// cluster-wide counts match the node view being filtered.
 package defaultpreemption
 
 import (
@@ -50,7 +54,7 @@ func (*Plugin) Name() string { return Name }
 var _ framework.PostFilterPlugin = (*Plugin)(nil)
 
 // PostFilter nominates a node and its victims, or says why preemption cannot help.
-func (pl *Plugin) PostFilter(_ *framework.CycleState, pod *framework.PodInfo, in framework.PostFilterInput) (*framework.PostFilterResult, *framework.Status) {
+func (pl *Plugin) PostFilter(state *framework.CycleState, pod *framework.PodInfo, in framework.PostFilterInput) (*framework.PostFilterResult, *framework.Status) {
 	if ok, msg := eligible(pod, in); !ok {
 		return waitingResult(pod, in.Snapshot, msg)
 	}
@@ -61,7 +65,7 @@ func (pl *Plugin) PostFilter(_ *framework.CycleState, pod *framework.PodInfo, in
 			statuses[ErrReasonNotHelpful]++
 			continue
 		}
-		victims, st := SelectVictimsOnNode(pod, r.Node.WithNominated(pod), in.Filter)
+		victims, st := SelectVictimsOnNode(state, pod, r.Node.WithNominated(pod), in)
 		if !st.IsSuccess() {
 			if err := st.AsError(); err != nil {
 				return nil, st
@@ -114,7 +118,7 @@ func eligible(pod *framework.PodInfo, in framework.PostFilterInput) (bool, strin
 	}
 	uid := pod.UID()
 	for _, p := range n.Pods {
-		if p.GetPreemptedBy() == uid {
+		if p.PreemptedBy == uid {
 			return false, MsgVictimsPending
 		}
 	}
@@ -124,22 +128,24 @@ func eligible(pod *framework.PodInfo, in framework.PostFilterInput) (bool, strin
 // NominatedNode returns the node pod uid is nominated to (by an earlier preemption), or nil.
 func NominatedNode(snap *framework.Snapshot, uid string) *framework.NodeInfo {
 	for _, n := range snap.Nodes() {
-		if _, ok := n.Nominated[uid]; ok {
-			return n
+		for _, p := range n.Nominated {
+			if p.UID == uid {
+				return n
+			}
 		}
 	}
 	return nil
 }
 
 // SelectVictimsOnNode is kube's selectVictimsOnNode: the fewest, least important lower-priority pods of
-// node whose removal lets pod pass filter. The victims come most important first. A rejection says why
-// no set of victims helps.
-func SelectVictimsOnNode(pod *framework.PodInfo, node *framework.NodeInfo, filter func(*framework.NodeInfo) *framework.Status) ([]framework.Victim, *framework.Status) {
+// node whose removal lets pod pass in.Filter. The victims come most important first. A rejection says
+// why no set of victims helps. state is not changed (a clone is).
+func SelectVictimsOnNode(state *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo, in framework.PostFilterInput) ([]*framework.PlacedPod, *framework.Status) {
 	prio := framework.PodPriority(pod.Pod)
-	var potential []framework.Victim
-	for uid, p := range node.Pods {
-		if p.GetPriority() < prio {
-			potential = append(potential, framework.Victim{UID: uid, Pod: p})
+	var potential []*framework.PlacedPod
+	for _, p := range node.Pods {
+		if p.Priority < prio && !p.Assumed {
+			potential = append(potential, p)
 		}
 	}
 	if len(potential) == 0 {
@@ -151,19 +157,31 @@ func SelectVictimsOnNode(pod *framework.PodInfo, node *framework.NodeInfo, filte
 		uids[i] = v.UID
 	}
 	cur := node.WithoutPods(uids...)
-	if st := filter(cur); !st.IsSuccess() {
-		return nil, st
-	}
-	var victims []framework.Victim
+	st := state.Clone()
 	for _, v := range potential {
-		with := cur.WithPod(v.UID, v.Pod)
-		st := filter(with)
+		if s := in.RemovePod(st, v, node); !s.IsSuccess() {
+			return nil, s
+		}
+	}
+	if s := in.Filter(st, cur); !s.IsSuccess() {
+		return nil, s
+	}
+	var victims []*framework.PlacedPod
+	for _, v := range potential {
+		with := cur.WithPod(v)
+		if s := in.AddPod(st, v, with); !s.IsSuccess() {
+			return nil, s
+		}
+		s := in.Filter(st, with)
 		switch {
-		case st.IsSuccess():
+		case s.IsSuccess():
 			cur = with // reprieved
-		case st.Code() == framework.Error:
-			return nil, st
+		case s.Code() == framework.Error:
+			return nil, s
 		default:
+			if s := in.RemovePod(st, v, with); !s.IsSuccess() {
+				return nil, s
+			}
 			victims = append(victims, v)
 		}
 	}
@@ -172,11 +190,11 @@ func SelectVictimsOnNode(pod *framework.PodInfo, node *framework.NodeInfo, filte
 
 // moreImportant is kube's MoreImportantPod: higher priority, then the one that started earlier
 // (creation time here), then the uid so that the order is total.
-func moreImportant(a, b framework.Victim) bool {
-	if pa, pb := a.Pod.GetPriority(), b.Pod.GetPriority(); pa != pb {
-		return pa > pb
+func moreImportant(a, b *framework.PlacedPod) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
 	}
-	ta, tb := a.Pod.GetCreationTimestamp().AsTime(), b.Pod.GetCreationTimestamp().AsTime()
+	ta, tb := a.CreationTimestamp, b.CreationTimestamp
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
@@ -185,7 +203,7 @@ func moreImportant(a, b framework.Victim) bool {
 
 type candidate struct {
 	node    string
-	victims []framework.Victim // most important first
+	victims []*framework.PlacedPod // most important first
 }
 
 // pickOneNode is kube's pickOneNodeForPreemption without the PDB criterion; candidates come in node
@@ -193,12 +211,12 @@ type candidate struct {
 func pickOneNode(cands []candidate) candidate {
 	criteria := []func(candidate) int64{
 		// lowest highest-priority victim (victims[0] is the most important)
-		func(c candidate) int64 { return -int64(c.victims[0].Pod.GetPriority()) },
+		func(c candidate) int64 { return -int64(c.victims[0].Priority) },
 		// smallest sum of priorities, each shifted to be positive as kube does
 		func(c candidate) int64 {
 			var sum int64
 			for _, v := range c.victims {
-				sum += int64(v.Pod.GetPriority()) + int64(math.MaxInt32) + 1
+				sum += int64(v.Priority) + int64(math.MaxInt32) + 1
 			}
 			return -sum
 		},
@@ -228,14 +246,14 @@ func pickOneNode(cands []candidate) candidate {
 }
 
 // earliestStartOfHighest is the earliest start (UnixNano) among the victims of the highest priority.
-func earliestStartOfHighest(victims []framework.Victim) int64 {
-	top := victims[0].Pod.GetPriority()
+func earliestStartOfHighest(victims []*framework.PlacedPod) int64 {
+	top := victims[0].Priority
 	earliest := int64(math.MaxInt64)
 	for _, v := range victims {
-		if v.Pod.GetPriority() != top {
+		if v.Priority != top {
 			continue
 		}
-		earliest = min(earliest, v.Pod.GetCreationTimestamp().AsTime().UnixNano())
+		earliest = min(earliest, v.CreationTimestamp.UnixNano())
 	}
 	return earliest
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
 	"github.com/podbus/podbus/services/scheduler/plugins/defaultpreemption"
@@ -37,18 +36,13 @@ func alloc(p placed) *pb.PodAllocation {
 
 // node is a 4-core node holding pods (and nominated pods, which the alloc record lists apart).
 func node(name string, pods []placed, nominated ...placed) *framework.NodeInfo {
-	n := st.Node(name).Capacity("4", "8Gi", 110).Ready().Info()
-	n.Pods = map[string]*pb.PodAllocation{}
+	var pps []*framework.PlacedPod
 	for _, p := range pods {
-		a := alloc(p)
-		n.Pods[p.name] = a
-		podutil.Add(n.Requested, a.Requests)
+		pps = append(pps, framework.NewPlacedPod(p.name, alloc(p)))
 	}
-	if len(nominated) > 0 {
-		n.Nominated = map[string]*pb.PodAllocation{}
-		for _, p := range nominated {
-			n.Nominated[p.name] = alloc(p)
-		}
+	n := st.Node(name).Capacity("4", "8Gi", 110).Ready().Info().WithPods(pps...)
+	for _, p := range nominated {
+		n.Nominated = append(n.Nominated, framework.NewPlacedPod(p.name, alloc(p)))
 	}
 	return n
 }
@@ -191,43 +185,13 @@ func TestPostFilter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fw, err := framework.New(
-				framework.Registration{Plugin: nodename.New()},
-				framework.Registration{Plugin: noderesources.NewFit()},
-				framework.Registration{Plugin: defaultpreemption.New()},
-			)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pod := tt.pod.Info()
-			state := framework.NewCycleState()
-			skip := make([]bool, fw.NumFilters())
-			if s := fw.RunPreFilterPlugins(state, pod, skip); !s.IsSuccess() {
-				t.Fatal(s.Message())
-			}
-			snap := framework.SnapshotOf(tt.nodes...)
-			var rejected []framework.NodeStatus
-			for _, n := range snap.Nodes() {
-				s := fw.RunFilterPlugins(state, pod, n.WithNominated(pod), skip)
-				if s.IsSuccess() {
-					t.Fatalf("pod fits %s already", n.Name())
-				}
-				rejected = append(rejected, framework.NodeStatus{Node: n, Status: s})
-			}
-			res, s := fw.RunPostFilterPlugins(state, pod, snap, rejected, skip)
-			if s.Code() == framework.Error {
-				t.Fatal(s.Message())
-			}
-			if got := s.Message(); got != tt.wantMsg {
-				t.Errorf("message %q, want %q", got, tt.wantMsg)
-			}
-			var gotNode string
-			var gotVictims []string
-			if res != nil {
-				gotNode = res.NominatedNode
-				for _, v := range res.Victims {
-					gotVictims = append(gotVictims, v.Pod.GetName())
-				}
+			gotNode, gotVictims, gotMsg := runPostFilter(t, []framework.Registration{
+				{Plugin: nodename.New()},
+				{Plugin: noderesources.NewFit()},
+				{Plugin: defaultpreemption.New()},
+			}, tt.pod.Info(), tt.nodes)
+			if gotMsg != tt.wantMsg {
+				t.Errorf("message %q, want %q", gotMsg, tt.wantMsg)
 			}
 			if gotNode != tt.wantNode {
 				t.Errorf("nominated %q, want %q", gotNode, tt.wantNode)
@@ -237,6 +201,39 @@ func TestPostFilter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runPostFilter runs a failed cycle as the scheduler does (PreFilter over the snapshot, Filter on
+// every node with the nominated pods' room held) and then PostFilter.
+func runPostFilter(t *testing.T, regs []framework.Registration, pod *framework.PodInfo, nodes []*framework.NodeInfo) (node string, victims []string, msg string) {
+	t.Helper()
+	fw, err := framework.New(regs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := framework.SnapshotOf(nodes...)
+	state := framework.NewCycleState()
+	state.SetSnapshot(snap)
+	skip := make([]bool, fw.NumFilters())
+	if s := fw.RunPreFilterPlugins(state, pod, skip); !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	var rejected []framework.NodeStatus
+	for _, n := range snap.Nodes() {
+		s := fw.RunFilterPlugins(state, pod, n.WithNominated(pod), skip)
+		if s.IsSuccess() {
+			t.Fatalf("pod fits %s already", n.Name())
+		}
+		rejected = append(rejected, framework.NodeStatus{Node: n, Status: s})
+	}
+	res, s := fw.RunPostFilterPlugins(state, pod, snap, rejected, skip)
+	if s.Code() == framework.Error {
+		t.Fatal(s.Message())
+	}
+	for _, v := range res.GetVictims() {
+		victims = append(victims, v.Name)
+	}
+	return res.GetNominatedNode(), victims, s.Message()
 }
 
 func TestFitErrorWithPostFilterMessage(t *testing.T) {

@@ -1,0 +1,85 @@
+package up
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/cri"
+	"github.com/podbus/podbus/bus"
+)
+
+// Runtimes for Config.Runtime.
+const (
+	RuntimeFake       = "fake"       // simulated nodes only (the default)
+	RuntimeContainerd = "containerd" // plus one real node; Start fails if this machine cannot run one
+	RuntimeAuto       = "auto"       // plus one real node when cri.Check passes
+)
+
+// DefaultRealNode names the real node.
+const DefaultRealNode = "node-real"
+
+// RealPodCIDR is the real node's default pod range: apart from the simulated nodes' 10.42.0.0/15 and up, and
+// from docker's 172.17.0.0/16.
+const RealPodCIDR = "10.244.1.0/24"
+
+// wantReal decides whether to run a real node; when it cannot, the error says why.
+func (c *Config) wantReal(ctx context.Context) (bool, error) {
+	switch c.Runtime {
+	case "", RuntimeFake:
+		return false, nil
+	case RuntimeContainerd, RuntimeAuto:
+		if err := cri.Check(ctx, c.ContainerdAddress, nil); err != nil {
+			return false, err
+		}
+		return true, nil
+	default:
+		return false, fmt.Errorf("unknown runtime %q (fake, containerd or auto)", c.Runtime)
+	}
+}
+
+// realAgent is a node agent on the containerd runtime that closes the runtime when it stops.
+type realAgent struct {
+	*agent.Agent
+	rt *cri.Runtime
+}
+
+func (a realAgent) Run(ctx context.Context) error {
+	defer a.rt.Close()
+	return a.Agent.Run(ctx)
+}
+
+// newRealAgent makes the real node's agent: the machine's capacity, state in DataDir/agent/<node>.
+func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn) (runner, error) {
+	cpu, mem, err := cri.MachineCapacity()
+	if err != nil {
+		return nil, err
+	}
+	rt, err := cri.New(ctx, cri.Config{
+		NodeName:  cfg.RealNode,
+		Address:   cfg.ContainerdAddress,
+		Namespace: cfg.ContainerdNamespace,
+		PodCIDR:   cfg.RealNodePodCIDR,
+		StateDir:  filepath.Join(cfg.DataDir, "agent", cfg.RealNode),
+		PlainHTTP: cfg.PlainHTTPRegistries,
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(agent.Config{
+		Node:              cfg.RealNode,
+		PodCIDR:           cfg.RealNodePodCIDR,
+		CPU:               cpu,
+		Memory:            mem,
+		MaxPods:           110,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		Logger:            cfg.Logger,
+	}, conn, rt)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	return realAgent{Agent: a, rt: rt}, nil
+}
