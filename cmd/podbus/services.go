@@ -20,6 +20,7 @@ import (
 	"github.com/podbus/podbus/internal/up"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
@@ -133,8 +134,16 @@ func runAdmission(ctx context.Context, args []string) error {
 	addr := fs.String("listen", "127.0.0.1:6443", "address of the Kubernetes API")
 	tokens := fs.String("tokens", "", "bearer tokens as token=user,token=user (empty: anonymous access)")
 	kubeconfig := fs.String("kubeconfig-out", "", "write a kubeconfig for this API here")
+	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var classes *convert.PriorityClasses
+	if *priorityFile != "" {
+		var err error
+		if classes, err = convert.LoadPriorityClasses(*priorityFile); err != nil {
+			return err
+		}
 	}
 	toks := map[string]string{}
 	for _, kv := range strings.Split(*tokens, ",") {
@@ -143,7 +152,7 @@ func runAdmission(ctx context.Context, args []string) error {
 		}
 	}
 	return c.serve(ctx, "admission", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks}, cn)
+		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, PriorityClasses: classes}, cn)
 		if err != nil {
 			return nil, err
 		}

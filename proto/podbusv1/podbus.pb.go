@@ -3765,8 +3765,11 @@ type PodCommand struct {
 	// DELETE: precondition on the uid, when the client gave one.
 	PreconditionUid string `protobuf:"bytes,5,opt,name=precondition_uid,json=preconditionUid,proto3" json:"precondition_uid,omitempty"`
 	User            string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// DELETE: why the pod goes; "Preempted" (sent by the binder for a scheduler's preemption) also sets
+	// the DisruptionTarget condition, as kube-scheduler does.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodCommand) Reset() {
@@ -3837,6 +3840,13 @@ func (x *PodCommand) GetPreconditionUid() string {
 func (x *PodCommand) GetUser() string {
 	if x != nil {
 		return x.User
+	}
+	return ""
+}
+
+func (x *PodCommand) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -3996,8 +4006,12 @@ type SchedulingDecision struct {
 	DecidedAt      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	Attempt        int32                  `protobuf:"varint,14,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NominatedNode  string                 `protobuf:"bytes,15,opt,name=nominated_node,json=nominatedNode,proto3" json:"nominated_node,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Preemption (with unschedulable and nominated_node): the lower-priority pods on nominated_node that
+	// must go so the pod fits there. The binder marks them in alloc/<nominated_node>, records
+	// status.nominatedNodeName and asks the store to delete them with reason Preempted.
+	Victims       []*PreemptionVictim `protobuf:"bytes,16,rep,name=victims,proto3" json:"victims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SchedulingDecision) Reset() {
@@ -4135,6 +4149,81 @@ func (x *SchedulingDecision) GetNominatedNode() string {
 	return ""
 }
 
+func (x *SchedulingDecision) GetVictims() []*PreemptionVictim {
+	if x != nil {
+		return x.Victims
+	}
+	return nil
+}
+
+type PreemptionVictim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreemptionVictim) Reset() {
+	*x = PreemptionVictim{}
+	mi := &file_podbus_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreemptionVictim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreemptionVictim) ProtoMessage() {}
+
+func (x *PreemptionVictim) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreemptionVictim.ProtoReflect.Descriptor instead.
+func (*PreemptionVictim) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PreemptionVictim) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *PreemptionVictim) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PreemptionVictim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PreemptionVictim) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // pod.bound.<node>: binder -> the node's agent.
 type PodBinding struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4147,7 +4236,7 @@ type PodBinding struct {
 
 func (x *PodBinding) Reset() {
 	*x = PodBinding{}
-	mi := &file_podbus_proto_msgTypes[52]
+	mi := &file_podbus_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4248,7 @@ func (x *PodBinding) String() string {
 func (*PodBinding) ProtoMessage() {}
 
 func (x *PodBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[52]
+	mi := &file_podbus_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4261,7 @@ func (x *PodBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodBinding.ProtoReflect.Descriptor instead.
 func (*PodBinding) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{52}
+	return file_podbus_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PodBinding) GetPod() *Pod {
@@ -4212,7 +4301,7 @@ type PodTermination struct {
 
 func (x *PodTermination) Reset() {
 	*x = PodTermination{}
-	mi := &file_podbus_proto_msgTypes[53]
+	mi := &file_podbus_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4224,7 +4313,7 @@ func (x *PodTermination) String() string {
 func (*PodTermination) ProtoMessage() {}
 
 func (x *PodTermination) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[53]
+	mi := &file_podbus_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4237,7 +4326,7 @@ func (x *PodTermination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodTermination.ProtoReflect.Descriptor instead.
 func (*PodTermination) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{53}
+	return file_podbus_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PodTermination) GetUid() string {
@@ -4291,18 +4380,20 @@ func (x *PodTermination) GetReason() string {
 
 // pod.deleted: status (or store, for unbound pods) -> binder and schedulers, after the pod left the store.
 type PodDeleted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Uid       string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Node      string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// status.nominatedNodeName of an unbound pod, so the binder drops its nomination there.
+	NominatedNode string `protobuf:"bytes,5,opt,name=nominated_node,json=nominatedNode,proto3" json:"nominated_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodDeleted) Reset() {
 	*x = PodDeleted{}
-	mi := &file_podbus_proto_msgTypes[54]
+	mi := &file_podbus_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4314,7 +4405,7 @@ func (x *PodDeleted) String() string {
 func (*PodDeleted) ProtoMessage() {}
 
 func (x *PodDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[54]
+	mi := &file_podbus_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4327,7 +4418,7 @@ func (x *PodDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDeleted.ProtoReflect.Descriptor instead.
 func (*PodDeleted) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{54}
+	return file_podbus_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PodDeleted) GetUid() string {
@@ -4358,6 +4449,13 @@ func (x *PodDeleted) GetNode() string {
 	return ""
 }
 
+func (x *PodDeleted) GetNominatedNode() string {
+	if x != nil {
+		return x.NominatedNode
+	}
+	return ""
+}
+
 // A Kubernetes-style event note carried in a status report; the status service records it.
 type EventNote struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4372,7 +4470,7 @@ type EventNote struct {
 
 func (x *EventNote) Reset() {
 	*x = EventNote{}
-	mi := &file_podbus_proto_msgTypes[55]
+	mi := &file_podbus_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4384,7 +4482,7 @@ func (x *EventNote) String() string {
 func (*EventNote) ProtoMessage() {}
 
 func (x *EventNote) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[55]
+	mi := &file_podbus_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4397,7 +4495,7 @@ func (x *EventNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventNote.ProtoReflect.Descriptor instead.
 func (*EventNote) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{55}
+	return file_podbus_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EventNote) GetType() string {
@@ -4453,7 +4551,7 @@ type PodStatusReport struct {
 
 func (x *PodStatusReport) Reset() {
 	*x = PodStatusReport{}
-	mi := &file_podbus_proto_msgTypes[56]
+	mi := &file_podbus_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4563,7 @@ func (x *PodStatusReport) String() string {
 func (*PodStatusReport) ProtoMessage() {}
 
 func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[56]
+	mi := &file_podbus_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4576,7 @@ func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatusReport.ProtoReflect.Descriptor instead.
 func (*PodStatusReport) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{56}
+	return file_podbus_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PodStatusReport) GetUid() string {
@@ -4549,7 +4647,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_podbus_proto_msgTypes[57]
+	mi := &file_podbus_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4659,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[57]
+	mi := &file_podbus_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4672,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{57}
+	return file_podbus_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeHeartbeat) GetNode() *Node {
@@ -4600,17 +4698,20 @@ func (x *NodeHeartbeat) GetSeq() uint64 {
 
 // The alloc bucket, key = node: what the binder has committed to a node.
 type NodeAllocation struct {
-	state         protoimpl.MessageState    `protogen:"open.v1"`
-	Node          string                    `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Pods          map[string]*PodAllocation `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // by pod uid
-	Total         *Resources                `protobuf:"bytes,3,opt,name=total,proto3" json:"total,omitempty"`
+	state protoimpl.MessageState    `protogen:"open.v1"`
+	Node  string                    `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Pods  map[string]*PodAllocation `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // by pod uid
+	Total *Resources                `protobuf:"bytes,3,opt,name=total,proto3" json:"total,omitempty"`
+	// Pods that preempted others on this node and wait for the room, by uid (their requests and
+	// priority). Schedulers count them against pods of equal or lower priority, as kube's nominator does.
+	Nominated     map[string]*PodAllocation `protobuf:"bytes,4,rep,name=nominated,proto3" json:"nominated,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_podbus_proto_msgTypes[58]
+	mi := &file_podbus_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4622,7 +4723,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[58]
+	mi := &file_podbus_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4635,7 +4736,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{58}
+	return file_podbus_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeAllocation) GetNode() string {
@@ -4659,6 +4760,13 @@ func (x *NodeAllocation) GetTotal() *Resources {
 	return nil
 }
 
+func (x *NodeAllocation) GetNominated() map[string]*PodAllocation {
+	if x != nil {
+		return x.Nominated
+	}
+	return nil
+}
+
 // What the scheduler needs to know of a pod placed on a node: its requests, and for inter-pod
 // affinity, topology spread and preemption its labels, its pod (anti-)affinity terms and its priority.
 type PodAllocation struct {
@@ -4672,13 +4780,15 @@ type PodAllocation struct {
 	PodAntiAffinity   *PodAffinity           `protobuf:"bytes,7,opt,name=pod_anti_affinity,json=podAntiAffinity,proto3" json:"pod_anti_affinity,omitempty"`
 	CreationTimestamp *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=creation_timestamp,json=creationTimestamp,proto3" json:"creation_timestamp,omitempty"`
 	SchedulerName     string                 `protobuf:"bytes,9,opt,name=scheduler_name,json=schedulerName,proto3" json:"scheduler_name,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Uid of the pod this one is being preempted for (its deletion was requested); "" otherwise.
+	PreemptedBy   string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodAllocation) Reset() {
 	*x = PodAllocation{}
-	mi := &file_podbus_proto_msgTypes[59]
+	mi := &file_podbus_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +4800,7 @@ func (x *PodAllocation) String() string {
 func (*PodAllocation) ProtoMessage() {}
 
 func (x *PodAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[59]
+	mi := &file_podbus_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,7 +4813,7 @@ func (x *PodAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAllocation.ProtoReflect.Descriptor instead.
 func (*PodAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{59}
+	return file_podbus_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PodAllocation) GetNamespace() string {
@@ -4765,6 +4875,13 @@ func (x *PodAllocation) GetCreationTimestamp() *timestamppb.Timestamp {
 func (x *PodAllocation) GetSchedulerName() string {
 	if x != nil {
 		return x.SchedulerName
+	}
+	return ""
+}
+
+func (x *PodAllocation) GetPreemptedBy() string {
+	if x != nil {
+		return x.PreemptedBy
 	}
 	return ""
 }
@@ -5151,7 +5268,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x06scalar\x18\x05 \x03(\v2 .podbus.v1.Resources.ScalarEntryR\x06scalar\x1a9\n" +
 	"\vScalarEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xdb\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf3\x02\n" +
 	"\n" +
 	"PodCommand\x12(\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x18.podbus.v1.PodCommand.OpR\x02op\x12 \n" +
@@ -5159,7 +5276,8 @@ const file_podbus_proto_rawDesc = "" +
 	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x125\n" +
 	"\x14grace_period_seconds\x18\x04 \x01(\x03H\x00R\x12gracePeriodSeconds\x88\x01\x01\x12)\n" +
 	"\x10precondition_uid\x18\x05 \x01(\tR\x0fpreconditionUid\x12\x12\n" +
-	"\x04user\x18\x06 \x01(\tR\x04user\"E\n" +
+	"\x04user\x18\x06 \x01(\tR\x04user\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"E\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_CREATE\x10\x01\x12\r\n" +
@@ -5176,7 +5294,7 @@ const file_podbus_proto_rawDesc = "" +
 	"PendingPod\x12 \n" +
 	"\x03pod\x18\x01 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xdc\x04\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\x93\x05\n" +
 	"\x12SchedulingDecision\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -5194,10 +5312,16 @@ const file_podbus_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x18\n" +
 	"\aattempt\x18\x0e \x01(\x05R\aattempt\x12%\n" +
-	"\x0enominated_node\x18\x0f \x01(\tR\rnominatedNode\x1a:\n" +
+	"\x0enominated_node\x18\x0f \x01(\tR\rnominatedNode\x125\n" +
+	"\avictims\x18\x10 \x03(\v2\x1b.podbus.v1.PreemptionVictimR\avictims\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"^\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"r\n" +
+	"\x10PreemptionVictim\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\"^\n" +
 	"\n" +
 	"PodBinding\x12 \n" +
 	"\x03pod\x18\x01 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x12\x1a\n" +
@@ -5210,13 +5334,14 @@ const file_podbus_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x120\n" +
 	"\x14grace_period_seconds\x18\x05 \x01(\x03R\x12gracePeriodSeconds\x12I\n" +
 	"\x12deletion_timestamp\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x11deletionTimestamp\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"d\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x8b\x01\n" +
 	"\n" +
 	"PodDeleted\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"\x9c\x01\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12%\n" +
+	"\x0enominated_node\x18\x05 \x01(\tR\rnominatedNode\"\x9c\x01\n" +
 	"\tEventNote\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -5236,14 +5361,18 @@ const file_podbus_proto_rawDesc = "" +
 	"\rNodeHeartbeat\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\x0f.podbus.v1.NodeR\x04node\x123\n" +
 	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xdc\x01\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xfc\x02\n" +
 	"\x0eNodeAllocation\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x127\n" +
 	"\x04pods\x18\x02 \x03(\v2#.podbus.v1.NodeAllocation.PodsEntryR\x04pods\x12*\n" +
-	"\x05total\x18\x03 \x01(\v2\x14.podbus.v1.ResourcesR\x05total\x1aQ\n" +
+	"\x05total\x18\x03 \x01(\v2\x14.podbus.v1.ResourcesR\x05total\x12F\n" +
+	"\tnominated\x18\x04 \x03(\v2(.podbus.v1.NodeAllocation.NominatedEntryR\tnominated\x1aQ\n" +
 	"\tPodsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\xf9\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\x1aV\n" +
+	"\x0eNominatedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\x9c\x04\n" +
 	"\rPodAllocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
@@ -5253,7 +5382,9 @@ const file_podbus_proto_rawDesc = "" +
 	"\fpod_affinity\x18\x06 \x01(\v2\x16.podbus.v1.PodAffinityR\vpodAffinity\x12B\n" +
 	"\x11pod_anti_affinity\x18\a \x01(\v2\x16.podbus.v1.PodAffinityR\x0fpodAntiAffinity\x12I\n" +
 	"\x12creation_timestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11creationTimestamp\x12%\n" +
-	"\x0escheduler_name\x18\t \x01(\tR\rschedulerName\x1a9\n" +
+	"\x0escheduler_name\x18\t \x01(\tR\rschedulerName\x12!\n" +
+	"\fpreempted_by\x18\n" +
+	" \x01(\tR\vpreemptedBy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
@@ -5271,7 +5402,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -5326,35 +5457,37 @@ var file_podbus_proto_goTypes = []any{
 	(*CommandResult)(nil),            // 50: podbus.v1.CommandResult
 	(*PendingPod)(nil),               // 51: podbus.v1.PendingPod
 	(*SchedulingDecision)(nil),       // 52: podbus.v1.SchedulingDecision
-	(*PodBinding)(nil),               // 53: podbus.v1.PodBinding
-	(*PodTermination)(nil),           // 54: podbus.v1.PodTermination
-	(*PodDeleted)(nil),               // 55: podbus.v1.PodDeleted
-	(*EventNote)(nil),                // 56: podbus.v1.EventNote
-	(*PodStatusReport)(nil),          // 57: podbus.v1.PodStatusReport
-	(*NodeHeartbeat)(nil),            // 58: podbus.v1.NodeHeartbeat
-	(*NodeAllocation)(nil),           // 59: podbus.v1.NodeAllocation
-	(*PodAllocation)(nil),            // 60: podbus.v1.PodAllocation
-	nil,                              // 61: podbus.v1.ObjectMeta.LabelsEntry
-	nil,                              // 62: podbus.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 63: podbus.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 64: podbus.v1.PodSpec.NodeSelectorEntry
-	nil,                              // 65: podbus.v1.ResourceRequirements.LimitsEntry
-	nil,                              // 66: podbus.v1.ResourceRequirements.RequestsEntry
-	nil,                              // 67: podbus.v1.NodeStatus.CapacityEntry
-	nil,                              // 68: podbus.v1.NodeStatus.AllocatableEntry
-	nil,                              // 69: podbus.v1.Resources.ScalarEntry
-	nil,                              // 70: podbus.v1.SchedulingDecision.ReasonsEntry
-	nil,                              // 71: podbus.v1.NodeAllocation.PodsEntry
-	nil,                              // 72: podbus.v1.PodAllocation.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 73: google.protobuf.Timestamp
+	(*PreemptionVictim)(nil),         // 53: podbus.v1.PreemptionVictim
+	(*PodBinding)(nil),               // 54: podbus.v1.PodBinding
+	(*PodTermination)(nil),           // 55: podbus.v1.PodTermination
+	(*PodDeleted)(nil),               // 56: podbus.v1.PodDeleted
+	(*EventNote)(nil),                // 57: podbus.v1.EventNote
+	(*PodStatusReport)(nil),          // 58: podbus.v1.PodStatusReport
+	(*NodeHeartbeat)(nil),            // 59: podbus.v1.NodeHeartbeat
+	(*NodeAllocation)(nil),           // 60: podbus.v1.NodeAllocation
+	(*PodAllocation)(nil),            // 61: podbus.v1.PodAllocation
+	nil,                              // 62: podbus.v1.ObjectMeta.LabelsEntry
+	nil,                              // 63: podbus.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 64: podbus.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 65: podbus.v1.PodSpec.NodeSelectorEntry
+	nil,                              // 66: podbus.v1.ResourceRequirements.LimitsEntry
+	nil,                              // 67: podbus.v1.ResourceRequirements.RequestsEntry
+	nil,                              // 68: podbus.v1.NodeStatus.CapacityEntry
+	nil,                              // 69: podbus.v1.NodeStatus.AllocatableEntry
+	nil,                              // 70: podbus.v1.Resources.ScalarEntry
+	nil,                              // 71: podbus.v1.SchedulingDecision.ReasonsEntry
+	nil,                              // 72: podbus.v1.NodeAllocation.PodsEntry
+	nil,                              // 73: podbus.v1.NodeAllocation.NominatedEntry
+	nil,                              // 74: podbus.v1.PodAllocation.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 75: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	61,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	62,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	73,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	73,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	62,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	63,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	75,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	63,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	64,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
 	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
 	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
 	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
@@ -5362,7 +5495,7 @@ var file_podbus_proto_depIdxs = []int32{
 	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
 	9,   // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
 	9,   // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	64,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	65,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
 	20,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
 	19,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
 	29,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
@@ -5374,8 +5507,8 @@ var file_podbus_proto_depIdxs = []int32{
 	14,  // 22: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
 	14,  // 23: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
 	10,  // 24: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
-	65,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	66,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	66,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	67,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
 	15,  // 27: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
 	16,  // 28: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
 	18,  // 29: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
@@ -5396,66 +5529,69 @@ var file_podbus_proto_depIdxs = []int32{
 	27,  // 44: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
 	3,   // 45: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
 	31,  // 46: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	73,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	75,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	32,  // 48: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
 	32,  // 49: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	73,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	73,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	75,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	75,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	33,  // 52: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
 	33,  // 53: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
 	34,  // 54: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
 	35,  // 55: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
 	36,  // 56: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	73,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	73,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	73,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	75,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	75,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	75,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 60: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
 	38,  // 61: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
 	40,  // 62: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
 	39,  // 63: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	73,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	67,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	68,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	75,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	68,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	69,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
 	41,  // 67: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
 	42,  // 68: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
 	43,  // 69: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
 	44,  // 70: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	73,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	73,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	75,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	75,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 73: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
 	46,  // 74: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
 	47,  // 75: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	73,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	73,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	73,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	69,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	75,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	70,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
 	0,   // 80: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
 	5,   // 81: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
 	5,   // 82: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
 	5,   // 83: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	70,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	71,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
 	48,  // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	73,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
-	5,   // 87: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	73,  // 88: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	73,  // 89: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
-	30,  // 90: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
-	56,  // 91: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
-	37,  // 92: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	73,  // 93: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	71,  // 94: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	48,  // 95: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	48,  // 96: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	72,  // 97: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
-	26,  // 98: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
-	26,  // 99: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	73,  // 100: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	60,  // 101: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	102, // [102:102] is the sub-list for method output_type
-	102, // [102:102] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	75,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	53,  // 87: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
+	5,   // 88: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
+	75,  // 89: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 90: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	30,  // 91: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
+	57,  // 92: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
+	37,  // 93: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
+	75,  // 94: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	72,  // 95: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	48,  // 96: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	73,  // 97: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	48,  // 98: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	74,  // 99: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	26,  // 100: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	26,  // 101: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	75,  // 102: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	61,  // 103: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	61,  // 104: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	105, // [105:105] is the sub-list for method output_type
+	105, // [105:105] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -5477,7 +5613,7 @@ func file_podbus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

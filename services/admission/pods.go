@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -156,6 +157,13 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	}
 	if pod.Name == "" && pod.GenerateName != "" {
 		pod.Name = generateName(pod.GenerateName)
+	}
+	// The Priority admission plugin (kube runs it after defaulting, which leaves priority alone; here
+	// DefaultPod would fill it in, so the plugin goes first).
+	if err := s.cfg.PriorityClasses.AdmitPod(pod); err != nil {
+		msg := strings.TrimPrefix(err.Error(), convert.ErrPriorityClass.Error()+": ")
+		writeStatus(w, apierrors.NewForbidden(grPods, pod.Name, errors.New(msg)))
+		return
 	}
 	convert.DefaultPod(pod)
 	// Server-owned fields, as the pod strategy's PrepareForCreate sets them.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/admission/convert"
 )
 
 func TestErrors(t *testing.T) {
@@ -426,5 +427,27 @@ func TestPodStatusColumn(t *testing.T) {
 				t.Errorf("status = %v, want %s", row[2], tt.want)
 			}
 		})
+	}
+}
+
+// spec.priorityClassName goes through the Priority admission plugin: a known class sets the priority,
+// an unknown one is 403 Forbidden with kube-apiserver's message.
+func TestCreatePodPriorityClass(t *testing.T) {
+	classes, err := convert.ParsePriorityClasses([]byte("kind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, func(c *Config) { c.PriorityClasses = classes }, false)
+	spec := func(class string) string {
+		return `spec={"priorityClassName":"` + class + `","containers":[{"name":"c","image":"nginx"}]}`
+	}
+	m := e.mustCreate("hi", spec("high"))
+	if got := get(m, "spec", "priority"); got != float64(1000) {
+		t.Errorf("priority = %v, want 1000", got)
+	}
+	resp, data := e.do("POST", "/api/v1/namespaces/default/pods", podJSON("nope", spec("gold")))
+	st := decodeStatus(t, data)
+	if resp.StatusCode != 403 || st.Reason != "Forbidden" || st.Message != `pods "nope" is forbidden: no PriorityClass with name gold was found` {
+		t.Errorf("unknown class: %d %s %q", resp.StatusCode, st.Reason, st.Message)
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/admission/convert"
 )
 
 // Defaults.
@@ -53,6 +54,8 @@ type Config struct {
 	ReplyTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (413 above it).
 	MaxBodyBytes int64
+	// PriorityClasses resolve spec.priorityClassName on create (nil: only the built-in system classes).
+	PriorityClasses *convert.PriorityClasses
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
 }

@@ -71,6 +71,7 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			return reservationNoRoom, rev, nil
 		}
 		a.Pods[uid] = podAllocation(pod, req)
+		delete(a.Nominated, uid) // the room it waited for is taken now
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
@@ -170,7 +171,11 @@ func (c *allocCache) get(node string) (*pb.NodeAllocation, uint64, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	return proto.Clone(e.a).(*pb.NodeAllocation), e.rev, true
+	a := proto.Clone(e.a).(*pb.NodeAllocation)
+	if a.Pods == nil { // cloning an empty map gives nil; callers add to it
+		a.Pods = map[string]*pb.PodAllocation{}
+	}
+	return a, e.rev, true
 }
 
 // put stores a record the caller no longer changes.

@@ -47,6 +47,7 @@ var ErrConfig = errors.New("invalid binder config")
 // Service is one binder replica.
 type Service struct {
 	cfg   Config
+	actor string
 	conn  *bus.Conn
 	pub   *bus.Publisher
 	rec   *bus.Recorder
@@ -75,6 +76,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	pub := bus.NewPublisher(conn.JS, actor)
 	return &Service{
 		cfg:   cfg,
+		actor: actor,
 		conn:  conn,
 		pub:   pub,
 		rec:   bus.NewRecorder(pub, componentScheduler, actor),
@@ -134,12 +136,18 @@ func (s *Service) open(ctx context.Context) error {
 func decisionNode(m *bus.Msg) string {
 	d := &pb.SchedulingDecision{}
 	_ = proto.Unmarshal(m.Data, d) // a malformed one is parked by the handler, whichever worker gets it
+	if d.GetNode() == "" {
+		return d.GetNominatedNode() // a preemption writes that node's record
+	}
 	return d.GetNode()
 }
 
 func deletedNode(m *bus.Msg) string {
 	d := &pb.PodDeleted{}
 	_ = proto.Unmarshal(m.Data, d)
+	if d.GetNode() == "" {
+		return d.GetNominatedNode()
+	}
 	return d.GetNode()
 }
 
@@ -169,7 +177,12 @@ func (s *Service) handleDeleted(ctx context.Context, m *bus.Msg) error {
 		return fmt.Errorf("%w: pod.deleted without uid", bus.ErrMalformed)
 	}
 	// An unbound pod has no node: any reservation a decision made for it is released by that
-	// decision's own re-check, which finds the pod gone.
+	// decision's own re-check, which finds the pod gone. Its nomination, if any, goes now.
+	if n := d.GetNominatedNode(); n != "" {
+		if err := s.unnominate(ctx, n, d.GetUid()); err != nil {
+			return err
+		}
+	}
 	return s.release(ctx, d.GetNode(), d.GetUid())
 }
 

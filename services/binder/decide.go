@@ -122,6 +122,13 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 	if err != nil {
 		return err
 	}
+	// A pod nominated elsewhere by a preemption no longer needs that room (on its own node, reserve
+	// dropped the nomination already).
+	if old := pod.GetStatus().GetNominatedNodeName(); old != "" && old != d.GetNode() {
+		if err := s.unnominate(ctx, old, pod.GetMetadata().GetUid()); err != nil {
+			return err
+		}
+	}
 	return s.announce(ctx, next, newRev, d.GetNode())
 }
 
@@ -132,6 +139,9 @@ func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64,
 		next.Spec = &pb.PodSpec{}
 	}
 	next.Spec.NodeName = d.GetNode()
+	if next.Status != nil {
+		next.Status.NominatedNodeName = ""
+	}
 	podutil.SetPodCondition(next, &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.True}, s.now())
 	if next.Internal == nil {
 		next.Internal = &pb.PodInternal{}
@@ -189,13 +199,31 @@ func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node stri
 	return s.announce(ctx, pod, rev, node)
 }
 
-// markUnschedulable records that no node fits: PodScheduled=False and a FailedScheduling event.
+// markUnschedulable records that no node fits: PodScheduled=False, status.nominatedNodeName and a
+// FailedScheduling event; with victims it carries out the preemption (see preempt.go).
 func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) error {
+	nom, err := s.nomination(ctx, pod, d)
+	if err != nil {
+		return err
+	}
 	next := proto.Clone(pod).(*pb.Pod)
 	cond := &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.False, Reason: reasonUnschedulable, Message: d.GetMessage()}
-	if podutil.SetPodCondition(next, cond, s.now()) {
+	changed := podutil.SetPodCondition(next, cond, s.now())
+	if next.GetStatus().GetNominatedNodeName() != nom.node {
+		if next.Status == nil {
+			next.Status = &pb.PodStatus{}
+		}
+		next.Status.NominatedNodeName = nom.node
+		changed = true
+	}
+	if changed {
 		if _, err := bus.Update(ctx, s.b.Pods, key, next, rev); err != nil {
 			return fmt.Errorf("mark pod %s unschedulable: %w", key, err)
+		}
+	}
+	if old := pod.GetStatus().GetNominatedNodeName(); old != "" && old != nom.node {
+		if err := s.unnominate(ctx, old, pod.GetMetadata().GetUid()); err != nil {
+			return err
 		}
 	}
 	// Deduplicated by the revision the scheduler saw, which a redelivery repeats.
@@ -204,7 +232,10 @@ func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod
 	if err != nil {
 		return fmt.Errorf("record FailedScheduling for %s: %w", key, err)
 	}
-	return bus.Wait(ctx, f)
+	if err := bus.Wait(ctx, f); err != nil {
+		return err
+	}
+	return s.evict(ctx, pod, nom)
 }
 
 // conflict sends a pod whose decision could not be honoured back to the schedulers. A refusal for room

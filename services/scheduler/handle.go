@@ -124,6 +124,18 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	case errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable):
 		d.Unschedulable = true
 		d.Message = err.Error()
+		// Preemption: the binder records the nomination and evicts the victims; the pod stays parked
+		// until their room is released (the alloc record losing them requeues it).
+		d.NominatedNode = res.post.GetNominatedNode()
+		for _, v := range res.post.GetVictims() {
+			d.Victims = append(d.Victims, &pb.PreemptionVictim{
+				Uid: v.UID, Namespace: v.Namespace, Name: v.Name, Priority: v.Priority,
+			})
+		}
+		if len(d.Victims) > 0 {
+			bus.Count("scheduler.preemptions", 1)
+			bus.Count("scheduler.preemption_victims", int64(len(d.Victims)))
+		}
 		if fit != nil {
 			d.Reasons = fit.Reasons
 			if d.NodesEvaluated == 0 {

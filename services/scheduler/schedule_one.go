@@ -10,7 +10,7 @@ import (
 
 // The scheduling cycle of one pod, as kube-scheduler's schedulePod: PreFilter, then Filter over nodes
 // in an order seeded from the pod uid until enough feasible nodes are found, then Score, then pick the
-// best node (ties broken with the same seeded generator). Given the same snapshot and uid it always
+// best node (ties broken with the same seeded generator); when no node fits, PostFilter (preemption). Given the same snapshot and uid it always
 // returns the same node, so any decision can be replayed.
 
 // Like Kubernetes, large clusters are not filtered exhaustively: the search stops once
@@ -39,6 +39,9 @@ type scheduleResult struct {
 	score     int64
 	evaluated int // nodes filtered
 	feasible  int // nodes that passed every filter
+	// When the pod fits nowhere (err is a FitError): the node PostFilter (preemption) nominated and
+	// the pods to evict there (nil: none); a nomination without victims means "keep waiting there".
+	post *framework.PostFilterResult
 }
 
 // algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
@@ -64,6 +67,7 @@ type cycle struct {
 	skip      []bool
 	skipScore []bool
 	feasible  []*framework.NodeInfo
+	rejected  []framework.NodeStatus // kept for PostFilter, only when the framework has one
 	perPlugin [][]framework.NodeScore
 	totals    []framework.NodeScore
 }
@@ -101,8 +105,13 @@ func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (
 
 // acquire takes a cycle from the pool; release gives it back. A caller that runs Reserve keeps the
 // cycle (its state) until the decision is published or undone.
-func (a *algorithm) acquire() *cycle  { return a.pool.Get().(*cycle) }
-func (a *algorithm) release(c *cycle) { c.state.Reset(); a.pool.Put(c) }
+func (a *algorithm) acquire() *cycle { return a.pool.Get().(*cycle) }
+func (a *algorithm) release(c *cycle) {
+	c.state.Reset()
+	clear(c.rejected) // drop the snapshot's nodes while the cycle sits in the pool
+	c.rejected = c.rejected[:0]
+	a.pool.Put(c)
+}
 
 // reserve runs the Reserve plugins of a cycle that found node (after the cache assumed the pod there).
 func (a *algorithm) reserve(c *cycle, pod *framework.PodInfo, node string) error {
@@ -146,7 +155,19 @@ func (a *algorithm) run(c *cycle, snap *framework.Snapshot, pod *framework.PodIn
 		return scheduleResult{}, err
 	}
 	if len(feasible) == 0 {
-		return scheduleResult{}, &framework.FitError{NumAllNodes: n, Reasons: reasons}
+		fit := &framework.FitError{NumAllNodes: n, Reasons: reasons}
+		if !a.fw.HasPostFilterPlugins() {
+			return scheduleResult{evaluated: evaluated}, fit
+		}
+		res, st := a.fw.RunPostFilterPlugins(c.state, pod, snap, c.rejected, c.skip)
+		if err := st.AsError(); err != nil {
+			return scheduleResult{}, err
+		}
+		out := scheduleResult{evaluated: evaluated, post: res}
+		if !st.IsSuccess() {
+			fit.PostFilterMsg = st.Message()
+		}
+		return out, fit
 	}
 
 	totals, err := a.prioritizeNodes(c, pod, feasible)
@@ -165,18 +186,25 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	want := numFeasibleNodesToFind(a.percentage, n)
 	start := c.rng.IntN(n)
 	feasible := c.feasible[:0]
+	clear(c.rejected)
+	c.rejected = c.rejected[:0]
+	keepRejected := a.fw.HasPostFilterPlugins()
 	var reasons map[string]int32
 	evaluated := 0
 	for i := 0; i < n && len(feasible) < want; i++ {
 		node := nodes[(start+i)%n]
 		evaluated++
-		st := a.fw.RunFilterPlugins(c.state, pod, node, c.skip)
+		// Room held for nominated pods of equal or higher priority is not this pod's to take.
+		st := a.fw.RunFilterPlugins(c.state, pod, node.WithNominated(pod), c.skip)
 		if st.IsSuccess() {
 			feasible = append(feasible, node)
 			continue
 		}
 		if err := st.AsError(); err != nil {
 			return nil, evaluated, nil, err
+		}
+		if keepRejected {
+			c.rejected = append(c.rejected, framework.NodeStatus{Node: node, Status: st})
 		}
 		if reasons == nil {
 			reasons = make(map[string]int32, 4)

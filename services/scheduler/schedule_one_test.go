@@ -104,13 +104,14 @@ func TestSchedule(t *testing.T) {
 			st.Node("tainted").Capacity("8", "4Gi", 110).Label("zone", "z1").Ready().Taint("dedicated", "db", "NoSchedule").Info(),
 			st.Node("cordoned").Capacity("8", "4Gi", 110).Label("zone", "z1").Ready().Unschedulable().Info(),
 		}, "", 0, "0/6 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: db}, " +
-			"1 node(s) were not ready, 1 node(s) were unschedulable, 2 Insufficient cpu.",
+			"1 node(s) were not ready, 1 node(s) were unschedulable, 2 Insufficient cpu. " +
+			"preemption: 0/6 nodes are available: 2 No preemption victims found for incoming pod, 4 Preemption is not helpful for scheduling.",
 			map[string]int32{
 				"node(s) didn't match Pod's node affinity/selector": 1, "node(s) had untolerated taint {dedicated: db}": 1,
 				"node(s) were not ready": 1, "node(s) were unschedulable": 1, "Insufficient cpu": 2,
 			}},
 		{"several resources on one node", st.Pod("p", "u").Req("3", "5Gi"), []*framework.NodeInfo{small.Info()}, "",
-			0, "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory.", map[string]int32{"Insufficient cpu": 1, "Insufficient memory": 1}},
+			0, "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.", map[string]int32{"Insufficient cpu": 1, "Insufficient memory": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

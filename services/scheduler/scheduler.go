@@ -30,6 +30,7 @@ import (
 	"github.com/podbus/podbus/services/scheduler/cache"
 	"github.com/podbus/podbus/services/scheduler/framework"
 	"github.com/podbus/podbus/services/scheduler/plugins/balancedallocation"
+	"github.com/podbus/podbus/services/scheduler/plugins/defaultpreemption"
 	"github.com/podbus/podbus/services/scheduler/plugins/imagelocality"
 	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
@@ -100,6 +101,7 @@ func DefaultPlugins() []framework.Registration {
 		{Plugin: noderesources.NewLeastAllocated(), Weight: 1},
 		{Plugin: balancedallocation.New(), Weight: 1},
 		{Plugin: imagelocality.New(), Weight: 1},
+		{Plugin: defaultpreemption.New()},
 	}
 }
 

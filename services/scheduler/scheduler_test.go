@@ -219,7 +219,7 @@ func TestScheduleUnschedulableAndRequeue(t *testing.T) {
 	podB := st.Pod("b", "uid-b").Req("1500m", "").Obj()
 	h.publishPending(podB, 8)
 	dB := h.decision("uid-b", 1).dec
-	if !dB.Unschedulable || dB.Node != "" || dB.Message != "0/1 nodes are available: 1 Insufficient cpu." {
+	if !dB.Unschedulable || dB.Node != "" || dB.Message != "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod." {
 		t.Errorf("decision for B: %v", dB)
 	}
 	if diff := cmp.Diff(map[string]int32{"Insufficient cpu": 1}, dB.Reasons); diff != "" {
@@ -245,7 +245,7 @@ func TestScheduleUnschedulableAndRequeue(t *testing.T) {
 	// 5. C needs 3 cpu: no node has it until B leaves n2 (the alloc record shrinks).
 	podC := st.Pod("c", "uid-c").Req("3", "").Obj()
 	h.publishPending(podC, 9)
-	if dC := h.decision("uid-c", 1).dec; dC.Message != "0/2 nodes are available: 2 Insufficient cpu." {
+	if dC := h.decision("uid-c", 1).dec; dC.Message != "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod." {
 		t.Errorf("decision for C: %v", dC)
 	}
 	h.putAlloc("n2", map[string]*pb.Pod{})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -166,16 +167,16 @@ func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 		var res *pb.CommandResult
 		switch {
 		case node == "" || grace == 0 || forced:
-			res, err = s.deleteNow(ctx, key, cur, curRev, in)
+			res, err = s.deleteNow(ctx, key, cur, curRev, cmd.GetReason(), in)
 		case cm.GetDeletionTimestamp() != nil:
 			// Already terminating: the same answer, and the same (deduplicated) message to the agent in
 			// case an earlier attempt stopped before sending it.
-			if err := s.terminate(ctx, cur, in); err != nil {
+			if err := s.terminate(ctx, cur, terminationReason(cur), in); err != nil {
 				return nil, err
 			}
 			res = &pb.CommandResult{Code: http.StatusOK, Pod: cur, Revision: curRev}
 		default:
-			res, err = s.deleteGracefully(ctx, key, cur, curRev, grace, in)
+			res, err = s.deleteGracefully(ctx, key, cur, curRev, grace, cmd.GetReason(), in)
 		}
 		if errors.Is(err, bus.ErrConflict) {
 			continue
@@ -188,12 +189,13 @@ func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 // deleteNow removes the pod from the store. It first marks the pod as deleted with grace 0 and sends the
 // follow-up messages, then deletes the key: if anything stops in between, the redelivered command finds
 // the marked pod and finishes, and no binder binds a marked pod meanwhile.
-func (s *Service) deleteNow(ctx context.Context, key string, cur *pb.Pod, rev uint64, in bus.Meta) (*pb.CommandResult, error) {
+func (s *Service) deleteNow(ctx context.Context, key string, cur *pb.Pod, rev uint64, reason string, in bus.Meta) (*pb.CommandResult, error) {
 	cm := cur.GetMetadata()
 	if cm.GetDeletionTimestamp() == nil || cm.GetDeletionGracePeriodSeconds() != 0 {
 		next := proto.Clone(cur).(*pb.Pod)
 		next.Metadata.DeletionTimestamp = timestamppb.New(s.now())
 		next.Metadata.DeletionGracePeriodSeconds = proto.Int64(0)
+		s.markDisruption(next, reason)
 		newRev, err := bus.Update(ctx, s.pods, key, next, rev)
 		if err != nil {
 			return nil, fmt.Errorf("mark pod %s deleted: %w", key, err)
@@ -203,12 +205,13 @@ func (s *Service) deleteNow(ctx context.Context, key string, cur *pb.Pod, rev ui
 	node := cur.GetSpec().GetNodeName()
 	if node != "" {
 		// Bound and forced: the agent still has to clean up.
-		if err := s.terminate(ctx, cur, in); err != nil {
+		if err := s.terminate(ctx, cur, terminationReason(cur), in); err != nil {
 			return nil, err
 		}
 	}
 	md := cur.GetMetadata()
-	gone := &pb.PodDeleted{Uid: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Node: node}
+	gone := &pb.PodDeleted{Uid: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Node: node,
+		NominatedNode: cur.GetStatus().GetNominatedNodeName()}
 	if err := s.pub.Publish(ctx, bus.SubjPodDeleted, gone, meta(cur, "deleted-"+md.GetUid(), in)); err != nil {
 		return nil, fmt.Errorf("announce deletion of %s: %w", key, err)
 	}
@@ -219,22 +222,52 @@ func (s *Service) deleteNow(ctx context.Context, key string, cur *pb.Pod, rev ui
 }
 
 // deleteGracefully sets the deletion timestamp of a bound pod and tells its agent to stop it.
-func (s *Service) deleteGracefully(ctx context.Context, key string, cur *pb.Pod, rev uint64, grace int64, in bus.Meta) (*pb.CommandResult, error) {
+func (s *Service) deleteGracefully(ctx context.Context, key string, cur *pb.Pod, rev uint64, grace int64, reason string, in bus.Meta) (*pb.CommandResult, error) {
 	next := proto.Clone(cur).(*pb.Pod)
 	next.Metadata.DeletionTimestamp = timestamppb.New(s.now().Add(time.Duration(grace) * time.Second))
 	next.Metadata.DeletionGracePeriodSeconds = proto.Int64(grace)
+	s.markDisruption(next, reason)
 	newRev, err := bus.Update(ctx, s.pods, key, next, rev)
 	if err != nil {
 		return nil, fmt.Errorf("mark pod %s terminating: %w", key, err)
 	}
-	if err := s.terminate(ctx, next, in); err != nil {
+	if err := s.terminate(ctx, next, terminationReason(next), in); err != nil {
 		return nil, err
 	}
 	return &pb.CommandResult{Code: http.StatusOK, Pod: next, Revision: newRev}, nil
 }
 
+// Deletion reasons and the condition kube-scheduler sets on a pod it preempts.
+const (
+	ReasonDeleted               = "Deleted"
+	ReasonPreempted             = "Preempted"
+	condDisruptionTarget        = "DisruptionTarget"
+	reasonPreemptionByScheduler = "PreemptionByScheduler"
+)
+
+// markDisruption sets DisruptionTarget=True/PreemptionByScheduler on a pod deleted for a preemption,
+// as kube-scheduler does before it deletes a victim.
+func (s *Service) markDisruption(pod *pb.Pod, reason string) {
+	if reason != ReasonPreempted {
+		return
+	}
+	podutil.SetPodCondition(pod, &pb.PodCondition{
+		Type: condDisruptionTarget, Status: podutil.True, Reason: reasonPreemptionByScheduler,
+		Message: pod.GetSpec().GetSchedulerName() + ": preempting to accommodate a higher priority pod",
+	}, s.now())
+}
+
+// terminationReason tells the agent why a pod stops: Preempted when the scheduler's preemption
+// deleted it (its DisruptionTarget condition says so, also on redelivery), else Deleted.
+func terminationReason(pod *pb.Pod) string {
+	if c := podutil.PodCondition(pod, condDisruptionTarget); c != nil && c.GetReason() == reasonPreemptionByScheduler {
+		return ReasonPreempted
+	}
+	return ReasonDeleted
+}
+
 // terminate tells the pod's node agent to stop it (idempotent: one message id per pod).
-func (s *Service) terminate(ctx context.Context, pod *pb.Pod, in bus.Meta) error {
+func (s *Service) terminate(ctx context.Context, pod *pb.Pod, reason string, in bus.Meta) error {
 	md := pod.GetMetadata()
 	node := pod.GetSpec().GetNodeName()
 	msg := &pb.PodTermination{
@@ -244,7 +277,7 @@ func (s *Service) terminate(ctx context.Context, pod *pb.Pod, in bus.Meta) error
 		Node:               node,
 		GracePeriodSeconds: md.GetDeletionGracePeriodSeconds(),
 		DeletionTimestamp:  md.GetDeletionTimestamp(),
-		Reason:             "Deleted",
+		Reason:             reason,
 	}
 	if err := s.pub.Publish(ctx, bus.SubjPodTerminate(node), msg, meta(pod, "term-"+md.GetUid(), in)); err != nil {
 		return fmt.Errorf("ask %s to stop pod %s: %w", node, md.GetUid(), err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -543,5 +544,38 @@ func TestMalformedCommandIsParked(t *testing.T) {
 				t.Errorf("create after a parked command: %d", res.GetCode())
 			}
 		})
+	}
+}
+
+// A delete with reason Preempted (the binder's, for a scheduler's preemption) is graceful with the
+// pod's own grace period, sets DisruptionTarget/PreemptionByScheduler and tells the agent why.
+func TestDeletePreempted(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", bound("n1"), graceSpec(7), func(p *pb.Pod) { p.Spec.SchedulerName = "default-scheduler" }))
+	cmd := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}},
+		PreconditionUid: "u1", Reason: "Preempted"}
+	for range 2 { // the second is a redelivery: same answer, same (deduplicated) termination
+		if got := h.send(cmd); got.GetCode() != 200 {
+			t.Fatalf("code = %d (%s)", got.GetCode(), got.GetMessage())
+		}
+	}
+	stored, _, err := h.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.GetMetadata().GetDeletionGracePeriodSeconds() != 7 {
+		t.Errorf("grace = %d, want the pod's 7", stored.GetMetadata().GetDeletionGracePeriodSeconds())
+	}
+	c := podutil.PodCondition(stored, "DisruptionTarget")
+	if c.GetStatus() != "True" || c.GetReason() != "PreemptionByScheduler" ||
+		c.GetMessage() != "default-scheduler: preempting to accommodate a higher priority pod" {
+		t.Errorf("DisruptionTarget = %v", c)
+	}
+	terms := h.msgs(bus.StreamPods, bus.SubjPodTerminate("n1"))
+	if len(terms) != 1 {
+		t.Fatalf("termination messages = %d, want 1", len(terms))
+	}
+	if r := bustest.Decode(t, terms[0], &pb.PodTermination{}).GetReason(); r != "Preempted" {
+		t.Errorf("termination reason = %q", r)
 	}
 }

@@ -18,7 +18,7 @@ const (
 	defaultTerminationMessagePath        = corev1.TerminationMessagePathDefault
 )
 
-// Built-in priority classes that exist in every cluster; podbus has no PriorityClass objects otherwise.
+// Built-in priority classes that exist in every cluster (more come from configuration: PriorityClasses).
 var builtinPriorityClasses = map[string]int32{
 	"system-cluster-critical": 2000000000,
 	"system-node-critical":    2000001000,
@@ -58,7 +58,8 @@ func DefaultPod(p *corev1.Pod) {
 	// The deprecated alias mirrors the name, as kube-apiserver shows it.
 	s.DeprecatedServiceAccount = s.ServiceAccountName
 	if s.Priority == nil {
-		// Priority admission: no class (or an unknown one, which podbus cannot look up) means 0.
+		// On create PriorityClasses.AdmitPod has set it already; this covers bodies that reach
+		// defaulting without it (updates of pods stored before priorities were admitted).
 		v := builtinPriorityClasses[s.PriorityClassName]
 		s.Priority = &v
 	}

@@ -18,7 +18,7 @@
 // pods with (required anti-)affinity and the image counts, all copy-on-write like the node list.
 //
 // The cache also decides which changes may make an unschedulable pod fit (a node added, its allocatable,
-// labels, taints, unschedulable or Ready changed, an alloc record lost a pod) and names each such
+// labels, taints, unschedulable or Ready changed, an alloc record lost a pod or a nomination) and names each such
 // change with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for alloc) that requeues use as
 // their de-duplication id. An alloc record that gained a pod yields a pod-added trigger ("p<rev>",
 // see IsPodAdded): it matters only to pods waiting for pod affinity or topology spread.
@@ -90,8 +90,10 @@ type nodeState struct {
 	// allocPods are the alloc record's pods, by uid order; allocByUID indexes them for reuse.
 	allocPods  []*framework.PlacedPod
 	allocByUID map[string]*framework.PlacedPod
-	assumed    map[string]*assumedPod
-	info       *framework.NodeInfo // current, nil when node is nil
+	// nominated are the alloc record's nominations (pods waiting for their victims' room), by uid order.
+	nominated []*framework.PlacedPod
+	assumed   map[string]*assumedPod
+	info      *framework.NodeInfo // current, nil when node is nil
 }
 
 type assumedPod struct {
@@ -241,6 +243,14 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 			break
 		}
 	}
+	// A nomination dropped (its pod bound, deleted or nominated elsewhere) frees room for lower
+	// priorities too.
+	for uid := range ns.alloc.GetNominated() {
+		if _, ok := a.GetNominated()[uid]; !ok {
+			shrunk = true
+			break
+		}
+	}
 	grown := false
 	ns.alloc = a
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
@@ -264,12 +274,19 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 		}
 		if pp == nil {
 			pp = framework.NewPlacedPod(uid, p)
+		} else {
+			pp = pp.Committed(p)
 		}
 		byUID[uid] = pp
 		pods = append(pods, pp)
 	}
 	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
 	ns.allocPods, ns.allocByUID = pods, byUID
+	ns.nominated = nil
+	for uid, p := range a.GetNominated() {
+		ns.nominated = append(ns.nominated, framework.NewPlacedPod(uid, p))
+	}
+	slices.SortFunc(ns.nominated, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
 	c.refresh(ns)
 	switch {
 	case shrunk:
@@ -289,9 +306,9 @@ func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
 	if ns == nil || ns.alloc == nil {
 		return ""
 	}
-	had := len(ns.alloc.GetPods()) > 0
+	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
 	ns.alloc, ns.allocNZCPU, ns.allocNZMem = nil, 0, 0
-	ns.allocPods, ns.allocByUID = nil, nil
+	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
 	c.refresh(ns)
 	if had {
 		return c.trigger(triggerAlloc, rev)
@@ -418,7 +435,7 @@ func (c *Cache) refresh(ns *nodeState) {
 		}
 	}
 	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
-		ImageSizes: ns.images, Ready: podutil.NodeIsReady(ns.node)}
+		ImageSizes: ns.images, Ready: podutil.NodeIsReady(ns.node), Nominated: ns.nominated}
 	info.SetPods(pods)
 	c.sorted.set(ns.name, info)
 	c.withAffinity.set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))

@@ -281,12 +281,56 @@ func TestNodePods(t *testing.T) {
 	c.UpsertAlloc("n1", alloc("n1", nil), 3)
 	after, _ := c.Snapshot()
 	check(after, map[string][]string{"n1": nil, "n2": {"w"}}, []string{"n2"}, nil)
-	if after.Get("n2").Pods[0] != assumed {
-		t.Error("the committed pod's PlacedPod was rebuilt instead of reusing the assumed one")
+	if got := after.Get("n2").Pods[0]; got.Assumed || !assumed.Assumed || got.UID != assumed.UID || got.Affinity != assumed.Affinity {
+		t.Error("the committed pod's PlacedPod was rebuilt instead of reusing the assumed one's compiled terms, or is still marked assumed")
 	}
 	check(before, map[string][]string{"n1": {"x"}, "n2": {"w"}}, []string{"n1", "n2"}, []string{"n1"})
 	c.RemoveNode("n2", 4)
 	if s, _ := c.Snapshot(); s.ImageNumNodes("nginx:1") != 0 || before.ImageNumNodes("nginx:1") != 1 {
 		t.Error("image counts not copy-on-write")
+	}
+}
+
+// Preemption reads preempted_by and the nominations from the alloc record: a victim marked later is
+// seen marked (its PlacedPod is renewed, its compiled terms kept), and nominations are listed apart
+// from the pods, in uid order; a dropped nomination requeues like a lost pod.
+func TestPreemptionFields(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Capacity("4", "8Gi", 110).Ready().Obj(), 1)
+	a := alloc("n1", map[string]*pb.Resources{"v": {MilliCpu: 1000, Pods: 1}})
+	c.UpsertAlloc("n1", a, 1)
+	s1, _ := c.Snapshot()
+	first := s1.Get("n1").Pods[0]
+
+	marked := alloc("n1", map[string]*pb.Resources{"v": {MilliCpu: 1000, Pods: 1}})
+	marked.Pods["v"].PreemptedBy = "hi"
+	marked.Nominated = map[string]*pb.PodAllocation{
+		"hi": {Name: "hi", Priority: 10, Requests: &pb.Resources{MilliCpu: 2000, Pods: 1}},
+		"hh": {Name: "hh", Priority: 20, Requests: &pb.Resources{MilliCpu: 500, Pods: 1}},
+	}
+	if tr := c.UpsertAlloc("n1", marked, 2); tr != "" {
+		t.Errorf("marking a victim and nominating triggered %q", tr)
+	}
+	s2, _ := c.Snapshot()
+	n := s2.Get("n1")
+	if got := n.Pods[0]; got.PreemptedBy != "hi" || got.Affinity != first.Affinity || first.PreemptedBy != "" {
+		t.Errorf("victim %+v (before: %+v)", got, first)
+	}
+	var nom []string
+	for _, p := range n.Nominated {
+		nom = append(nom, p.UID)
+	}
+	if diff := cmp.Diff([]string{"hh", "hi"}, nom); diff != "" {
+		t.Errorf("nominated (-want +got):\n%s", diff)
+	}
+	if n.Requested.GetMilliCpu() != 1000 {
+		t.Errorf("nominations counted in Requested: %v", n.Requested)
+	}
+
+	dropped := alloc("n1", map[string]*pb.Resources{"v": {MilliCpu: 1000, Pods: 1}})
+	dropped.Pods["v"].PreemptedBy = "hi"
+	dropped.Nominated = map[string]*pb.PodAllocation{"hi": marked.Nominated["hi"]}
+	if tr := c.UpsertAlloc("n1", dropped, 3); tr == "" || IsPodAdded(tr) {
+		t.Errorf("a dropped nomination gave trigger %q, want a resources-freed one", tr)
 	}
 }

@@ -35,6 +35,26 @@ func (c *CycleState) Read(k StateKey) (any, error) {
 	return v, nil
 }
 
+// StateData is a cycle-state value that PreFilter extensions (AddPod/RemovePod) change: Clone must
+// return a deep enough copy that changing it leaves the original alone. Values that are not StateData
+// are shared by clones and must be treated as immutable.
+type StateData interface {
+	Clone() StateData
+}
+
+// Clone copies the state for a what-if (preemption filters node views without some pods on a clone
+// that PreFilter extensions update), cloning every StateData value.
+func (c *CycleState) Clone() *CycleState {
+	out := &CycleState{data: make(map[StateKey]any, len(c.data)), snap: c.snap}
+	for k, v := range c.data {
+		if sd, ok := v.(StateData); ok {
+			v = sd.Clone()
+		}
+		out.data[k] = v
+	}
+	return out
+}
+
 // Reset forgets everything, keeping the map's storage for the next cycle.
 func (c *CycleState) Reset() { clear(c.data); c.snap = nil }
 

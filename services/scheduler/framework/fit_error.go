@@ -18,6 +18,8 @@ type FitError struct {
 	PreFilterMsg string
 	// Reasons counts, per reason, the nodes that were rejected for it.
 	Reasons map[string]int32
+	// PostFilterMsg is why PostFilter (preemption) could not help either, appended to the message.
+	PostFilterMsg string
 }
 
 // Error formats "0/12 nodes are available: 3 Insufficient cpu, 9 node(s) didn't match Pod's node
@@ -36,6 +38,9 @@ func (f *FitError) Error() string {
 	sort.Strings(entries)
 	if len(entries) > 0 {
 		fmt.Fprintf(&b, " %s.", strings.Join(entries, ", "))
+	}
+	if f.PostFilterMsg != "" {
+		fmt.Fprintf(&b, " %s.", f.PostFilterMsg)
 	}
 	return b.String()
 }

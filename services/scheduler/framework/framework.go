@@ -20,10 +20,13 @@ type Framework struct {
 	filters    []FilterPlugin
 	// skipIndex maps a PreFilter plugin to its Filter's index (or -1), so a Skip costs one bool per cycle.
 	skipIndex   []int
-	scores      []ScorePlugin
-	normalizers []NormalizeScorePlugin // parallel to scores; nil when the plugin does not normalise
-	weights     []int64
-	preScores   []PreScorePlugin
+	postFilters []PostFilterPlugin
+	// preFilterExts are the indexes of the PreFilters that implement PreFilterExtensions.
+	preFilterExts []int
+	scores        []ScorePlugin
+	normalizers   []NormalizeScorePlugin // parallel to scores; nil when the plugin does not normalise
+	weights       []int64
+	preScores     []PreScorePlugin
 	// preScoreIndex maps a PreScore plugin to its Score's index (or -1), as skipIndex.
 	preScoreIndex []int
 	reserves      []ReservePlugin
@@ -52,6 +55,10 @@ func New(regs ...Registration) (*Framework, error) {
 		}
 		if p, ok := r.Plugin.(FilterPlugin); ok {
 			f.filters = append(f.filters, p)
+			used = true
+		}
+		if p, ok := r.Plugin.(PostFilterPlugin); ok {
+			f.postFilters = append(f.postFilters, p)
 			used = true
 		}
 		if p, ok := r.Plugin.(PreScorePlugin); ok {
@@ -84,6 +91,11 @@ func New(regs ...Registration) (*Framework, error) {
 			if fp.Name() == p.Name() {
 				f.skipIndex[i] = j
 			}
+		}
+	}
+	for i, p := range f.preFilters {
+		if _, ok := p.(PreFilterExtensions); ok {
+			f.preFilterExts = append(f.preFilterExts, i)
 		}
 	}
 	f.preScoreIndex = make([]int, len(f.preScores))
@@ -221,4 +233,65 @@ func (f *Framework) RunScorePlugins(state *CycleState, pod *PodInfo, nodes []*No
 		}
 	}
 	return perPlugin, nil
+}
+
+// HasPostFilterPlugins reports whether a failed cycle has anything left to try.
+func (f *Framework) HasPostFilterPlugins() bool { return len(f.postFilters) > 0 }
+
+// RunPostFilterPlugins runs the PostFilters until one succeeds (kube-scheduler's order: the first
+// success wins). Without a success it returns the rejections' messages joined, or an Error; a
+// rejection may still come with a result whose NominatedNode the pod keeps (it waits for its victims).
+func (f *Framework) RunPostFilterPlugins(state *CycleState, pod *PodInfo, snap *Snapshot, rejected []NodeStatus, skip []bool) (*PostFilterResult, *Status) {
+	in := PostFilterInput{
+		Snapshot: snap,
+		Rejected: rejected,
+		Filter:   func(st *CycleState, n *NodeInfo) *Status { return f.RunFilterPlugins(st, pod, n, skip) },
+		AddPod: func(st *CycleState, p *PlacedPod, n *NodeInfo) *Status {
+			return f.runPreFilterExtensions(st, pod, p, n, skip, true)
+		},
+		RemovePod: func(st *CycleState, p *PlacedPod, n *NodeInfo) *Status {
+			return f.runPreFilterExtensions(st, pod, p, n, skip, false)
+		},
+	}
+	var reasons []string
+	var keep *PostFilterResult
+	for _, p := range f.postFilters {
+		res, st := p.PostFilter(state, pod, in)
+		switch {
+		case st.IsSuccess():
+			return res, nil
+		case st.Code() == Error:
+			return nil, AsStatus(fmt.Errorf("postfilter %s: %w", p.Name(), st.AsError()))
+		}
+		if res != nil && keep == nil {
+			keep = res
+		}
+		reasons = append(reasons, st.Reasons()...)
+	}
+	return keep, NewStatus(Unschedulable, reasons...)
+}
+
+// runPreFilterExtensions runs AddPod (add) or RemovePod of the PreFilter extensions whose PreFilter
+// did not Skip this cycle.
+func (f *Framework) runPreFilterExtensions(state *CycleState, pod *PodInfo, placed *PlacedPod, node *NodeInfo, skip []bool, add bool) *Status {
+	for _, i := range f.preFilterExts {
+		if j := f.skipIndex[i]; j >= 0 && skip[j] {
+			continue
+		}
+		ext := f.preFilters[i].(PreFilterExtensions)
+		var st *Status
+		if add {
+			st = ext.AddPod(state, pod, placed, node)
+		} else {
+			st = ext.RemovePod(state, pod, placed, node)
+		}
+		if !st.IsSuccess() {
+			err := st.AsError()
+			if err == nil {
+				err = errors.New(st.Message()) // an extension cannot reject: only fail
+			}
+			return AsStatus(fmt.Errorf("prefilter extension %s on node %s: %w", ext.Name(), node.Name(), err))
+		}
+	}
+	return nil
 }

@@ -6,9 +6,12 @@
 //
 //	PreFilter (once per pod: compute, stash in CycleState, maybe Skip own Filter)
 //	   └─▶ Filter (per node, first failure wins; reasons are counted per node)
-//	          └─▶ PreScore (once, with the feasible nodes; maybe Skip own Score)
-//	                 └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
-//	                        └─▶ (best node, assumed in the cache) ─▶ Reserve ──fails or decision lost──▶ Unreserve
+//	          ├─▶ PreScore (once, with the feasible nodes; maybe Skip own Score)
+//	          │      └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	          │             └─▶ (best node, assumed in the cache) ─▶ Reserve ──fails or decision lost──▶ Unreserve
+//	          └─▶ no node fits: PostFilter (preemption: nominate a node and the pods to evict there; it filters
+//	                 node views without victims on a copy of the CycleState that PreFilter
+//	                 extensions (AddPod/RemovePod) keep in step)
 //
 // Plugins are pure functions of (CycleState, PodInfo, NodeInfo): they never touch the bus or the store.
 package framework
@@ -27,6 +30,17 @@ type Plugin interface {
 type PreFilterPlugin interface {
 	Plugin
 	PreFilter(state *CycleState, pod *PodInfo) *Status
+}
+
+// PreFilterExtensions is a PreFilter whose state depends on the pods of other nodes (inter-pod
+// affinity, topology spread). AddPod and RemovePod update that state (in a CycleState clone) as if
+// placed were added to or removed from node, so that preemption can filter node views without
+// victims without re-running PreFilter over the whole snapshot (kube-scheduler's PreFilterExtensions).
+// They are not called in a cycle where the plugin's PreFilter returned Skip.
+type PreFilterExtensions interface {
+	PreFilterPlugin
+	AddPod(state *CycleState, pod *PodInfo, placed *PlacedPod, node *NodeInfo) *Status
+	RemovePod(state *CycleState, pod *PodInfo, placed *PlacedPod, node *NodeInfo) *Status
 }
 
 // FilterPlugin decides whether the pod may run on one node. nil (or Success) means it may.
@@ -69,4 +83,55 @@ type NormalizeScorePlugin interface {
 type NodeScore struct {
 	Node  *NodeInfo
 	Score int64
+}
+
+// PostFilterPlugin runs only when the pod fits no node (kube-scheduler's PostFilter; the preemption
+// plugin). It may nominate a node where the pod would fit once the returned victims are gone. A
+// rejection's message is appended to the pod's FitError message.
+type PostFilterPlugin interface {
+	Plugin
+	PostFilter(state *CycleState, pod *PodInfo, in PostFilterInput) (*PostFilterResult, *Status)
+}
+
+// PostFilterInput is what a PostFilter sees of the failed cycle.
+type PostFilterInput struct {
+	Snapshot *Snapshot
+	// Rejected holds every node the filters rejected, with the status that rejected it. Nodes rejected
+	// UnschedulableAndUnresolvable cannot be helped by removing pods.
+	Rejected []NodeStatus
+	// Filter runs this cycle's filter plugins (with the PreFilter's skips) on a node view, e.g. a
+	// NodeInfo without some pods (NodeInfo.WithoutPods), with state: a CycleState.Clone kept in step
+	// with the view through AddPod and RemovePod.
+	Filter func(state *CycleState, node *NodeInfo) *Status
+	// AddPod and RemovePod run the PreFilter extensions for placed added to / removed from node.
+	AddPod, RemovePod func(state *CycleState, placed *PlacedPod, node *NodeInfo) *Status
+}
+
+// NodeStatus is one node's filter verdict.
+type NodeStatus struct {
+	Node   *NodeInfo
+	Status *Status
+}
+
+// PostFilterResult nominates a node and lists the pods to evict there.
+type PostFilterResult struct {
+	NominatedNode string
+	// Victims are pods of the node's alloc record (never assumed ones), most important first.
+	Victims []*PlacedPod
+}
+
+// GetNominatedNode is nil-safe.
+func (r *PostFilterResult) GetNominatedNode() string {
+	if r == nil {
+		return ""
+	}
+	return r.NominatedNode
+}
+
+// GetVictims is nil-safe.
+func (r *PostFilterResult) GetVictims() []*PlacedPod {
+	if r == nil {
+		return nil
+	}
+	return r.Victims
 }

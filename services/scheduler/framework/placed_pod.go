@@ -83,6 +83,12 @@ type PlacedPod struct {
 	Requests             *pb.Resources
 	// Affinity is nil when the pod has no pod affinity or anti-affinity terms.
 	Affinity *PodAffinityTerms
+	// PreemptedBy is the uid of the pod this one is being evicted for ("" when none), from the alloc
+	// record.
+	PreemptedBy string
+	// Assumed: only this replica's assumption, not in the alloc record yet. Preemption cannot evict
+	// such a pod (the binder marks victims in the alloc record), so it is never a victim.
+	Assumed bool
 }
 
 // HasAffinity reports whether the pod has any pod (anti-)affinity term.
@@ -98,7 +104,8 @@ func NewPlacedPod(uid string, a *pb.PodAllocation) *PlacedPod {
 	p := &PlacedPod{
 		UID: uid, Namespace: a.GetNamespace(), Name: a.GetName(), Labels: a.GetLabels(), Priority: a.GetPriority(),
 		SchedulerName: a.GetSchedulerName(), Requests: a.GetRequests(),
-		Affinity: CompilePodAffinity(a.GetNamespace(), a.GetPodAffinity(), a.GetPodAntiAffinity()),
+		Affinity:    CompilePodAffinity(a.GetNamespace(), a.GetPodAffinity(), a.GetPodAntiAffinity()),
+		PreemptedBy: a.GetPreemptedBy(),
 	}
 	if p.Requests == nil {
 		p.Requests = &pb.Resources{}
@@ -107,4 +114,16 @@ func NewPlacedPod(uid string, a *pb.PodAllocation) *PlacedPod {
 		p.CreationTimestamp = ts.AsTime()
 	}
 	return p
+}
+
+// Committed returns p as the alloc record entry a lists it: p itself when nothing differs, else a copy
+// (an assumed pod's PlacedPod once the binder committed it, or a victim the binder marked), which
+// keeps the compiled affinity terms.
+func (p *PlacedPod) Committed(a *pb.PodAllocation) *PlacedPod {
+	if !p.Assumed && p.PreemptedBy == a.GetPreemptedBy() {
+		return p
+	}
+	c := *p
+	c.Assumed, c.PreemptedBy = false, a.GetPreemptedBy()
+	return &c
 }

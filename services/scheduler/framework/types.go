@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -51,7 +53,7 @@ func (p *PodInfo) Placed() *PlacedPod {
 	md := p.Pod.GetMetadata()
 	pp := &PlacedPod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Labels: md.GetLabels(),
 		Priority: p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
-		Requests: p.Requests, Affinity: p.Affinity}
+		Requests: p.Requests, Affinity: p.Affinity, Assumed: true}
 	if ts := md.GetCreationTimestamp(); ts != nil {
 		pp.CreationTimestamp = ts.AsTime()
 	}
@@ -78,6 +80,9 @@ type NodeInfo struct {
 	// Ready: the node's Ready condition is True. Computed once when the NodeInfo is built, since the
 	// filter runs for hundreds of nodes per pod: build NodeInfos with NewNodeInfo (or set it).
 	Ready bool
+	// Nominated are pods that preempted others here and wait for the room (the alloc record's
+	// nominations, by uid), read-only. They are not in Pods; WithNominated counts their requests.
+	Nominated []*PlacedPod
 }
 
 // SetPods sets Pods and derives the affinity lists from it.
@@ -139,6 +144,77 @@ func (n *NodeInfo) WithPods(pods ...*PlacedPod) *NodeInfo {
 	c.SetPods(append(append([]*PlacedPod(nil), n.Pods...), pods...))
 	return &c
 }
+
+// WithoutPods returns a copy of n without the pods whose uids are listed: their requests no longer
+// count and they leave Pods and the affinity lists. Preemption filters the pod against such views.
+func (n *NodeInfo) WithoutPods(uids ...string) *NodeInfo {
+	if len(uids) == 0 {
+		return n
+	}
+	drop := make(map[string]struct{}, len(uids))
+	for _, u := range uids {
+		drop[u] = struct{}{}
+	}
+	c := *n
+	req := &pb.Resources{}
+	podutil.Add(req, n.Requested)
+	pods := make([]*PlacedPod, 0, len(n.Pods))
+	for _, p := range n.Pods {
+		if _, ok := drop[p.UID]; !ok {
+			pods = append(pods, p)
+			continue
+		}
+		podutil.Sub(req, p.Requests)
+		cpu, mem := NonZeroRequests(p.Requests)
+		c.NonZeroMilliCPU -= cpu
+		c.NonZeroMemory -= mem
+	}
+	c.Requested = req
+	c.SetPods(pods)
+	return &c
+}
+
+// WithPod is WithPods with one pod (preemption's reprieve puts a candidate victim back).
+func (n *NodeInfo) WithPod(p *PlacedPod) *NodeInfo { return n.WithPods(p) }
+
+// WithNominated returns n with the requests of the pods nominated to it that pod must leave room for:
+// those of equal or higher priority, other than pod itself (kube-scheduler's
+// RunFilterPluginsWithNominatedPods, for resources only: the inter-pod plugins do not see nominated
+// pods). n itself when there are none.
+func (n *NodeInfo) WithNominated(pod *PodInfo) *NodeInfo {
+	if len(n.Nominated) == 0 {
+		return n
+	}
+	prio, uid := PodPriority(pod.Pod), pod.UID()
+	out := n
+	for _, p := range n.Nominated {
+		if p.UID == uid || p.Priority < prio || n.hasPod(p.UID) {
+			continue // itself, yields to pod, or already counted (this replica assumed it here)
+		}
+		if out == n {
+			c := *n
+			c.Requested = proto.Clone(n.Requested).(*pb.Resources)
+			out = &c
+		}
+		podutil.Add(out.Requested, p.Requests)
+		cpu, mem := NonZeroRequests(p.Requests)
+		out.NonZeroMilliCPU += cpu
+		out.NonZeroMemory += mem
+	}
+	return out
+}
+
+func (n *NodeInfo) hasPod(uid string) bool {
+	for _, p := range n.Pods {
+		if p.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// PodPriority is spec.priority (0 when unset, as Kubernetes' corev1helpers.PodPriority).
+func PodPriority(p *pb.Pod) int32 { return p.GetSpec().GetPriority() }
 
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
 type Snapshot struct {

@@ -249,8 +249,15 @@ func (w *PodWrapper) Spread(c *pb.TopologySpreadConstraint) *PodWrapper {
 	return w
 }
 
-// Placed returns the pod as it counts on a node.
-func (w *PodWrapper) Placed() *framework.PlacedPod { return framework.NewPodInfo(w.p).Placed() }
+// Placed returns the pod as it counts on a node, committed (as an alloc record lists it).
+func (w *PodWrapper) Placed() *framework.PlacedPod {
+	p := framework.NewPodInfo(w.p).Placed()
+	p.Assumed = false
+	return p
+}
+
+// Priority sets spec.priority.
+func (w *PodWrapper) Priority(p int32) *PodWrapper { w.p.Spec.Priority = &p; return w }
 
 // Image adds an image to the node's status.
 func (w *NodeWrapper) Image(size int64, names ...string) *NodeWrapper {

@@ -17,6 +17,7 @@
 package interpodaffinity
 
 import (
+	"maps"
 	"math"
 
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -55,6 +56,7 @@ type InterPodAffinity struct{}
 
 var (
 	_ framework.PreFilterPlugin      = &InterPodAffinity{}
+	_ framework.PreFilterExtensions  = &InterPodAffinity{}
 	_ framework.FilterPlugin         = &InterPodAffinity{}
 	_ framework.PreScorePlugin       = &InterPodAffinity{}
 	_ framework.ScorePlugin          = &InterPodAffinity{}
@@ -153,6 +155,60 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 		s.selfMatch = matchesAll(req, ns, labels)
 	}
 	state.Write(preFilterKey, s)
+	return nil
+}
+
+// Clone copies the counts (preemption changes them in a cycle-state clone).
+func (s *preFilterState) Clone() framework.StateData {
+	c := *s
+	c.existingAntiAffinity = maps.Clone(s.existingAntiAffinity)
+	c.affinity = maps.Clone(s.affinity)
+	c.antiAffinity = maps.Clone(s.antiAffinity)
+	return &c
+}
+
+// updateWithPod adds (v=1) or removes (v=-1) placed's contribution on node to the counts, as
+// kube-scheduler's preFilterState.updateWithPod.
+func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo, v int64) {
+	nl := node.Node.GetMetadata().GetLabels()
+	if placed.HasRequiredAntiAffinity() {
+		ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
+		for i := range placed.Affinity.RequiredAntiAffinity {
+			if t := &placed.Affinity.RequiredAntiAffinity[i]; t.Matches(ns, labels) {
+				s.existingAntiAffinity = update(s.existingAntiAffinity, nl, t.TopologyKey, v)
+			}
+		}
+	}
+	req, anti := s.terms.RequiredAffinity, s.terms.RequiredAntiAffinity
+	if matchesAll(req, placed.Namespace, placed.Labels) {
+		for i := range req {
+			s.affinity = update(s.affinity, nl, req[i].TopologyKey, v)
+		}
+	}
+	for i := range anti {
+		if anti[i].Matches(placed.Namespace, placed.Labels) {
+			s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, v)
+		}
+	}
+}
+
+// AddPod counts placed on node in the cycle state's PreFilter counts.
+func (*InterPodAffinity) AddPod(state *framework.CycleState, pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo) *framework.Status {
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
+	}
+	s.updateWithPod(pod, placed, node, 1)
+	return nil
+}
+
+// RemovePod takes placed on node out of the cycle state's PreFilter counts.
+func (*InterPodAffinity) RemovePod(state *framework.CycleState, pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo) *framework.Status {
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
+	}
+	s.updateWithPod(pod, placed, node, -1)
 	return nil
 }
 

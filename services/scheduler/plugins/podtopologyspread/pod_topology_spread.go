@@ -20,7 +20,9 @@
 package podtopologyspread
 
 import (
+	"maps"
 	"math"
+	"slices"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -62,6 +64,7 @@ type PodTopologySpread struct{}
 
 var (
 	_ framework.PreFilterPlugin      = &PodTopologySpread{}
+	_ framework.PreFilterExtensions  = &PodTopologySpread{}
 	_ framework.FilterPlugin         = &PodTopologySpread{}
 	_ framework.PreScorePlugin       = &PodTopologySpread{}
 	_ framework.ScorePlugin          = &PodTopologySpread{}
@@ -148,6 +151,79 @@ type preFilterState struct {
 	constraints []constraint
 	counts      []map[string]int // per constraint: domain -> matching pods
 	minMatch    []int            // per constraint: the least count over the eligible domains
+	nodeReq     *nodeaffinity.Required
+}
+
+// Clone copies the counts (preemption changes them in a cycle-state clone).
+func (s *preFilterState) Clone() framework.StateData {
+	c := *s
+	c.counts = make([]map[string]int, len(s.counts))
+	for i, m := range s.counts {
+		c.counts[i] = maps.Clone(m)
+	}
+	c.minMatch = slices.Clone(s.minMatch)
+	return &c
+}
+
+// setMin recomputes constraint i's global minimum.
+func (s *preFilterState) setMin(i int) {
+	m := math.MaxInt32
+	for _, c := range s.counts[i] {
+		m = min(m, c)
+	}
+	if len(s.counts[i]) < int(s.constraints[i].minDomains) {
+		m = 0 // fewer eligible domains than minDomains: the global minimum counts as 0
+	}
+	s.minMatch[i] = m
+}
+
+// updateWithPod adds (v=1) or removes (v=-1) placed on node in the counts, for the constraints whose
+// domain the node is eligible for and whose selector placed matches.
+func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo, v int) {
+	labels := node.Node.GetMetadata().GetLabels()
+	if placed.Namespace != pod.Pod.GetMetadata().GetNamespace() || !hasAllKeys(labels, s.constraints) {
+		return
+	}
+	for i := range s.constraints {
+		c := &s.constraints[i]
+		if c.selector.Empty() || !c.selector.Matches(placed.Labels) || !c.included(pod.Pod, node.Node, s.nodeReq) {
+			continue
+		}
+		s.counts[i][labels[c.key]] += v
+		s.setMin(i)
+	}
+}
+
+// AddPod counts placed on node in the cycle state's PreFilter counts.
+func (*PodTopologySpread) AddPod(state *framework.CycleState, pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo) *framework.Status {
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
+	}
+	s.updateWithPod(pod, placed, node, 1)
+	return nil
+}
+
+// RemovePod takes placed on node out of the cycle state's PreFilter counts.
+func (*PodTopologySpread) RemovePod(state *framework.CycleState, pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo) *framework.Status {
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
+	}
+	s.updateWithPod(pod, placed, node, -1)
+	return nil
+}
+
+func readPreFilter(state *framework.CycleState) (*preFilterState, *framework.Status) {
+	v, err := state.Read(preFilterKey)
+	if err != nil {
+		return nil, framework.AsStatus(err)
+	}
+	s, ok := v.(*preFilterState)
+	if !ok {
+		return nil, errStateType
+	}
+	return s, nil
 }
 
 // PreFilter counts matching pods per domain over every eligible node, once per cycle.
@@ -156,11 +232,11 @@ func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.
 	if len(cs) == 0 {
 		return statusSkip
 	}
-	s := &preFilterState{constraints: cs, counts: make([]map[string]int, len(cs)), minMatch: make([]int, len(cs))}
+	req := nodeaffinity.GetRequired(pod.Pod)
+	s := &preFilterState{constraints: cs, counts: make([]map[string]int, len(cs)), minMatch: make([]int, len(cs)), nodeReq: req}
 	for i := range cs {
 		s.counts[i] = map[string]int{}
 	}
-	req := nodeaffinity.GetRequired(pod.Pod)
 	ns := pod.Pod.GetMetadata().GetNamespace()
 	for _, n := range state.Snapshot().Nodes() {
 		labels := n.Node.GetMetadata().GetLabels()
@@ -175,14 +251,7 @@ func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.
 		}
 	}
 	for i := range cs {
-		m := math.MaxInt32
-		for _, c := range s.counts[i] {
-			m = min(m, c)
-		}
-		if len(s.counts[i]) < int(cs[i].minDomains) {
-			m = 0 // fewer eligible domains than minDomains: the global minimum counts as 0
-		}
-		s.minMatch[i] = m
+		s.setMin(i)
 	}
 	state.Write(preFilterKey, s)
 	return nil
@@ -190,13 +259,9 @@ func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.
 
 // Filter checks every DoNotSchedule constraint's skew.
 func (*PodTopologySpread) Filter(state *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
-	v, err := state.Read(preFilterKey)
-	if err != nil {
-		return framework.AsStatus(err)
-	}
-	s, ok := v.(*preFilterState)
-	if !ok {
-		return errStateType
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
 	}
 	labels := node.Node.GetMetadata().GetLabels()
 	podLabels := pod.Pod.GetMetadata().GetLabels()
