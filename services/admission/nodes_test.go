@@ -52,7 +52,7 @@ func TestNodeWrites(t *testing.T) {
 		check                           func(n map[string]any) bool
 	}{
 		{name: "taint (strategic merge, as kubectl taint)", method: "PATCH", path: "/api/v1/nodes/kw1", ctype: smp,
-			body: `{"spec":{"taints":[{"key":"dedicated","value":"gpu","effect":"NoSchedule"},{"key":"maint","effect":"NoExecute"}]}}`,
+			body:  `{"spec":{"taints":[{"key":"dedicated","value":"gpu","effect":"NoSchedule"},{"key":"maint","effect":"NoExecute"}]}}`,
 			check: func(n map[string]any) bool { return get(n, "spec", "taints", 1, "key") == "maint" }},
 		{name: "label (merge patch, as kubectl label)", method: "PATCH", path: "/api/v1/nodes/kw1", ctype: merge,
 			body:  `{"metadata":{"labels":{"team":"blue"}}}`,
