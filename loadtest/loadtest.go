@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/internal/podutil"
 	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -53,6 +54,8 @@ type Config struct {
 	Verbose     bool
 	NoAudit     bool   // embedded cluster without the AUDIT stream
 	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
+	// NodePools shapes the embedded cluster's nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods.
+	NodePools *nodepool.Pools
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -80,8 +83,17 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
+	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if *pools != "" {
+		p, err := nodepool.Load(*pools)
+		if err != nil {
+			return c, err
+		}
+		c.NodePools = &p
+		c.Nodes = p.Total()
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
@@ -178,7 +190,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		cl, err := up.Start(cctx, up.Config{
 			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
 			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
-			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit,
+			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,
 		})
 		if err != nil {
 			return err

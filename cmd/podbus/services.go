@@ -15,6 +15,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/health"
+	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/internal/up"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/services/admission"
@@ -163,6 +164,7 @@ func runAgent(ctx context.Context, args []string) error {
 	mem := fs.String("memory", "32Gi", "memory capacity")
 	maxPods := fs.Int("max-pods", 110, "maximum pods")
 	labels := fs.String("node-labels", "", "labels to add when registering the node (k=v,k=v)")
+	taints := fs.String("register-with-taints", "", "taints the node registers with (key=value:Effect,key:Effect); later changes by users win")
 	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
 	if err := parse(fs, args); err != nil {
@@ -174,11 +176,13 @@ func runAgent(ctx context.Context, args []string) error {
 	if *cidr == "auto" {
 		*cidr = autoPodCIDR()
 	}
-	lbls := map[string]string{}
-	for _, kv := range strings.Split(*labels, ",") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			lbls[k] = v
-		}
+	lbls, err := nodepool.ParseLabels(*labels)
+	if err != nil {
+		return fmt.Errorf("--node-labels: %w", err)
+	}
+	tnts, err := nodepool.ParseTaints(*taints)
+	if err != nil {
+		return fmt.Errorf("--register-with-taints: %w", err)
 	}
 	c.id = *node
 	return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
@@ -186,7 +190,7 @@ func runAgent(ctx context.Context, args []string) error {
 		if err != nil {
 			return nil, err
 		}
-		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, HeartbeatInterval: *hb}, cn, rt)
+		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}, cn, rt)
 	})
 }
 
@@ -236,8 +240,17 @@ func runUp(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxPods, "max-pods", 110, "pods per simulated node")
 	fs.DurationVar(&cfg.StartDelay, "start-delay", 300*time.Millisecond, "simulated container start time")
 	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas")
+	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
+	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *pools != "" {
+		p, err := nodepool.Load(*pools)
+		if err != nil {
+			return err
+		}
+		cfg.NodePools = &p
 	}
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
