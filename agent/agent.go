@@ -50,10 +50,10 @@ type Config struct {
 	Taints []*pb.Taint
 	// Extended resources in the capacity, e.g. {"example.com/gpu": "2"}.
 	Extended map[string]string
-	HostIP  string            // default 127.0.0.1
-	Workers int               // pods handled concurrently by the consumer, default 32
-	Logger  *slog.Logger
-	Prober  Prober // nil: the runtime's if it implements Prober, else the network prober
+	HostIP   string // default 127.0.0.1
+	Workers  int    // pods handled concurrently by the consumer, default 32
+	Logger   *slog.Logger
+	Prober   Prober // nil: the runtime's if it implements Prober, else the network prober
 
 	HeartbeatInterval time.Duration // default 10s
 	// StatusCoalesce is how long a starting pod may take before ContainerCreating is reported on its own
