@@ -45,15 +45,10 @@ type Config struct {
 	Storage string            // ephemeral-storage capacity, default "100Gi"
 	MaxPods int               // default 110
 	Labels  map[string]string // extra node labels (--node-labels); the well-known ones are always set
-	// Taints the node registers with (--register-with-taints): applied when the node is first created
-	// only, like the kubelet's; users own the taints afterwards.
-	Taints []*pb.Taint
-	// Extended resources in the capacity, e.g. {"example.com/gpu": "2"}.
-	Extended map[string]string
-	HostIP   string // default 127.0.0.1
-	Workers  int    // pods handled concurrently by the consumer, default 32
-	Logger   *slog.Logger
-	Prober   Prober // nil: the runtime's if it implements Prober, else the network prober
+	HostIP  string            // default 127.0.0.1
+	Workers int               // pods handled concurrently by the consumer, default 32
+	Logger  *slog.Logger
+	Prober  Prober // nil: the runtime's if it implements Prober, else the network prober
 
 	HeartbeatInterval time.Duration // default 10s
 	// StatusCoalesce is how long a starting pod may take before ContainerCreating is reported on its own
@@ -62,6 +57,12 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the restart back-off of crashing containers (kubelet: 10s, 5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+
+	// Taints the node registers with (--register-with-taints): applied when the node is first created
+	// only, like the kubelet's; users own the taints afterwards.
+	Taints []*pb.Taint
+	// Extended resources in the capacity, e.g. {"example.com/gpu": "2"}.
+	Extended map[string]string
 }
 
 // Kubelet identity reported in node info.
