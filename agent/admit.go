@@ -14,12 +14,18 @@ type resources = pb.Resources
 
 // capacity is the node's capacity as Kubernetes quantities; allocatable is the same (no reservations).
 func capacity(cfg Config) map[string]string {
-	return map[string]string{
+	c := map[string]string{
 		podutil.CPU:              cfg.CPU,
 		podutil.Memory:           cfg.Memory,
 		podutil.Pods:             strconv.Itoa(cfg.MaxPods),
 		podutil.EphemeralStorage: cfg.Storage,
 	}
+	for k, v := range cfg.Extended {
+		if _, builtin := c[k]; !builtin {
+			c[k] = v
+		}
+	}
+	return c
 }
 
 func parseCapacity(cfg Config) (*resources, error) {

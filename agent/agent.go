@@ -44,7 +44,7 @@ type Config struct {
 	Memory  string            // capacity, default "8Gi"
 	Storage string            // ephemeral-storage capacity, default "100Gi"
 	MaxPods int               // default 110
-	Labels  map[string]string // extra node labels
+	Labels  map[string]string // extra node labels (--node-labels); the well-known ones are always set
 	HostIP  string            // default 127.0.0.1
 	Workers int               // pods handled concurrently by the consumer, default 32
 	Logger  *slog.Logger
@@ -57,6 +57,12 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the restart back-off of crashing containers (kubelet: 10s, 5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+
+	// Taints the node registers with (--register-with-taints): applied when the node is first created
+	// only, like the kubelet's; users own the taints afterwards.
+	Taints []*pb.Taint
+	// Extended resources in the capacity, e.g. {"example.com/gpu": "2"}.
+	Extended map[string]string
 }
 
 // Kubelet identity reported in node info.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -573,4 +574,44 @@ func TestReconcileAfterRestart(t *testing.T) {
 
 	e.terminate(keep, 0)
 	bustest.Eventually(t, wait, func() bool { return e.get(keep) == nil && e.rt.IPsInUse() == 0 }, "re-adopted pod terminated")
+}
+
+// --register-with-taints applies at registration only; extended resources show in the capacity.
+func TestRegisterWithTaintsAndExtendedResources(t *testing.T) {
+	cfg := testConfig()
+	cfg.Taints = []*pb.Taint{{Key: "dedicated", Value: "gpu", Effect: "NoSchedule"}}
+	cfg.Extended = map[string]string{"example.com/gpu": "2"}
+	e := newEnv(t, cfg, fake.Config{})
+	ctx := context.Background()
+	var n pb.Node
+	bustest.Eventually(t, wait, func() bool {
+		_, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &n)
+		return err == nil
+	}, "node registered")
+	if got := n.GetSpec().GetTaints(); len(got) != 1 || got[0].GetKey() != "dedicated" || got[0].GetEffect() != "NoSchedule" {
+		t.Errorf("registered taints %v", got)
+	}
+	if g := n.GetStatus().GetCapacity()["example.com/gpu"]; g != "2" {
+		t.Errorf("gpu capacity %q", g)
+	}
+	if a := n.GetMetadata().GetLabels()["kubernetes.io/arch"]; a != runtime.GOARCH {
+		t.Errorf("arch label %q", a)
+	}
+	// A user removes the taint: later heartbeats do not bring it back.
+	if _, _, err := bus.Mutate(ctx, e.nodes, bus.NodeKey(node), func() *pb.Node { return &pb.Node{} }, 10, func(n *pb.Node) (bool, error) {
+		n.Spec.Taints = nil
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	first := podutil.NodeCondition(&n, podutil.NodeReady).GetLastHeartbeatTime().AsTime()
+	bustest.Eventually(t, wait, func() bool {
+		var m pb.Node
+		_, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &m)
+		return err == nil && podutil.NodeCondition(&m, podutil.NodeReady).GetLastHeartbeatTime().AsTime().After(first.Add(150*time.Millisecond))
+	}, "two more heartbeats")
+	var m pb.Node
+	if _, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &m); err != nil || len(m.GetSpec().GetTaints()) != 0 {
+		t.Errorf("taints after heartbeats: %v (%v)", m.GetSpec().GetTaints(), err)
+	}
 }

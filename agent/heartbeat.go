@@ -55,9 +55,14 @@ func (a *Agent) node(now time.Time) *pb.Node {
 		return &pb.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg,
 			LastHeartbeatTime: hbTime, LastTransitionTime: since}
 	}
+	// Taints go with every heartbeat, but the status service applies them only when it creates the node.
+	var taints []*pb.Taint
+	for _, t := range a.cfg.Taints {
+		taints = append(taints, &pb.Taint{Key: t.GetKey(), Value: t.GetValue(), Effect: t.GetEffect()})
+	}
 	n := &pb.Node{
 		Metadata: &pb.ObjectMeta{Name: a.cfg.Node, Labels: labels},
-		Spec:     &pb.NodeSpec{},
+		Spec:     &pb.NodeSpec{Taints: taints},
 		Status: &pb.NodeStatus{
 			Capacity:    capacity(a.cfg),
 			Allocatable: capacity(a.cfg),

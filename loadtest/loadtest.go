@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/internal/podutil"
 	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -59,6 +60,8 @@ type Config struct {
 	Variant  string // scheduling-basic: basic, anti-affinity or spread
 	InitPods int    // scheduling-basic: pods placed before the measurement
 	Replicas string // scheduling-basic: scheduler replica counts to measure, comma separated
+	// NodePools shapes the embedded cluster's nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods.
+	NodePools *nodepool.Pools
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -90,6 +93,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Variant, "variant", VariantBasic, "scheduling-basic: basic, anti-affinity or spread")
 	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
 	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated")
+	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -115,6 +119,14 @@ func ParseFlags(args []string) (Config, error) {
 		}
 	default:
 		return c, fmt.Errorf("--scenario %q: want %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic)
+	}
+	if *pools != "" {
+		p, err := nodepool.Load(*pools)
+		if err != nil {
+			return c, err
+		}
+		c.NodePools = &p
+		c.Nodes = p.Total()
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
@@ -214,7 +226,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		cl, err := up.Start(cctx, up.Config{
 			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
 			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
-			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit,
+			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,
 		})
 		if err != nil {
 			return err

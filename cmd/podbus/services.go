@@ -17,6 +17,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/health"
+	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/internal/up"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/services/admission"
@@ -182,6 +183,7 @@ func runAgent(ctx context.Context, args []string) error {
 	mem := fs.String("memory", "32Gi", "memory capacity (containerd: the machine's memory unless set)")
 	maxPods := fs.Int("max-pods", 110, "maximum pods")
 	labels := fs.String("node-labels", "", "labels to add when registering the node (k=v,k=v)")
+	taints := fs.String("register-with-taints", "", "taints the node registers with (key=value:Effect,key:Effect); later changes by users win")
 	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
 	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
@@ -196,11 +198,13 @@ func runAgent(ctx context.Context, args []string) error {
 	if *cidr == "auto" {
 		*cidr = autoPodCIDR()
 	}
-	lbls := map[string]string{}
-	for _, kv := range strings.Split(*labels, ",") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			lbls[k] = v
-		}
+	lbls, err := nodepool.ParseLabels(*labels)
+	if err != nil {
+		return fmt.Errorf("--node-labels: %w", err)
+	}
+	tnts, err := nodepool.ParseTaints(*taints)
+	if err != nil {
+		return fmt.Errorf("--register-with-taints: %w", err)
 	}
 	var rt agent.Runtime
 	switch *runtime {
@@ -242,7 +246,7 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	c.id = *node
 	return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, HeartbeatInterval: *hb}, cn, rt)
+		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}, cn, rt)
 	})
 }
 
@@ -296,6 +300,8 @@ func runUp(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
 	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
+	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
+	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -304,6 +310,13 @@ func runUp(ctx context.Context, args []string) error {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.PlainHTTPRegistries = append(cfg.PlainHTTPRegistries, h)
 		}
+	}
+	if *pools != "" {
+		p, err := nodepool.Load(*pools)
+		if err != nil {
+			return err
+		}
+		cfg.NodePools = &p
 	}
 	c, err := up.Start(ctx, cfg)
 	if err != nil {

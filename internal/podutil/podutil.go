@@ -212,3 +212,9 @@ func IsTerminal(p *pb.Pod) bool {
 	ph := p.GetStatus().GetPhase()
 	return ph == "Succeeded" || ph == "Failed"
 }
+
+// AnnotationAgent marks a node an agent heartbeats for; the status service sets it on every heartbeat.
+// Only such nodes are marked Ready=Unknown when their heartbeats stop: a node registered through the API
+// or by nodepool.Register (kwok-style, no agent) keeps the status it was given until an agent heartbeats
+// for it.
+const AnnotationAgent = "podbus.io/agent"

@@ -20,6 +20,7 @@ import (
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/scheduler"
@@ -48,6 +49,12 @@ type Config struct {
 	Schedulers int
 	// HeartbeatInterval of the agents (default 10s).
 	HeartbeatInterval time.Duration
+	// NodePools, when set, shapes the nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods: one simulated
+	// agent per pool node, with the pool's capacity, labels and taints.
+	NodePools *nodepool.Pools
+	// RegisterOnly writes the pools' nodes into the nodes bucket as Ready nodes without agents
+	// (kwok-style, nodepool.Register): pods are scheduled and bound to them but never run.
+	RegisterOnly bool
 	// NoServices starts only NATS and the agents (the services run elsewhere).
 	NoServices bool
 	// Memory keeps streams in memory (load tests of the pipeline alone).
@@ -217,29 +224,32 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.run(ctx, "admission", api)
 	}
 
+	agents := agentConfigs(cfg)
+	if cfg.NodePools != nil {
+		cfg.Nodes = cfg.NodePools.Total()
+		if cfg.RegisterOnly {
+			if err := nodepool.Register(ctx, root, *cfg.NodePools); err != nil {
+				return fail(err)
+			}
+			agents = nil
+		}
+	}
 	// Agents share a few connections: 100 simulated nodes need not open 100 sockets.
 	var agentConns []*bus.Conn
-	for i := 0; i < min(cfg.Nodes, 4); i++ {
+	for i := 0; i < min(len(agents), 4); i++ {
 		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i))
 		if err != nil {
 			return fail(err)
 		}
 		agentConns = append(agentConns, cn)
 	}
-	for i := 0; i < cfg.Nodes; i++ {
-		name := NodeName(i)
-		rt, err := fake.New(fake.Config{StartDelay: cfg.StartDelay, PodCIDR: PodCIDR(i)})
+	for i, acfg := range agents {
+		name := acfg.Node
+		rt, err := fake.New(fake.Config{StartDelay: cfg.StartDelay, PodCIDR: acfg.PodCIDR})
 		if err != nil {
 			return fail(err)
 		}
-		a, err := agent.New(agent.Config{
-			Node:              name,
-			PodCIDR:           PodCIDR(i),
-			CPU:               cfg.NodeCPU,
-			Memory:            cfg.NodeMemory,
-			MaxPods:           cfg.MaxPods,
-			HeartbeatInterval: cfg.HeartbeatInterval,
-		}, agentConns[i%len(agentConns)], rt)
+		a, err := agent.New(acfg, agentConns[i%len(agentConns)], rt)
 		if err != nil {
 			return fail(fmt.Errorf("agent %s: %w", name, err))
 		}
@@ -329,6 +339,31 @@ func (c *Cluster) Wait() error {
 
 // Server is the embedded nats-server, or nil.
 func (c *Cluster) Server() *server.Server { return c.srv }
+
+// agentConfigs are the simulated agents to run: one per pool node, or Nodes alike ones.
+func agentConfigs(cfg Config) []agent.Config {
+	var out []agent.Config
+	if cfg.NodePools != nil {
+		for i, n := range cfg.NodePools.Nodes() {
+			a := n.AgentConfig()
+			a.PodCIDR = PodCIDR(i)
+			a.HeartbeatInterval = cfg.HeartbeatInterval
+			out = append(out, a)
+		}
+		return out
+	}
+	for i := 0; i < cfg.Nodes; i++ {
+		out = append(out, agent.Config{
+			Node:              NodeName(i),
+			PodCIDR:           PodCIDR(i),
+			CPU:               cfg.NodeCPU,
+			Memory:            cfg.NodeMemory,
+			MaxPods:           cfg.MaxPods,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+		})
+	}
+	return out
+}
 
 // NodeName names the i-th simulated node.
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }

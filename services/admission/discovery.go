@@ -40,6 +40,7 @@ type resourceInfo struct {
 
 type subresourceInfo struct {
 	name, kind string
+	group      string // "" for the core group; pods/eviction answers with a policy/v1 Eviction
 	verbs      []string
 }
 
@@ -50,8 +51,14 @@ var servedResources = []resourceInfo{
 		subresources: []subresourceInfo{
 			{name: "status", kind: "Pod", verbs: []string{"get"}},
 			{name: "log", kind: "Pod", verbs: []string{"get"}},
+			// kubectl drain evicts through this when discovery lists it (policy/v1).
+			{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
 		}},
-	{name: "nodes", singular: "node", kind: "Node", verbs: []string{"get", "list", "watch"}, short: []string{"no"}},
+	{name: "nodes", singular: "node", kind: "Node", verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
+		short: []string{"no"},
+		subresources: []subresourceInfo{
+			{name: "status", kind: "Node", verbs: []string{"get", "patch", "update"}},
+		}},
 	{name: "events", singular: "event", kind: "Event", namespaced: true, verbs: []string{"get", "list", "watch"}, short: []string{"ev"}},
 	{name: "namespaces", singular: "namespace", kind: "Namespace", verbs: []string{"get", "list"}, short: []string{"ns"}},
 }
@@ -101,7 +108,7 @@ func handleAPI(w http.ResponseWriter, r *http.Request) {
 			for _, sr := range ri.subresources {
 				rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{
 					Subresource:  sr.name,
-					ResponseKind: &metav1.GroupVersionKind{Version: "v1", Kind: sr.kind},
+					ResponseKind: &metav1.GroupVersionKind{Group: sr.group, Version: "v1", Kind: sr.kind},
 					Verbs:        sr.verbs,
 				})
 			}
@@ -154,9 +161,19 @@ func handleAPIV1(w http.ResponseWriter, _ *http.Request) {
 				Name:       ri.name + "/" + sr.name,
 				Namespaced: ri.namespaced,
 				Kind:       sr.kind,
+				Group:      sr.group,
+				Version:    subresourceVersion(sr),
 				Verbs:      sr.verbs,
 			})
 		}
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// subresourceVersion is set only for a subresource of another group, as kube-apiserver does.
+func subresourceVersion(sr subresourceInfo) string {
+	if sr.group == "" {
+		return ""
+	}
+	return "v1"
 }

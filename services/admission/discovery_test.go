@@ -70,7 +70,13 @@ func TestDiscovery(t *testing.T) {
 			for _, r := range v.APIResources {
 				got[r.Name] = r.Kind + "/" + strings.Join(r.ShortNames, ",")
 			}
-			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "nodes": "Node/no", "events": "Event/ev", "namespaces": "Namespace/ns"}
+			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "pods/eviction": "Eviction/",
+				"nodes": "Node/no", "nodes/status": "Node/", "events": "Event/ev", "namespaces": "Namespace/ns"}
+			for _, r := range v.APIResources {
+				if r.Name == "pods/eviction" && (r.Group != "policy" || r.Version != "v1") {
+					t.Errorf("pods/eviction is %s/%s, want policy/v1 (kubectl drain looks for it)", r.Group, r.Version)
+				}
+			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("resources (-want +got):\n%s", d)
 			}

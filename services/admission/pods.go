@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
@@ -73,6 +74,13 @@ func (s *Service) servePods(w http.ResponseWriter, r *http.Request, req request)
 			writeStatus(w, methodNotAllowed(grPods, r.Method))
 			return
 		}
+	case "eviction":
+		if r.Method != http.MethodPost {
+			writeStatus(w, methodNotAllowed(grPods, r.Method))
+			return
+		}
+		s.evictPod(w, r, req)
+		return
 	default:
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
@@ -287,7 +295,7 @@ func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request)
 		}
 		apply = func([]byte) ([]byte, error) { return js, nil }
 	} else {
-		apply, err = patcher(ct, body)
+		apply, err = patcher(ct, body, corev1.Pod{}, grPods)
 		if err != nil {
 			writeStatus(w, err)
 			return
@@ -400,16 +408,16 @@ func conflict(name string) error {
 	return apierrors.NewConflict(grPods, name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
-// patcher returns the function applying a PATCH body of the given content type.
-func patcher(contentType string, patch []byte) (func([]byte) ([]byte, error), error) {
-	var schema corev1.Pod
+// patcher returns the function applying a PATCH body of the given content type; dataStruct (a
+// corev1.Pod{} or corev1.Node{}) gives strategic merge its patch strategies.
+func patcher(contentType string, patch []byte, dataStruct any, gr schema.GroupResource) (func([]byte) ([]byte, error), error) {
 	wrap := func(err error) error {
 		return apierrors.NewBadRequest(err.Error())
 	}
 	switch types.PatchType(contentType) {
 	case types.StrategicMergePatchType:
 		return func(cur []byte) ([]byte, error) {
-			out, err := strategicpatch.StrategicMergePatch(cur, patch, schema)
+			out, err := strategicpatch.StrategicMergePatch(cur, patch, dataStruct)
 			if err != nil {
 				return nil, wrap(err)
 			}
@@ -431,7 +439,7 @@ func patcher(contentType string, patch []byte) (func([]byte) ([]byte, error), er
 		return func(cur []byte) ([]byte, error) {
 			out, err := p.Apply(cur)
 			if err != nil {
-				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", grPods, "", err.Error(), 0, false)
+				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", gr, "", err.Error(), 0, false)
 			}
 			return out, nil
 		}, nil
@@ -471,20 +479,28 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 		}
 		opts.GracePeriodSeconds = &n
 	}
-	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
-		writeStatus(w, apierrors.NewInvalid(gkPod, req.name, nil))
-		return
-	}
-	opts.DryRun = append(opts.DryRun, req.q["dryRun"]...)
-	stored := &pb.Pod{}
-	rev, err := bus.Get(r.Context(), s.pods, bus.PodKey(req.ns, req.name), stored)
-	if errors.Is(err, bus.ErrNotFound) {
-		writeStatus(w, apierrors.NewNotFound(grPods, req.name))
-		return
-	}
+	out, err := s.deletePodWith(r.Context(), req, opts)
 	if err != nil {
 		writeStatus(w, err)
 		return
+	}
+	writeObject(w, http.StatusOK, req, podKind, out)
+}
+
+// deletePodWith checks the delete options and preconditions and sends the delete command; it returns
+// the pod as the store left it.
+func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.DeleteOptions) (runtime.Object, error) {
+	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
+		return nil, apierrors.NewInvalid(gkPod, req.name, nil)
+	}
+	opts.DryRun = append(opts.DryRun, req.q["dryRun"]...)
+	stored := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.pods, bus.PodKey(req.ns, req.name), stored)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil, apierrors.NewNotFound(grPods, req.name)
+	}
+	if err != nil {
+		return nil, err
 	}
 	cmd := &pb.PodCommand{
 		Op:                 pb.PodCommand_OP_DELETE,
@@ -496,8 +512,7 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 		if pre.UID != nil {
 			if string(*pre.UID) != stored.GetMetadata().GetUid() {
 				//lint:ignore ST1005 Kubernetes' exact message
-				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, stored.GetMetadata().GetUid())))
-				return
+				return nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, stored.GetMetadata().GetUid()))
 			}
 			cmd.PreconditionUid = string(*pre.UID)
 		}
@@ -505,30 +520,25 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 			want, err := parseRV(*pre.ResourceVersion)
 			if err != nil || want != rev {
 				//lint:ignore ST1005 Kubernetes' exact message
-				writeStatus(w, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev)))
-				return
+				return nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev))
 			}
 			cmd.ExpectedRevision = rev
 		}
 	}
 	if len(opts.DryRun) > 0 {
-		writeObject(w, http.StatusOK, req, podKind, podFromPB(stored, rev))
-		return
+		return podFromPB(stored, rev), nil
 	}
-	res, err := s.command(r.Context(), bus.SubjPodDelete, cmd, bus.Meta{
+	res, err := s.command(ctx, bus.SubjPodDelete, cmd, bus.Meta{
 		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user,
 	})
 	if err != nil {
-		writeStatus(w, commandError(err))
-		return
+		return nil, commandError(err)
 	}
 	if res.GetCode() >= 300 {
-		writeStatus(w, resultError(res, req.name))
-		return
+		return nil, resultError(res, req.name)
 	}
-	out := podFromPB(stored, rev)
 	if res.GetPod() != nil {
-		out = podFromPB(res.GetPod(), res.GetRevision())
+		return podFromPB(res.GetPod(), res.GetRevision()), nil
 	}
-	writeObject(w, http.StatusOK, req, podKind, out)
+	return podFromPB(stored, rev), nil
 }

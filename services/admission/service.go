@@ -7,10 +7,14 @@
 //	                             │    CommandResult on podbus.reply.<id>.<n> (core NATS)
 //	                             ├─ GET/LIST/WATCH pods, nodes: straight from the KV buckets
 //	                             │    (resourceVersion = KV revision)
+//	                             ├─ POST/PATCH/PUT/DELETE nodes (+ nodes/status): compare-and-set on the
+//	                             │    nodes bucket itself (nodes have no pipeline)
+//	                             ├─ POST pods/eviction: a graceful delete, as above
 //	                             ├─ GET/LIST/WATCH events: the EVENTS stream (resourceVersion = sequence)
 //	                             └─ pods/log: request/reply to the node's agent on podbus.logs.<node>
 //
-// Admission never writes the stores itself: the store service is the only writer of pod commands.
+// Admission never writes pods itself: the store service is the only writer of pod commands. Nodes are
+// the exception, written here with compare-and-set (see docs/design.md, "Nodes").
 package admission
 
 import (

@@ -41,6 +41,14 @@ func judge(pod *pb.Pod, d *pb.SchedulingDecision) verdict {
 		return verdictRelease
 	}
 	deleting := pod.GetMetadata().GetDeletionTimestamp() != nil
+	if node := pod.GetSpec().GetNodeName(); node != "" && preBound(pod) {
+		// Created with spec.nodeName: the scheduler only checked that it fits its node. It is admitted
+		// like any decision (a reservation first, so the node is never overcommitted), or waits for room.
+		if deleting || (!d.GetUnschedulable() && d.GetNode() != node) {
+			return verdictRelease
+		}
+		return verdictAct
+	}
 	if node := pod.GetSpec().GetNodeName(); node != "" {
 		switch {
 		case node != d.GetNode():
@@ -56,6 +64,13 @@ func judge(pod *pb.Pod, d *pb.SchedulingDecision) verdict {
 		return verdictRelease
 	}
 	return verdictAct
+}
+
+// preBound says the pod names its node but was never bound by a binder (PodScheduled is not True): a
+// client created it with spec.nodeName, as kwok users and scheduler benchmarks do.
+func preBound(pod *pb.Pod) bool {
+	c := podutil.PodCondition(pod, podutil.PodScheduled)
+	return pod.GetSpec().GetNodeName() != "" && (c == nil || c.GetStatus() != podutil.True)
 }
 
 // decide handles one decision; seq is its stream sequence (it names the conflict requeue).

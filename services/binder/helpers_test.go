@@ -115,7 +115,16 @@ func pod(uid, name, cpu string, mods ...func(*pb.Pod)) *pb.Pod {
 	return p
 }
 
-func boundTo(node string) func(*pb.Pod) { return func(p *pb.Pod) { p.Spec.NodeName = node } }
+// boundTo binds the pod as a binder does: nodeName and PodScheduled=True.
+func boundTo(node string) func(*pb.Pod) {
+	return func(p *pb.Pod) {
+		p.Spec.NodeName = node
+		p.Status.Conditions = append(p.Status.Conditions, &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.True})
+	}
+}
+
+// preBoundTo names the node at creation, as a client may (no PodScheduled condition yet).
+func preBoundTo(node string) func(*pb.Pod) { return func(p *pb.Pod) { p.Spec.NodeName = node } }
 
 func deleting(p *pb.Pod) {
 	p.Metadata.DeletionTimestamp = timestamppb.New(fixedNow)

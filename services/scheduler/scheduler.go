@@ -336,9 +336,10 @@ func (s *Service) loadUnschedulable(ctx context.Context, pods jetstream.KeyValue
 	}
 }
 
-// waitsForNode: unbound, not being deleted, and judged unschedulable (PodScheduled=False).
+// waitsForNode: not bound by a binder, not being deleted, and judged unschedulable (PodScheduled=False).
+// A pod created with spec.nodeName that did not fit its node waits the same way.
 func waitsForNode(p *pb.Pod) bool {
-	if p.GetSpec().GetNodeName() != "" || p.GetMetadata().GetDeletionTimestamp() != nil || podutil.IsTerminal(p) {
+	if p.GetMetadata().GetDeletionTimestamp() != nil || podutil.IsTerminal(p) {
 		return false
 	}
 	c := podutil.PodCondition(p, podutil.PodScheduled)

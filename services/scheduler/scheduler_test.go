@@ -293,7 +293,7 @@ func TestNewReplicaRequeuesUnschedulablePods(t *testing.T) {
 	p := st.Pod("waiting", "uid-w").Req("1", "").Obj()
 	p.Status.Conditions = []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.False, Reason: "Unschedulable"}}
 	bound := st.Pod("bound", "uid-b").NodeName("n1").Obj()
-	bound.Status.Conditions = []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.False}}
+	bound.Status.Conditions = []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.True}}
 	for _, x := range []*pb.Pod{p, bound} {
 		if _, err := bus.Create(context.Background(), h.buckets.Pods, bus.PodKey(x.Metadata.Namespace, x.Metadata.Name), x); err != nil {
 			t.Fatal(err)

@@ -63,11 +63,14 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	return fmt.Errorf("upsert node %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
 }
 
+// newNode is the node an agent registers with its first heartbeat: its labels, and the taints it
+// registers with (--register-with-taints), which like the kubelet's apply at registration only.
 func newNode(from *pb.Node) *pb.Node {
 	n := proto.Clone(from).(*pb.Node)
 	if n.Metadata == nil {
 		n.Metadata = &pb.ObjectMeta{}
 	}
+	markAgent(n)
 	if n.Metadata.Uid == "" {
 		n.Metadata.Uid = uuid.NewString()
 	}
@@ -80,12 +83,23 @@ func newNode(from *pb.Node) *pb.Node {
 	return n
 }
 
-// mergeNode applies a heartbeat to the stored node: status replaced, agent labels merged over the
-// stored ones, spec (taints, unschedulable) kept except the pod CIDRs the agent owns.
+// markAgent records that an agent heartbeats for n (the monitor watches only such nodes).
+func markAgent(n *pb.Node) {
+	if n.Metadata.Annotations == nil {
+		n.Metadata.Annotations = map[string]string{}
+	}
+	n.Metadata.Annotations[podutil.AnnotationAgent] = "true"
+}
+
+// mergeNode applies a heartbeat to the stored node: status replaced, the agent's labels set over the
+// stored ones (the agent wins for its own keys only; labels users added stay), spec (taints,
+// unschedulable: users' and controllers' business after registration) kept except the pod CIDRs the
+// agent owns.
 func mergeNode(cur, hb *pb.Node) {
 	if cur.Metadata == nil {
 		cur.Metadata = &pb.ObjectMeta{}
 	}
+	markAgent(cur)
 	if cur.Metadata.Labels == nil {
 		cur.Metadata.Labels = map[string]string{}
 	}
@@ -173,6 +187,9 @@ func (s *Service) monitorWatch(ctx context.Context, w jetstream.KeyWatcher, cach
 			cache[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
 		case now := <-tick:
 			for key, c := range cache {
+				if c.node.GetMetadata().GetAnnotations()[podutil.AnnotationAgent] == "" {
+					continue // registered without an agent (kwok-style): nobody is expected to heartbeat
+				}
 				if !podutil.NodeIsReady(c.node) || now.Sub(heartbeatTime(c.node)) <= s.cfg.NodeMonitorGracePeriod {
 					continue
 				}

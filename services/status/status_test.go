@@ -340,3 +340,62 @@ func TestMergeStatus(t *testing.T) {
 		t.Errorf("report seq %d", pod.GetInternal().GetReportSeq())
 	}
 }
+
+// Taints an agent registers with apply once; afterwards users own the spec and their own labels, and the
+// agent wins only for the label keys it posts.
+func TestHeartbeatKeepsUserTaintsAndLabels(t *testing.T) {
+	e := newEnv(t, 1)
+	now := time.Now()
+	first := heartbeat("n1", now)
+	first.Node.Metadata.Labels["pool"] = "general"
+	first.Node.Spec.Taints = []*pb.Taint{{Key: "dedicated", Value: "gpu", Effect: "NoSchedule"}}
+	e.beat(first)
+	bustest.Eventually(t, wait, func() bool { return e.node("n1") != nil }, "node registered")
+	n := e.node("n1")
+	if len(n.GetSpec().GetTaints()) != 1 || n.GetMetadata().GetAnnotations()[podutil.AnnotationAgent] != "true" {
+		t.Fatalf("registered node %v", n)
+	}
+	// A user removes the registered taint, adds another, labels the node and overwrites an agent label.
+	if _, _, err := bus.Mutate(context.Background(), e.nodes, bus.NodeKey("n1"), func() *pb.Node { return &pb.Node{} }, 5, func(n *pb.Node) (bool, error) {
+		n.Spec.Taints = []*pb.Taint{{Key: "maintenance", Effect: "NoExecute"}}
+		n.Spec.Unschedulable = true
+		n.Metadata.Labels["team"] = "blue"
+		n.Metadata.Labels["pool"] = "mine"
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	later := heartbeat("n1", now.Add(time.Second))
+	later.Node.Metadata.Labels["pool"] = "general"
+	later.Node.Spec.Taints = first.Node.Spec.Taints
+	later.Node.Status.Capacity["cpu"] = "16"
+	e.beat(later)
+	bustest.Eventually(t, wait, func() bool { return e.node("n1").GetStatus().GetCapacity()["cpu"] == "16" }, "heartbeat applied")
+	got := e.node("n1")
+	wantTaints := []*pb.Taint{{Key: "maintenance", Effect: "NoExecute"}}
+	if diff := cmp.Diff(wantTaints, got.GetSpec().GetTaints(), protocmp.Transform()); diff != "" || !got.GetSpec().GetUnschedulable() {
+		t.Errorf("spec not kept (-want +got):\n%s", diff)
+	}
+	wantLabels := map[string]string{"kubernetes.io/hostname": "n1", "pool": "general", "team": "blue"}
+	if diff := cmp.Diff(wantLabels, got.GetMetadata().GetLabels()); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+}
+
+// A node registered without an agent (kwok-style) is never marked Unknown: nobody heartbeats for it.
+func TestNodeMonitorLeavesAgentlessNodes(t *testing.T) {
+	e := newEnv(t, 1)
+	old := heartbeat("kwok-1", time.Now().Add(-time.Hour)).Node
+	if _, err := bus.Create(context.Background(), e.nodes, bus.NodeKey("kwok-1"), old); err != nil {
+		t.Fatal(err)
+	}
+	// An agent node that goes silent is marked; by then the monitor has looked at kwok-1 as well.
+	e.beat(heartbeat("n1", time.Now()))
+	bustest.Eventually(t, wait, func() bool {
+		n := e.node("n1")
+		return n != nil && podutil.NodeCondition(n, podutil.NodeReady).GetStatus() == podutil.Unknown
+	}, "silent agent node marked Unknown")
+	if s := podutil.NodeCondition(e.node("kwok-1"), podutil.NodeReady).GetStatus(); s != podutil.True {
+		t.Errorf("agentless node is %s, want True", s)
+	}
+}

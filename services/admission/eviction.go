@@ -1,0 +1,58 @@
+package admission
+
+import (
+	"bytes"
+	"net/http"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// evictPod serves POST pods/<name>/eviction (policy/v1 Eviction, what kubectl drain sends): a graceful
+// delete with the eviction's DeleteOptions. podbus has no PodDisruptionBudgets, so an eviction is never
+// refused with 429; the answer is kube-apiserver's 201 Success Status.
+func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) {
+	mode, err := fieldValidation(r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	var ev policyv1.Eviction
+	if len(bytes.TrimSpace(body)) > 0 {
+		js, err := toJSON(body, r.Header.Get("Content-Type"), mode == validationStrict, "Eviction")
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		if _, err := decodeStrict(js, mode, "Eviction", &ev); err != nil {
+			writeStatus(w, err)
+			return
+		}
+	}
+	if ev.APIVersion != "" && ev.APIVersion != "policy/v1" && ev.APIVersion != "policy/v1beta1" {
+		writeStatus(w, badRequest("the API version in the data (%s) does not match the expected API version (policy/v1)", ev.APIVersion))
+		return
+	}
+	if ev.Name != "" && ev.Name != req.name {
+		writeStatus(w, badRequest("name in URL does not match name in Eviction object"))
+		return
+	}
+	var opts metav1.DeleteOptions
+	if ev.DeleteOptions != nil {
+		opts = *ev.DeleteOptions
+	}
+	if _, err := s.deletePodWith(r.Context(), req, opts); err != nil {
+		writeStatus(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusSuccess,
+		Code:     http.StatusCreated,
+	})
+}
