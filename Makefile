@@ -55,10 +55,12 @@ build:
 	$(GO) build -o $(BIN)/podbus ./cmd/podbus
 
 ## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), scheduling-basic
-## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling) and Go benchmarks
+## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
+## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd) and Go benchmarks
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
 	$(BIN)/podbus loadtest --scenario scheduling-basic --replicas 1,3 --quiet   # scheduler_perf SchedulingBasic shape
+	$(BIN)/podbus loadtest --runtime containerd
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./services/...
 	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
 
