@@ -613,6 +613,9 @@ func TestRegisterWithTaintsAndExtendedResources(t *testing.T) {
 	var m pb.Node
 	if _, err := bus.Get(ctx, e.nodes, bus.NodeKey(node), &m); err != nil || len(m.GetSpec().GetTaints()) != 0 {
 		t.Errorf("taints after heartbeats: %v (%v)", m.GetSpec().GetTaints(), err)
+	}
+}
+
 // CNI CHECK: a pod whose network fails its check is Running but not Ready, with the check's error in the
 // Ready condition and a FailedCNICheck event, whether the check fails before the pod was ever Ready or
 // later; once the check passes again the pod is Ready again.
