@@ -203,7 +203,7 @@ func (w *podWorker) runSandbox(ctx context.Context) bool {
 // It returns false when the pod cannot go on (stopped, or failed for good).
 func (w *podWorker) runInit(ctx context.Context, c *ctr) bool {
 	for {
-		if !sleep(ctx, c.retryIn) {
+		if !w.retryWait(ctx, c) {
 			return false
 		}
 		w.removePrevious(ctx, c)
@@ -247,7 +247,7 @@ func (w *podWorker) loop(ctx context.Context, c *ctr) {
 			return
 		}
 		if id == "" {
-			if !sleep(ctx, c.retryIn) {
+			if !w.retryWait(ctx, c) {
 				return
 			}
 			w.removePrevious(ctx, c)
@@ -365,6 +365,30 @@ func (w *podWorker) scheduleRestart(c *ctr) {
 		c.state = waitingState("CrashLoopBackOff", msg)
 		w.eventLocked("Warning", "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", c.spec.GetName(), w.podRef()), fieldPath(c))
 	}
+}
+
+// retryWait waits c.retryIn before the container's next start. A failed pull shows ErrImagePull first,
+// then ImagePullBackOff for the rest of the wait, as the kubelet's statuses do.
+func (w *podWorker) retryWait(ctx context.Context, c *ctr) bool {
+	w.mu.Lock()
+	delay := c.retryIn
+	pullFailed := c.state.GetWaiting().GetReason() == "ErrImagePull"
+	w.mu.Unlock()
+	if !pullFailed || delay <= 0 {
+		return sleep(ctx, delay)
+	}
+	if !sleep(ctx, delay/4) {
+		return false
+	}
+	w.mu.Lock()
+	if c.state.GetWaiting().GetReason() == "ErrImagePull" {
+		image := c.spec.GetImage()
+		c.state = waitingState("ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q: %s", image, c.state.GetWaiting().GetMessage()))
+		w.eventLocked("Normal", "BackOff", fmt.Sprintf("Back-off pulling image %q", image), fieldPath(c))
+	}
+	w.mu.Unlock()
+	w.reportRetry(ctx)
+	return sleep(ctx, delay-delay/4)
 }
 
 // removePrevious removes the attempt before the last one: the last dead container is kept for its logs.

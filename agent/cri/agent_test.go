@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/agent"
@@ -18,7 +19,9 @@ import (
 )
 
 // The real agent on the real runtime: a bound pod becomes Ready through an httpGet readiness probe,
-// answers on its IP, shows its logs over NATS, and is gone (with its sandbox) after termination.
+// answers on its IP, shows its logs over NATS, and is gone (with its sandbox) after termination; a
+// crashing command reaches CrashLoopBackOff, a failing exec liveness probe restarts its container, a
+// missing image shows ErrImagePull then ImagePullBackOff.
 func TestAgentRunsRealPod(t *testing.T) {
 	requireContainerd(t)
 	_, busybox := startRegistry(t)
@@ -35,7 +38,8 @@ func TestAgentRunsRealPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond}, conn, rt)
+	a, err := agent.New(agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase: 400 * time.Millisecond, BackoffMax: 2 * time.Second}, conn, rt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,30 +55,52 @@ func TestAgentRunsRealPod(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done; <-done })
 
 	web := webServer(busybox)
-	web.Command = []string{"sh", "-c", "echo serving; exec httpd -f -p 8080 -h /www"}
+	web.Command[2] = "echo serving; " + web.Command[2]
 	web.Ports = []*pb.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: "TCP"}}
 	web.ReadinessProbe = &pb.Probe{HttpGet: &pb.HTTPGetAction{Path: "/index.html", Port: "http"}, PeriodSeconds: 1}
-	p := newPod("web", web)
-	p.Spec.NodeName = node
-	p.Metadata.CreationTimestamp = timestamppb.Now()
-	p.Status = &pb.PodStatus{Phase: "Pending"}
-	rev, err := bus.Create(ctx, buckets.Pods, bus.PodKey("default", "web"), p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pub := bus.NewPublisher(conn.JS, "test")
-	meta := bus.Meta{MsgID: "bound-" + p.Metadata.Uid, PodUID: p.Metadata.Uid, Key: "default/web"}
-	if err := pub.Publish(ctx, bus.SubjPodBound(node), &pb.PodBinding{Pod: p, Revision: rev, Node: node}, meta); err != nil {
-		t.Fatal(err)
+	bind := func(p *pb.Pod) {
+		p.Spec.NodeName = node
+		p.Metadata.CreationTimestamp = timestamppb.Now()
+		p.Status = &pb.PodStatus{Phase: "Pending"}
+		rev, err := bus.Create(ctx, buckets.Pods, bus.PodKey("default", p.Metadata.Name), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := bus.Meta{MsgID: "bound-" + p.Metadata.Uid, PodUID: p.Metadata.Uid, Key: "default/" + p.Metadata.Name}
+		if err := pub.Publish(ctx, bus.SubjPodBound(node), &pb.PodBinding{Pod: p, Revision: rev, Node: node}, meta); err != nil {
+			t.Fatal(err)
+		}
 	}
-
-	get := func() *pb.Pod {
+	getPod := func(name string) *pb.Pod {
 		var got pb.Pod
-		if _, err := bus.Get(ctx, buckets.Pods, bus.PodKey("default", "web"), &got); err != nil {
+		if _, err := bus.Get(ctx, buckets.Pods, bus.PodKey("default", name), &got); err != nil {
 			return nil
 		}
 		return &got
 	}
+	get := func() *pb.Pod { return getPod("web") }
+	waiting := func(name string) (string, string) {
+		cs := getPod(name).GetStatus().GetContainerStatuses()
+		if len(cs) == 0 {
+			return "", ""
+		}
+		return cs[0].GetState().GetWaiting().GetReason(), cs[0].GetState().GetWaiting().GetMessage()
+	}
+
+	p := newPod("web", web)
+	bind(p)
+	// A command that crashes, a liveness probe (exec, through the runtime) that fails, an image that
+	// does not exist.
+	crash := newPod("crash", ctr("crash", busybox, "sh", "-c", "echo boom; exit 1"))
+	sick := ctr("sick", busybox, "sleep", "3600")
+	sick.LivenessProbe = &pb.Probe{Exec: &pb.ExecAction{Command: []string{"cat", "/tmp/healthy"}}, PeriodSeconds: 1,
+		FailureThreshold: 1, TerminationGracePeriodSeconds: proto.Int64(0)}
+	missing := newPod("missing", ctr("missing", strings.Replace(busybox, "busybox:latest", "nothing:here", 1)))
+	for _, q := range []*pb.Pod{crash, newPod("sick", sick), missing} {
+		bind(q)
+	}
+
 	var got *pb.Pod
 	bustest.Eventually(t, 20*time.Second, func() bool {
 		got = get()
@@ -99,6 +125,28 @@ func TestAgentRunsRealPod(t *testing.T) {
 		t.Errorf("logs %+v, %v", logs, err)
 	}
 
+	bustest.Eventually(t, 20*time.Second, func() bool {
+		reason, _ := waiting("crash")
+		cs := getPod("crash").GetStatus().GetContainerStatuses()
+		return reason == "CrashLoopBackOff" && cs[0].GetRestartCount() >= 1 && cs[0].GetLastState().GetTerminated().GetExitCode() == 1
+	}, "crash: CrashLoopBackOff after exit 1")
+	req, _ = json.Marshal(agent.LogRequest{Namespace: "default", Name: "crash", Previous: true})
+	if reply, err = conn.NC.Request(bus.SubjLogs(node), req, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(reply.Data, &logs); err != nil || logs.Logs != "boom\n" {
+		t.Errorf("previous logs of crash: %+v, %v", logs, err)
+	}
+	bustest.Eventually(t, 20*time.Second, func() bool {
+		return getPod("sick").GetStatus().GetContainerStatuses()[0].GetRestartCount() >= 2
+	}, "sick: restarted by its liveness probe")
+	var sawErrImagePull bool
+	bustest.Eventually(t, 20*time.Second, func() bool {
+		reason, msg := waiting("missing")
+		sawErrImagePull = sawErrImagePull || reason == "ErrImagePull"
+		return sawErrImagePull && reason == "ImagePullBackOff" && strings.Contains(msg, "not found")
+	}, "missing: ErrImagePull, then ImagePullBackOff saying not found")
+
 	// busybox httpd as PID 1 ignores SIGTERM: the grace period ends with SIGKILL.
 	term := &pb.PodTermination{Uid: p.Metadata.Uid, Namespace: "default", Name: "web", Node: node, GracePeriodSeconds: 1, DeletionTimestamp: timestamppb.Now()}
 	if err := pub.Publish(ctx, bus.SubjPodTerminate(node), term, bus.Meta{MsgID: "term-" + p.Metadata.Uid, PodUID: p.Metadata.Uid, Key: "default/web"}); err != nil {
@@ -106,7 +154,7 @@ func TestAgentRunsRealPod(t *testing.T) {
 	}
 	bustest.Eventually(t, 20*time.Second, func() bool { return get() == nil }, "pod gone from the store")
 	sbs, err := rt.ListSandboxes(ctx)
-	if err != nil || len(sbs) != 0 {
-		t.Errorf("sandboxes after termination: %v, %v", sbs, err)
+	if err != nil || len(sbs) != 3 {
+		t.Errorf("sandboxes after terminating web: %v, %v; want those of the 3 others", sbs, err)
 	}
 }

@@ -236,12 +236,19 @@ func (r *Runtime) StopContainer(ctx context.Context, id agent.ContainerID, grace
 			}
 		}
 	}
-	return r.reap(ctx, c, task)
+	// The process is gone: record it even if the caller stops caring now (a probe's context ends
+	// as soon as the exit is seen elsewhere).
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	return r.reap(cctx, c, task)
 }
 
 // reap copies a stopped task's exit into the container's labels, then deletes the task (and with it
-// the shim). Idempotent: concurrent reapers write the same labels, and the second delete finds nothing.
+// the shim). Idempotent: a later reaper finds no task.
 func (r *Runtime) reap(ctx context.Context, c containerd.Container, task containerd.Task) error {
+	// One reaper at a time: a second Delete while the first one stops the shim fails ("ttrpc: closed").
+	unlock := r.lock("ctr/" + c.ID())
+	defer unlock()
 	st, err := task.Status(ctx)
 	if errdefs.IsNotFound(err) {
 		return nil
@@ -281,6 +288,8 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id agent.ContainerID) err
 }
 
 func (r *Runtime) remove(ctx context.Context, c containerd.Container) error {
+	unlock := r.lock("ctr/" + c.ID())
+	defer unlock()
 	if task, err := c.Task(ctx, nil); err == nil {
 		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("remove container %s: delete task: %w", c.ID(), err)

@@ -1,38 +1,25 @@
 package cri_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/images"
+	containerdimages "github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/cri"
+	"github.com/podbus/podbus/internal/images"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
-
-const busyboxPath = "/bin/busybox" // Debian's busybox-static
 
 // address is the containerd socket the tests use.
 func address() string {
@@ -43,11 +30,11 @@ func address() string {
 }
 
 // requireContainerd skips (fails with CI=true) when this machine cannot run real pods.
-func requireContainerd(t *testing.T) {
+func requireContainerd(t testing.TB) {
 	t.Helper()
 	err := cri.Check(context.Background(), address(), nil)
 	if err == nil {
-		_, err = os.Stat(busyboxPath)
+		_, err = os.Stat(images.DefaultBusybox)
 	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -57,81 +44,35 @@ func requireContainerd(t *testing.T) {
 	}
 }
 
-// startRegistry serves an OCI registry on loopback holding a busybox image, and returns the image's
-// reference. (Swap for internal/images once it exists.)
-func startRegistry(t *testing.T) (addr, busybox string) {
+// startRegistry serves an OCI registry on loopback holding podbus's busybox image (internal/images),
+// and returns the image's reference. The demo-web image is left out: building it takes a go build.
+func startRegistry(t testing.TB) (addr, busybox string) {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	addr = strings.TrimPrefix(srv.URL, "http://")
-	busybox = addr + "/podbus/busybox:test"
-	if err := pushBusybox(busybox); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	reg, err := images.StartRegistry(ctx, "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return addr, busybox
-}
-
-func pushBusybox(ref string) error {
-	bin, err := os.ReadFile(busyboxPath)
+	t.Cleanup(func() { _ = reg.Close() })
+	img, err := images.BusyboxImage(images.DefaultBusybox)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"bin/", "tmp/", "www/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-			return err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return err
-	}
-	for _, applet := range []string{"sh", "httpd", "wget", "nc", "sleep", "echo", "cat", "ls", "true", "false"} {
-		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}); err != nil {
-			return err
-		}
-	}
-	page := []byte("hello from podbus\n")
-	if err := tw.WriteHeader(&tar.Header{Name: "www/index.html", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(page))}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(page); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	busybox = reg.Addr() + "/" + images.Busybox
+	ref, err := name.ParseReference(busybox)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
-	}
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		return err
-	}
-	return remote.Write(r, img)
+	return reg.Addr(), busybox
 }
 
 // newRuntime returns a runtime of node on cidr in a containerd namespace of the test's own; it removes
 // every sandbox, image and the namespace when the test ends. state "" makes a fresh state dir.
-func newRuntime(t *testing.T, node, cidr, ns, state string) *cri.Runtime {
+func newRuntime(t testing.TB, node, cidr, ns, state string) *cri.Runtime {
 	t.Helper()
 	if state == "" {
 		state = t.TempDir()
@@ -156,7 +97,7 @@ func newRuntime(t *testing.T, node, cidr, ns, state string) *cri.Runtime {
 		nctx := namespaces.WithNamespace(ctx, ns)
 		if imgs, err := r.Client().ListImages(nctx); err == nil {
 			for _, im := range imgs {
-				_ = r.Client().ImageService().Delete(nctx, im.Name(), images.SynchronousDelete())
+				_ = r.Client().ImageService().Delete(nctx, im.Name(), containerdimages.SynchronousDelete())
 			}
 		}
 		// Another runtime of the test may still use the namespace; the last cleanup removes it.
@@ -182,7 +123,7 @@ func ctr(name, image string, command ...string) *pb.Container {
 }
 
 // runPod creates the sandbox and starts each container of the pod (attempt 0).
-func runPod(t *testing.T, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.ContainerID) {
+func runPod(t testing.TB, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.ContainerID) {
 	t.Helper()
 	ctx := context.Background()
 	sb, err := r.RunSandbox(ctx, p)
@@ -196,7 +137,7 @@ func runPod(t *testing.T, r *cri.Runtime, p *pb.Pod) (agent.Sandbox, []agent.Con
 	return sb, ids
 }
 
-func startContainer(t *testing.T, r *cri.Runtime, sb agent.Sandbox, c *pb.Container, attempt int32) agent.ContainerID {
+func startContainer(t testing.TB, r *cri.Runtime, sb agent.Sandbox, c *pb.Container, attempt int32) agent.ContainerID {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := r.PullImage(ctx, c.Image, c.ImagePullPolicy); err != nil {
@@ -213,7 +154,7 @@ func startContainer(t *testing.T, r *cri.Runtime, sb agent.Sandbox, c *pb.Contai
 }
 
 // eventually polls f until it returns nil, failing with its last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -112,10 +112,14 @@ func (r *Runtime) runtimeConf(rec *sandboxRecord, netns string) *libcni.RuntimeC
 // setupNetwork runs CNI ADD for lo and the pod network and returns the pod's IPs.
 func (r *Runtime) setupNetwork(ctx context.Context, rec *sandboxRecord) (ips []string, retErr error) {
 	rt := r.runtimeConf(rec, rec.NetNS)
-	if _, err := r.cni.AddNetwork(ctx, r.lo, &libcni.RuntimeConf{ContainerID: rec.ID, NetNS: rec.NetNS, IfName: "lo"}); err != nil {
-		return nil, fmt.Errorf("CNI ADD loopback: %w", err)
-	}
+	// lo and the pod network are independent: bring them up together (lo costs a plugin exec).
+	loDone := make(chan error, 1)
+	go func() {
+		_, err := r.cni.AddNetwork(ctx, r.lo, &libcni.RuntimeConf{ContainerID: rec.ID, NetNS: rec.NetNS, IfName: "lo"})
+		loDone <- err
+	}()
 	res, err := r.cni.AddNetworkList(ctx, r.net, rt)
+	loErr := <-loDone
 	if err != nil {
 		return nil, fmt.Errorf("CNI ADD %s: %w", r.net.Name, err)
 	}
@@ -128,6 +132,9 @@ func (r *Runtime) setupNetwork(ctx context.Context, rec *sandboxRecord) (ips []s
 			}
 		}
 	}()
+	if loErr != nil {
+		return nil, fmt.Errorf("CNI ADD loopback: %w", loErr)
+	}
 	result, err := types100.NewResultFromResult(res)
 	if err != nil {
 		return nil, fmt.Errorf("CNI result: %w", err)

@@ -88,7 +88,7 @@ type Runtime struct {
 	pulls  singleflight.Group
 
 	mu    sync.Mutex
-	locks map[string]*podLock // per pod uid: RunSandbox and RemoveSandbox of one pod never overlap
+	locks map[string]*podLock // see lock
 }
 
 var _ agent.Runtime = (*Runtime)(nil)
@@ -215,13 +215,14 @@ func checkPlugins(binDirs []string) error {
 	return nil
 }
 
-// lockPod serializes sandbox operations on one pod; the returned func unlocks.
-func (r *Runtime) lockPod(uid string) func() {
+// lock serializes operations on one key (a pod uid: sandbox operations; "ctr/"+id: reaping or removing
+// a container); the returned func unlocks.
+func (r *Runtime) lock(key string) func() {
 	r.mu.Lock()
-	l := r.locks[uid]
+	l := r.locks[key]
 	if l == nil {
 		l = &podLock{}
-		r.locks[uid] = l
+		r.locks[key] = l
 	}
 	l.refs++
 	r.mu.Unlock()
@@ -230,7 +231,7 @@ func (r *Runtime) lockPod(uid string) func() {
 		l.mu.Unlock()
 		r.mu.Lock()
 		if l.refs--; l.refs == 0 {
-			delete(r.locks, uid)
+			delete(r.locks, key)
 		}
 		r.mu.Unlock()
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/pkg/netns"
 	"github.com/google/uuid"
 
 	"github.com/podbus/podbus/agent"
@@ -52,8 +53,9 @@ func httpGet(url string) (string, error) {
 	return string(b), err
 }
 
+// webServer serves "hello from podbus" on port 8080 with busybox httpd.
 func webServer(image string) *pb.Container {
-	return ctr("web", image, "httpd", "-f", "-p", "8080", "-h", "/www")
+	return ctr("web", image, "sh", "-c", "mkdir -p /www && echo hello from podbus >/www/index.html && exec httpd -f -p 8080 -h /www")
 }
 
 func TestPodServesHTTPByIP(t *testing.T) {
@@ -350,4 +352,54 @@ func TestPullPolicies(t *testing.T) {
 		t.Errorf("missing image: %v, want ErrImagePull saying not found", err)
 	}
 	t.Logf("missing image: %v", err)
+}
+
+// An agent killed inside RunSandbox leaves a record without IP (and a netns): listing shows it, and
+// both a new RunSandbox of the pod and RemoveSandbox clean it up.
+func TestInterruptedSandboxStart(t *testing.T) {
+	requireContainerd(t)
+	state := t.TempDir()
+	r := newRuntime(t, testNode(), testCIDR(), testNamespace(), state)
+	ctx := context.Background()
+
+	for _, retry := range []bool{true, false} {
+		p := newPod("half", ctr("c", "busybox"))
+		ns, err := netns.NewNetNS(cri.NetNSDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := fmt.Sprintf(`{"id":%q,"podUID":%q,"namespace":"default","name":"half","netns":%q,"created":%q}`,
+			uuid.NewString(), p.Metadata.Uid, ns.GetPath(), time.Now().Format(time.RFC3339Nano))
+		if err := os.WriteFile(filepath.Join(state, "sandboxes", p.Metadata.Uid+".json"), []byte(rec), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sbs, err := r.ListSandboxes(ctx)
+		if err != nil || len(sbs) != 1 || sbs[0].IP != "" {
+			t.Fatalf("ListSandboxes = %+v, %v; want the half-started one without IP", sbs, err)
+		}
+		if err := r.CheckSandbox(ctx, sbs[0].Sandbox); err == nil {
+			t.Error("CheckSandbox of a half-started sandbox succeeded")
+		}
+		if retry {
+			sb, err := r.RunSandbox(ctx, p)
+			if err != nil || sb.IP == "" || sb.ID == sbs[0].ID {
+				t.Fatalf("RunSandbox after an interrupted start = %+v, %v", sb, err)
+			}
+			if err := r.RemoveSandbox(ctx, sb); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := r.RemoveSandbox(ctx, sbs[0].Sandbox); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(ns.GetPath()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("netns of the interrupted start still there: %v", err)
+		}
+		if sbs, err := r.ListSandboxes(ctx); err != nil || len(sbs) != 0 {
+			t.Errorf("sandboxes left: %+v, %v", sbs, err)
+		}
+	}
+	ipam, _ := filepath.Glob(filepath.Join(state, "ipam", r.NetworkName(), "1*"))
+	if len(ipam) != 0 {
+		t.Errorf("IP reservations left: %v", ipam)
+	}
 }

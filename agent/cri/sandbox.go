@@ -74,7 +74,7 @@ func (r *Runtime) saveRecord(rec *sandboxRecord) error {
 		return fmt.Errorf("write sandbox record: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err == nil {
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -96,7 +96,7 @@ func (r *Runtime) RunSandbox(ctx context.Context, pod *pb.Pod) (_ agent.Sandbox,
 	if uid == "" {
 		return agent.Sandbox{}, errors.New("run sandbox: pod without uid")
 	}
-	unlock := r.lockPod(uid)
+	unlock := r.lock(uid)
 	defer unlock()
 	if rec, err := r.loadRecord(uid); err == nil && len(rec.IPs) > 0 {
 		return rec.sandbox(), nil
@@ -188,7 +188,7 @@ func (r *Runtime) CheckSandbox(ctx context.Context, sb agent.Sandbox) error {
 // RemoveSandbox implements agent.SandboxManager: containers (with their tasks and snapshots), CNI DEL,
 // netns, logs, record. Each step tolerates what an earlier, interrupted removal already did.
 func (r *Runtime) RemoveSandbox(ctx context.Context, sb agent.Sandbox) error {
-	unlock := r.lockPod(sb.PodUID)
+	unlock := r.lock(sb.PodUID)
 	defer unlock()
 	rec, err := r.loadRecord(sb.PodUID)
 	if errors.Is(err, agent.ErrNotFound) {
