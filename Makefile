@@ -54,9 +54,11 @@ proto-check: $(BIN)/protoc-gen-go
 build:
 	$(GO) build -o $(BIN)/podbus ./cmd/podbus
 
-## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible) and Go benchmarks
+## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), the real-node one
+## (20 containerd pods against the bare runtime; skipped with a line without root and containerd) and Go benchmarks
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
+	$(BIN)/podbus loadtest --runtime containerd
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./services/...
 	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
 

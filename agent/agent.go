@@ -57,6 +57,10 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the restart back-off of crashing containers (kubelet: 10s, 5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// NetworkCheckInterval is how often each pod's network is verified (CNI CHECK) once it runs, jittered
+	// by ±10 % (default 30s; negative: only the check before the pod is first Ready). A failed check is
+	// retried sooner: from a tenth of the interval, doubling.
+	NetworkCheckInterval time.Duration
 }
 
 // Kubelet identity reported in node info.
@@ -123,6 +127,9 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	}
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = 5 * time.Minute
+	}
+	if cfg.NetworkCheckInterval == 0 {
+		cfg.NetworkCheckInterval = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

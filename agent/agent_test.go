@@ -574,3 +574,46 @@ func TestReconcileAfterRestart(t *testing.T) {
 	e.terminate(keep, 0)
 	bustest.Eventually(t, wait, func() bool { return e.get(keep) == nil && e.rt.IPsInUse() == 0 }, "re-adopted pod terminated")
 }
+
+// CNI CHECK: a pod whose network fails its check is Running but not Ready, with the check's error in the
+// Ready condition and a FailedCNICheck event, whether the check fails before the pod was ever Ready or
+// later; once the check passes again the pod is Ready again.
+func TestNetworkCheck(t *testing.T) {
+	cfg := testConfig()
+	cfg.NetworkCheckInterval = 100 * time.Millisecond
+	e := newEnv(t, cfg, fake.Config{})
+	broken := errors.New("veth of the pod is gone")
+	notReady := func(q *pb.Pod) bool {
+		c := podutil.PodCondition(q, podutil.PodReady)
+		cr := podutil.PodCondition(q, podutil.ContainersReady)
+		return q.GetStatus().GetPhase() == "Running" && c.GetStatus() == podutil.False &&
+			c.GetReason() == "NetworkNotReady" && strings.Contains(c.GetMessage(), broken.Error()) &&
+			cr.GetStatus() == podutil.True
+	}
+	tests := []struct {
+		name        string
+		breakBefore bool // the check fails from the start: the pod is never Ready until repaired
+	}{
+		{"fails before first ready", true},
+		{"fails after ready", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod(strings.ReplaceAll(tt.name, " ", "-"))
+			if tt.breakBefore {
+				e.rt.SetCheckError(p.Metadata.Uid, broken)
+			}
+			e.create(p)
+			if !tt.breakBefore {
+				e.until(p, "ready", isRunningReady)
+				e.rt.SetCheckError(p.Metadata.Uid, broken)
+			}
+			e.until(p, "not ready with the check's error", notReady)
+			e.rt.SetCheckError(p.Metadata.Uid, nil)
+			e.until(p, "ready again", isRunningReady)
+			if !strings.Contains(strings.Join(e.eventReasons(p), ","), "FailedCNICheck") {
+				t.Error("no FailedCNICheck event")
+			}
+		})
+	}
+}

@@ -42,6 +42,8 @@ type podWorker struct {
 	sandbox     *Sandbox
 	ip          string
 	initDone    bool
+	netReady    bool   // the last CNI CHECK of the sandbox passed (none yet: false)
+	netErr      string // why the last CNI CHECK failed, "" when it passed
 	init        []*ctr
 	ctrs        []*ctr
 	conds       map[string]condState
@@ -144,6 +146,8 @@ func (w *podWorker) start(ctx context.Context) {
 	if !w.runSandbox(ctx) {
 		return
 	}
+	// The pod is not Ready before its network passed a check; the check runs while containers start.
+	checked := w.checkNetworkAsync(ctx)
 	for _, c := range w.init {
 		if !w.runInit(ctx, c) {
 			return
@@ -157,12 +161,22 @@ func (w *podWorker) start(ctx context.Context) {
 			return
 		}
 	}
+	select {
+	case <-checked:
+	case <-ctx.Done():
+		return
+	}
 	w.reportRetry(ctx)
 	w.markStarted()
 	w.loops(ctx)
 }
 
 func (w *podWorker) loops(ctx context.Context) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.networkLoop(ctx)
+	}()
 	for _, c := range w.ctrs {
 		w.wg.Add(1)
 		go func() {
@@ -599,7 +613,7 @@ func (w *podWorker) adopt(ctx context.Context, info SandboxInfo) bool {
 	}
 	w.mu.Lock()
 	sb := info.Sandbox
-	w.sandbox, w.ip, w.initDone = &sb, sb.IP, true
+	w.sandbox, w.ip, w.initDone, w.netReady = &sb, sb.IP, true, true
 	if !sb.CreatedAt.IsZero() {
 		w.startTime = sb.CreatedAt
 	}

@@ -71,6 +71,13 @@ func (w *podWorker) statusLocked(now time.Time) *pb.PodStatus {
 		case len(unready) > 0:
 			return w.condLocked(now, t, podutil.False, "ContainersNotReady",
 				fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " ")))
+		case t == podutil.PodReady && !w.netReady:
+			// Like a readiness gate: the containers may be ready, the pod is not without its network.
+			msg := "pod network not checked yet"
+			if w.netErr != "" {
+				msg = "pod network check failed: " + w.netErr
+			}
+			return w.condLocked(now, t, podutil.False, "NetworkNotReady", msg)
 		}
 		return w.condLocked(now, t, podutil.True, "", "")
 	}

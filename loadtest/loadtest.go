@@ -53,6 +53,10 @@ type Config struct {
 	Verbose     bool
 	NoAudit     bool   // embedded cluster without the AUDIT stream
 	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
+	// Runtime "containerd" runs the real-node benchmark instead (runContainerd): Pods real pods (default
+	// 20) through an embedded cluster whose only node runs containerd, against the bare runtime.
+	Runtime           string
+	ContainerdAddress string
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -80,8 +84,24 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
+	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
+	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	switch c.Runtime {
+	case "fake":
+	case "containerd":
+		podsSet := false
+		fs.Visit(func(f *flag.Flag) { podsSet = podsSet || f.Name == "pods" })
+		if !podsSet {
+			c.Pods = realPods
+		}
+		if c.API != "" {
+			return c, fmt.Errorf("--runtime containerd starts its own cluster; it cannot target --api")
+		}
+	default:
+		return c, fmt.Errorf("--runtime %q: fake or containerd", c.Runtime)
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
@@ -154,14 +174,13 @@ func (t *tracker) mark(name string, stage int, at time.Time) {
 func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if cfg.Runtime == "containerd" {
+		return runContainerd(ctx, cfg, w)
+	}
 	if cfg.API == "" {
 		parent := cfg.DataDir
 		if parent == "" {
-			// The file store writes consumer state files ~10 times a second per consumer; on tmpfs that
-			// measures podbus rather than the disk. --data-dir puts it on a real disk.
-			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-				parent = "/dev/shm"
-			}
+			parent = tmpParent()
 		}
 		if parent != "" {
 			if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -191,9 +210,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		return err
 	}
 	if cfg.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(w, res)
 	}
 	fmt.Fprintf(w, "pods %d on %d nodes: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
 		res.Pods, res.Nodes, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
@@ -223,58 +240,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		t.pods[names[i]] = &podTimes{}
 	}
 
-	// Observe decisions on pod.scheduled as they are published (core subscription, no consumer state).
-	sub, err := conn.NC.Subscribe(bus.SubjPodScheduled, func(m *nats.Msg) {
-		now := time.Now()
-		var d pb.SchedulingDecision
-		if proto.Unmarshal(m.Data, &d) != nil || d.GetNamespace() != cfg.Namespace {
-			return
-		}
-		if d.GetUnschedulable() {
-			return
-		}
-		t.mark(d.GetName(), 1, now)
-	})
+	stopObserving, err := t.observe(ctx, conn, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	kv, err := conn.JS.KeyValue(ctx, bus.BucketPods)
-	if err != nil {
-		return nil, err
-	}
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	watcher, err := kv.Watch(wctx, bus.PodKeyPrefix(cfg.Namespace), jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, err
-	}
-	unsch := map[string]bool{}
-	go func() {
-		for e := range watcher.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			now := time.Now()
-			var p pb.Pod
-			if proto.Unmarshal(e.Value(), &p) != nil {
-				continue
-			}
-			name := p.GetMetadata().GetName()
-			if p.GetSpec().GetNodeName() != "" {
-				t.mark(name, 2, now)
-			} else if c := podutil.PodCondition(&p, podutil.PodScheduled); c != nil && c.GetStatus() == podutil.False && !unsch[name] {
-				unsch[name] = true
-				t.unsch.Add(1)
-			}
-			if p.GetStatus().GetPhase() == "Running" {
-				t.mark(name, 3, now)
-			}
-			if c := podutil.PodCondition(&p, podutil.PodReady); c != nil && c.GetStatus() == podutil.True {
-				t.mark(name, 4, now)
-			}
-		}
-	}()
+	defer stopObserving()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
 	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods", cfg.API, cfg.Namespace)
@@ -379,6 +349,77 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	res.SubmitRate = float64(t.count[0].Load()) / submitted.Seconds()
 	res.Throughput = float64(res.Ready) / total.Seconds()
 	return res, nil
+}
+
+// observe marks the stages of the tracker's pods as they happen: decisions on pod.scheduled (a core
+// subscription, no consumer state) and the pods bucket's updates (bound, running, ready).
+func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string) (stop func(), err error) {
+	sub, err := conn.NC.Subscribe(bus.SubjPodScheduled, func(m *nats.Msg) {
+		now := time.Now()
+		var d pb.SchedulingDecision
+		if proto.Unmarshal(m.Data, &d) != nil || d.GetNamespace() != namespace || d.GetUnschedulable() {
+			return
+		}
+		t.mark(d.GetName(), 1, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketPods)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	watcher, err := kv.Watch(wctx, bus.PodKeyPrefix(namespace), jetstream.UpdatesOnly())
+	if err != nil {
+		wcancel()
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	unsch := map[string]bool{}
+	go func() {
+		for e := range watcher.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			now := time.Now()
+			var p pb.Pod
+			if proto.Unmarshal(e.Value(), &p) != nil {
+				continue
+			}
+			name := p.GetMetadata().GetName()
+			if p.GetSpec().GetNodeName() != "" {
+				t.mark(name, 2, now)
+			} else if c := podutil.PodCondition(&p, podutil.PodScheduled); c != nil && c.GetStatus() == podutil.False && !unsch[name] {
+				unsch[name] = true
+				t.unsch.Add(1)
+			}
+			if p.GetStatus().GetPhase() == "Running" {
+				t.mark(name, 3, now)
+			}
+			if c := podutil.PodCondition(&p, podutil.PodReady); c != nil && c.GetStatus() == podutil.True {
+				t.mark(name, 4, now)
+			}
+		}
+	}()
+	return func() { wcancel(); _ = sub.Unsubscribe() }, nil
+}
+
+// tmpParent is where temporary data dirs go: tmpfs when there is one. The file store writes consumer state
+// files ~10 times a second per consumer; on tmpfs that measures podbus rather than the disk (--data-dir
+// puts it on a real disk).
+func tmpParent() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return ""
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func percentiles(ds []float64) Percentiles {

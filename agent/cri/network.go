@@ -34,8 +34,7 @@ func networkConfig(cfg Config) (*libcni.NetworkConfigList, *libcni.PluginConfig,
 	if err != nil || !prefix.Addr().Is4() || prefix.Bits() > 30 {
 		return nil, nil, fmt.Errorf("pod CIDR %q: need an IPv4 range like 10.244.1.0/24", cfg.PodCIDR)
 	}
-	sum := sha256.Sum256([]byte(cfg.NodeName))
-	short := hex.EncodeToString(sum[:])[:8]
+	short := nodeHash(cfg.NodeName)
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "podbus-" + short,
@@ -71,6 +70,15 @@ func networkConfig(cfg Config) (*libcni.NetworkConfigList, *libcni.PluginConfig,
 	}
 	return list, lo, nil
 }
+
+func nodeHash(node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// BridgeFor is the Linux bridge the pods of node attach to (created by CNI ADD of its first pod, left in
+// place when the runtime stops: whoever removes the node for good deletes it).
+func BridgeFor(node string) string { return "pb" + nodeHash(node) }
 
 // NetworkName is the name of the node's CNI network (host-local keeps its reservations in
 // StateDir/ipam/<NetworkName>).

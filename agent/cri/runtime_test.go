@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -401,5 +402,39 @@ func TestInterruptedSandboxStart(t *testing.T) {
 	ipam, _ := filepath.Glob(filepath.Join(state, "ipam", r.NetworkName(), "1*"))
 	if len(ipam) != 0 {
 		t.Errorf("IP reservations left: %v", ipam)
+	}
+}
+
+// CNI CHECK notices a broken pod network: with the pod's veth deleted on the host, CheckSandbox fails,
+// and RemoveSandbox still cleans up.
+func TestCheckSandboxNoticesBrokenNetwork(t *testing.T) {
+	requireContainerd(t)
+	_, busybox := startRegistry(t)
+	r := newRuntime(t, testNode(), testCIDR(), testNamespace(), "")
+	ctx := context.Background()
+	sb, _ := runPod(t, r, newPod("victim", ctr("sleeper", busybox, "sleep", "3600")))
+	if err := r.CheckSandbox(ctx, sb); err != nil {
+		t.Fatalf("CheckSandbox of a healthy pod: %v", err)
+	}
+	// The bridge is the node's own and this is its only pod: its one port is the pod's veth.
+	out, err := exec.Command("ip", "-o", "link", "show", "master", r.BridgeName()).Output()
+	if err != nil {
+		t.Fatalf("ip link show master %s: %v", r.BridgeName(), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("ports of %s: %q, want one", r.BridgeName(), out)
+	}
+	veth, _, _ := strings.Cut(strings.TrimSpace(strings.SplitN(lines[0], ":", 3)[1]), "@")
+	if b, err := exec.Command("ip", "link", "del", veth).CombinedOutput(); err != nil {
+		t.Fatalf("ip link del %s: %v: %s", veth, err, b)
+	}
+	err = r.CheckSandbox(ctx, sb)
+	if err == nil {
+		t.Fatal("CheckSandbox passed with the pod's veth deleted")
+	}
+	t.Logf("CheckSandbox: %v", err)
+	if err := r.RemoveSandbox(ctx, sb); err != nil {
+		t.Errorf("RemoveSandbox of the broken pod: %v", err)
 	}
 }

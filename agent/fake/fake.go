@@ -60,7 +60,8 @@ type Runtime struct {
 	ipam       *ipam
 	sandboxes  map[string]*sandbox // by pod uid
 	containers map[agent.ContainerID]*container
-	images     map[string]bool // nil: all present
+	images     map[string]bool  // nil: all present
+	checkErr   map[string]error // CheckSandbox's answer by pod uid (SetCheckError)
 	nextID     uint64
 }
 
@@ -147,7 +148,25 @@ func (r *Runtime) CheckSandbox(_ context.Context, sb agent.Sandbox) error {
 	if !ok || s.sb.ID != sb.ID {
 		return fmt.Errorf("sandbox %s: %w", sb.ID, agent.ErrNotFound)
 	}
+	if err := r.checkErr[sb.PodUID]; err != nil {
+		return fmt.Errorf("CNI CHECK of sandbox %s: %w", sb.ID, err)
+	}
 	return nil
+}
+
+// SetCheckError makes CheckSandbox of the pod's sandbox fail with err (a broken pod network); nil
+// repairs it.
+func (r *Runtime) SetCheckError(podUID string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		delete(r.checkErr, podUID)
+		return
+	}
+	if r.checkErr == nil {
+		r.checkErr = map[string]error{}
+	}
+	r.checkErr[podUID] = err
 }
 
 // RemoveSandbox implements agent.SandboxManager.

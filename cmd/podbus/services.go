@@ -85,11 +85,19 @@ func runScheduler(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
 	c.register(fs, "scheduler")
+	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName); every replica must load the same")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	var profiles []scheduler.Profile
+	if *profile != "" {
+		var err error
+		if profiles, err = scheduler.LoadProfiles(*profile); err != nil {
+			return err
+		}
+	}
 	return c.serve(ctx, "scheduler", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return scheduler.New(scheduler.Config{ID: c.id}, cn)
+		return scheduler.New(scheduler.Config{ID: c.id, Profiles: profiles}, cn)
 	})
 }
 
@@ -278,6 +286,7 @@ func runUp(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Runtime, "runtime", up.RuntimeAuto, "auto: one real node (containerd) next to the simulated ones if this machine can run it; containerd: require it; fake: simulated nodes only")
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
+	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -295,7 +304,7 @@ func runUp(ctx context.Context, args []string) error {
 		fmt.Printf("simulated nodes only: %v\n", c.NoRealNode)
 	}
 	if c.RealNode != "" {
-		fmt.Printf("real node %s runs pods with containerd (pod CIDR %s)\n", c.RealNode, up.RealPodCIDR)
+		fmt.Printf("real node %s runs pods with containerd (pod CIDR %s)\n", c.RealNode, cfg.RealNodePodCIDR)
 	}
 	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
 	<-ctx.Done()

@@ -20,7 +20,7 @@ const (
 // DefaultRealNode names the real node.
 const DefaultRealNode = "node-real"
 
-// RealPodCIDR is the real node's pod range: apart from the simulated nodes' 10.42.0.0/15 and up, and
+// RealPodCIDR is the real node's default pod range: apart from the simulated nodes' 10.42.0.0/15 and up, and
 // from docker's 172.17.0.0/16.
 const RealPodCIDR = "10.244.1.0/24"
 
@@ -59,7 +59,8 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn) (runner, erro
 	rt, err := cri.New(ctx, cri.Config{
 		NodeName:  cfg.RealNode,
 		Address:   cfg.ContainerdAddress,
-		PodCIDR:   RealPodCIDR,
+		Namespace: cfg.ContainerdNamespace,
+		PodCIDR:   cfg.RealNodePodCIDR,
 		StateDir:  filepath.Join(cfg.DataDir, "agent", cfg.RealNode),
 		PlainHTTP: cfg.PlainHTTPRegistries,
 		Logger:    cfg.Logger,
@@ -69,7 +70,7 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn) (runner, erro
 	}
 	a, err := agent.New(agent.Config{
 		Node:              cfg.RealNode,
-		PodCIDR:           RealPodCIDR,
+		PodCIDR:           cfg.RealNodePodCIDR,
 		CPU:               cpu,
 		Memory:            mem,
 		MaxPods:           110,

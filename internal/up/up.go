@@ -64,6 +64,11 @@ type Config struct {
 	RealNode            string
 	ContainerdAddress   string
 	PlainHTTPRegistries []string
+	// RealNodePodCIDR is the real node's pod range (default RealPodCIDR) and ContainerdNamespace its
+	// containerd namespace (default cri.DefaultNamespace): clusters running side by side (tests) each
+	// need their own.
+	RealNodePodCIDR     string
+	ContainerdNamespace string
 }
 
 func (c *Config) defaults() {
@@ -96,6 +101,9 @@ func (c *Config) defaults() {
 	}
 	if c.RealNode == "" {
 		c.RealNode = DefaultRealNode
+	}
+	if c.RealNodePodCIDR == "" {
+		c.RealNodePodCIDR = RealPodCIDR
 	}
 }
 

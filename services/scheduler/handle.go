@@ -59,13 +59,27 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	s.cache.Forget(uid)
 	s.parks.Remove(uid)
 
+	algo := s.profileFor(pod)
+	if algo == nil {
+		// Another scheduler's pod (spec.schedulerName names no profile of ours): leave it alone, as
+		// kube-scheduler does; it stays pending.
+		bus.Count("scheduler.skipped_other_scheduler", 1)
+		return nil
+	}
 	s.cycle.Lock()
 	snap, seen := s.cache.Snapshot()
 	pi := framework.NewPodInfo(pod)
-	res, err := s.algo.schedule(snap, pi)
+	c := algo.acquire()
+	defer algo.release(c)
+	res, err := algo.run(c, snap, pi)
 	var assumeErr error
 	if err == nil {
 		assumeErr = s.cache.Assume(pi, res.node, m.StreamSeq)
+		if assumeErr == nil {
+			if assumeErr = algo.reserve(c, pi, res.node); assumeErr != nil {
+				s.cache.Forget(uid)
+			}
+		}
 	}
 	// decidedAt is read inside the cycle: decisions are published concurrently and may reach the stream
 	// out of order, and a replay (podbus audit what-if) puts them back in the order they were made.
@@ -84,7 +98,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			return fmt.Errorf("schedule %s: %w", d.GetName(), assumeErr)
 		}
 		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
-			s.cache.Forget(uid) // undo: nobody will commit this assumption
+			algo.unreserve(c, pi, res.node) // undo: nobody will commit this assumption
+			s.cache.Forget(uid)
 			return err
 		}
 		bus.Count("scheduler.decisions", 1)
@@ -102,7 +117,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
 			return err
 		}
-		s.parks.Add(pod, pp.GetRevision(), seen)
+		s.parks.Add(pod, pp.GetRevision(), seen, curedByPodAdds(fit))
 		bus.Count("scheduler.decisions", 1)
 		bus.Count("scheduler.unschedulable", 1)
 		return nil

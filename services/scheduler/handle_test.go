@@ -22,7 +22,7 @@ func TestHandlePendingBeforeDecision(t *testing.T) {
 	c := cache.New(cache.Options{})
 	c.UpsertNode(st.Node("n1").Obj(), 4)
 	pub := &fakePublisher{}
-	s := &Service{cache: c, pub: pub, algo: testAlgorithm(t), now: time.Now,
+	s := &Service{cache: c, pub: pub, algos: map[string]*algorithm{DefaultSchedulerName: testAlgorithm(t)}, now: time.Now,
 		parks: newRequeuer(pub, time.Second, c.Changes, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	data, _ := proto.Marshal(&pb.PendingPod{Pod: st.Pod("p", "u1").Obj(), Revision: 3, Cause: CauseNodeChanged})
 	noUID, _ := proto.Marshal(&pb.PendingPod{Pod: st.Pod("p", "").Obj()})

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 
@@ -18,31 +19,120 @@ const (
 	MostAllocated  = "MostAllocated"  // pack pods onto the fullest nodes that fit
 )
 
-// Profile changes the scheduler's scoring, like a kube-scheduler profile. The zero Profile is the
-// default plugin set (DefaultPlugins). As YAML:
+// DefaultSchedulerName is the profile a pod without spec.schedulerName gets (Kubernetes' default).
+const DefaultSchedulerName = "default-scheduler"
+
+// resourceScoreAlias names the resource score plugin in weights whichever strategy is chosen: in
+// kube-scheduler NodeResourcesFit itself scores (weight 1 by default).
+const resourceScoreAlias = "NodeResourcesFit"
+
+// Profile is one scheduler profile, like a kube-scheduler profile: the pods whose spec.schedulerName
+// is SchedulerName are scheduled with it. The zero Profile is the default plugin set (DefaultPlugins)
+// for "default-scheduler". A profile file holds one profile (the original form) or several:
 //
 //	scoring: MostAllocated       # or LeastAllocated (default)
 //	weights:                     # score plugin name -> weight (0 drops a score-only plugin)
 //	  TaintToleration: 3
 //	  NodeAffinity: 2
+//	percentageOfNodesToScore: 0  # 0 adaptive (default), 1..100
+//
+//	percentageOfNodesToScore: 50 # default for the profiles below that do not set it
+//	profiles:
+//	- schedulerName: default-scheduler
+//	- schedulerName: packer
+//	  scoring: MostAllocated
+//	  weights: {NodeResourcesFit: 5, ImageLocality: 0}
+//
+// Weights: TaintToleration 3, NodeAffinity 2, PodTopologySpread 2, InterPodAffinity 2, the resource
+// score (NodeResourcesLeastAllocated or NodeResourcesMostAllocated, also settable as NodeResourcesFit)
+// 1, NodeResourcesBalancedAllocation 1, ImageLocality 1, as kube-scheduler's defaults.
 type Profile struct {
-	Scoring string           `json:"scoring,omitempty"`
-	Weights map[string]int64 `json:"weights,omitempty"`
+	SchedulerName string           `json:"schedulerName,omitempty"`
+	Scoring       string           `json:"scoring,omitempty"`
+	Weights       map[string]int64 `json:"weights,omitempty"`
+	// PercentageOfNodesToScore bounds the feasible nodes searched for (see numFeasibleNodesToFind):
+	// nil or 0 is adaptive, 100 all nodes.
+	PercentageOfNodesToScore *int `json:"percentageOfNodesToScore,omitempty"`
 }
 
-// ParseProfile reads a YAML (or JSON) profile; unknown fields are errors.
-func ParseProfile(data []byte) (Profile, error) {
-	var p Profile
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
-		return Profile{}, fmt.Errorf("%w: profile: %v", ErrConfig, err)
+// profileFile is the file format: a single profile inline, or a list.
+type profileFile struct {
+	Profile  `json:",inline"`
+	Profiles []Profile `json:"profiles,omitempty"`
+}
+
+// Name is the profile's scheduler name (DefaultSchedulerName when empty).
+func (p Profile) Name() string {
+	if p.SchedulerName == "" {
+		return DefaultSchedulerName
 	}
-	if _, err := p.Plugins(); err != nil {
+	return p.SchedulerName
+}
+
+func (p Profile) percentage() int {
+	if p.PercentageOfNodesToScore == nil {
+		return 0
+	}
+	return *p.PercentageOfNodesToScore
+}
+
+// ParseProfiles reads a YAML (or JSON) profile file, either form; unknown fields are errors.
+func ParseProfiles(data []byte) ([]Profile, error) {
+	var f profileFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("%w: profile: %v", ErrConfig, err)
+	}
+	ps := []Profile{f.Profile}
+	if len(f.Profiles) > 0 {
+		if f.SchedulerName != "" || f.Scoring != "" || f.Weights != nil {
+			return nil, fmt.Errorf("%w: profile: schedulerName, scoring and weights go inside profiles when profiles is set", ErrConfig)
+		}
+		ps = f.Profiles
+		for i := range ps {
+			if ps[i].PercentageOfNodesToScore == nil {
+				ps[i].PercentageOfNodesToScore = f.PercentageOfNodesToScore
+			}
+		}
+	}
+	if err := validateProfiles(ps); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
+func validateProfiles(ps []Profile) error {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if seen[p.Name()] {
+			return fmt.Errorf("%w: two profiles for schedulerName %q", ErrConfig, p.Name())
+		}
+		seen[p.Name()] = true
+		if _, err := p.Plugins(); err != nil {
+			return err
+		}
+		if pc := p.percentage(); pc < 0 || pc > 100 {
+			return fmt.Errorf("%w: profile %q: percentageOfNodesToScore %d not in 0..100", ErrConfig, p.Name(), pc)
+		}
+	}
+	return nil
+}
+
+// ParseProfile reads a profile file and returns its one profile, or, in a file with several, the
+// default-scheduler's (else the first): tools that replay decisions with one profile use it.
+func ParseProfile(data []byte) (Profile, error) {
+	ps, err := ParseProfiles(data)
+	if err != nil {
 		return Profile{}, err
 	}
-	return p, nil
+	for _, p := range ps {
+		if p.Name() == DefaultSchedulerName {
+			return p, nil
+		}
+	}
+	return ps[0], nil
 }
 
-// LoadProfile reads a profile file.
+// LoadProfile reads a profile file (see ParseProfile).
 func LoadProfile(path string) (Profile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -51,19 +141,35 @@ func LoadProfile(path string) (Profile, error) {
 	return ParseProfile(data)
 }
 
+// LoadProfiles reads a profile file with one or several profiles.
+func LoadProfiles(path string) ([]Profile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read profile: %w", err)
+	}
+	return ParseProfiles(data)
+}
+
 // Plugins returns the profile's plugin set: DefaultPlugins with the resource score plugin chosen by
 // Scoring and the weights overridden. A weight of 0 drops a score-only plugin.
 func (p Profile) Plugins() ([]framework.Registration, error) {
 	regs := DefaultPlugins()
+	resourceScore := noderesources.LeastAllocatedName
 	switch p.Scoring {
 	case "", LeastAllocated:
 	case MostAllocated:
 		i := slices.IndexFunc(regs, func(r framework.Registration) bool { return r.Plugin.Name() == noderesources.LeastAllocatedName })
 		regs[i] = framework.Registration{Plugin: mostallocated.New(), Weight: regs[i].Weight}
+		resourceScore = mostallocated.Name
 	default:
 		return nil, fmt.Errorf("%w: scoring %q (want %s or %s)", ErrConfig, p.Scoring, LeastAllocated, MostAllocated)
 	}
-	for name, w := range p.Weights {
+	// Sorted, so that an error names the same plugin every time.
+	for _, name := range slices.Sorted(maps.Keys(p.Weights)) {
+		w := p.Weights[name]
+		if name == resourceScoreAlias {
+			name = resourceScore
+		}
 		i := slices.IndexFunc(regs, func(r framework.Registration) bool { return r.Plugin.Name() == name })
 		if i < 0 {
 			return nil, fmt.Errorf("%w: weight for unknown plugin %q", ErrConfig, name)
@@ -87,14 +193,7 @@ func (p Profile) Plugins() ([]framework.Registration, error) {
 	return regs, nil
 }
 
-// Simulator runs scheduling cycles exactly as a replica does (same plugins, same uid-seeded choices)
-// on snapshots the caller builds, for tools that replay or re-run recorded decisions.
-type Simulator struct {
-	algo *algorithm
-}
-
-// NewSimulator returns a simulator for the profile.
-func NewSimulator(p Profile) (*Simulator, error) {
+func (p Profile) algorithm() (*algorithm, error) {
 	regs, err := p.Plugins()
 	if err != nil {
 		return nil, err
@@ -103,7 +202,25 @@ func NewSimulator(p Profile) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Simulator{algo: newAlgorithm(fw)}, nil
+	return newAlgorithm(fw, p.percentage()), nil
+}
+
+// Simulator runs scheduling cycles exactly as a replica does (same plugins, same uid-seeded choices)
+// on snapshots the caller builds, for tools that replay or re-run recorded decisions.
+type Simulator struct {
+	algo *algorithm
+}
+
+// NewSimulator returns a simulator for the profile.
+func NewSimulator(p Profile) (*Simulator, error) {
+	if err := validateProfiles([]Profile{p}); err != nil {
+		return nil, err
+	}
+	algo, err := p.algorithm()
+	if err != nil {
+		return nil, err
+	}
+	return &Simulator{algo: algo}, nil
 }
 
 // Result is the outcome of one simulated cycle that found a node.

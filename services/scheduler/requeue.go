@@ -11,6 +11,10 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/cache"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
+	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
 )
 
 // CauseNodeChanged is the PendingPod cause of a requeue.
@@ -46,6 +50,24 @@ type parkedPod struct {
 	pod     *pb.Pod
 	rev     uint64
 	trigger string // "" while waiting for a change
+	// podAdds: a pod placed somewhere may let this one fit (it waits for pod affinity or for spread),
+	// so it also wakes on the cache's pod-added triggers, which the others ignore.
+	podAdds bool
+}
+
+// curedByPodAdds reports whether a pod rejected for fit may fit once another pod is placed: pod
+// affinity wants a matching pod in the domain, and topology spread a higher minimum elsewhere.
+// Everything else (resources, anti-affinity, taints, ...) is helped only by pods leaving or nodes
+// changing, which wake every parked pod.
+func curedByPodAdds(fit *framework.FitError) bool {
+	if fit == nil {
+		return false
+	}
+	if fit.PreFilterMsg != "" {
+		return false
+	}
+	return fit.Reasons[interpodaffinity.ErrReasonAffinityRulesNotMatch] > 0 ||
+		fit.Reasons[podtopologyspread.ErrReasonConstraintsNotMatch] > 0
 }
 
 func newRequeuer(pub publisher, backoff time.Duration, changes func() (uint64, string), log *slog.Logger) *requeuer {
@@ -58,11 +80,12 @@ func newRequeuer(pub publisher, backoff time.Duration, changes func() (uint64, s
 // Add parks an unschedulable pod. seen is the cache's change count of the snapshot the pod was judged
 // against: if the cache changed since, the change may have been missed, so the pod is due at once.
 // The check runs under the lock that Trigger takes, so no change falls between the two.
-func (r *requeuer) Add(pod *pb.Pod, rev uint64, seen uint64) {
+// podAdds: the pod also wakes when another pod is placed (see curedByPodAdds).
+func (r *requeuer) Add(pod *pb.Pod, rev uint64, seen uint64, podAdds bool) {
 	uid := pod.GetMetadata().GetUid()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := &parkedPod{pod: pod, rev: rev}
+	p := &parkedPod{pod: pod, rev: rev, podAdds: podAdds}
 	if n, t := r.changes(); n != seen {
 		p.trigger = t
 	}
@@ -94,14 +117,21 @@ func (r *requeuer) Len() int {
 	return len(r.parked)
 }
 
-// Trigger marks every parked pod due because of the change named trigger.
+// Trigger marks every parked pod due because of the change named trigger; a pod-added trigger (see
+// cache.IsPodAdded) only those waiting for pods.
 func (r *requeuer) Trigger(trigger string) {
+	onlyPodAdds := cache.IsPodAdded(trigger)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	woke := false
 	for _, p := range r.parked {
+		if onlyPodAdds && !p.podAdds {
+			continue
+		}
 		p.trigger = trigger
+		woke = true
 	}
-	if len(r.parked) > 0 {
+	if woke {
 		r.poke()
 	}
 }

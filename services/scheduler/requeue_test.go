@@ -15,6 +15,9 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
+	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
 	st "github.com/podbus/podbus/services/scheduler/schedtest"
 )
 
@@ -78,8 +81,8 @@ func TestRequeuer(t *testing.T) {
 	r, pub, ch, clk := newTestRequeuer(time.Second)
 	a, b := st.Pod("a", "ua").Obj(), st.Pod("b", "ub").Obj()
 
-	r.Add(a, 10, 0)
-	r.Add(b, 11, 0)
+	r.Add(a, 10, 0, false)
+	r.Add(b, 11, 0, false)
 	if next := r.flush(ctx); next != 0 || len(pub.take()) != 0 {
 		t.Fatalf("nothing is due without a change (next %v)", next)
 	}
@@ -97,7 +100,7 @@ func TestRequeuer(t *testing.T) {
 	}
 
 	// a comes back unschedulable and a change arrives within the backoff: delayed, not lost.
-	r.Add(a, 12, 0)
+	r.Add(a, 12, 0, false)
 	clk.t = clk.t.Add(300 * time.Millisecond)
 	r.Trigger("a7")
 	if next := r.flush(ctx); next != 700*time.Millisecond {
@@ -114,7 +117,7 @@ func TestRequeuer(t *testing.T) {
 
 	// Added after a change the snapshot did not include: due at once, with that change's trigger.
 	ch.n, ch.last = 3, "n9"
-	r.Add(b, 13, 2)
+	r.Add(b, 13, 2, false)
 	clk.t = clk.t.Add(time.Second)
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-ub-n9"}, pub.take()); diff != "" {
@@ -122,7 +125,7 @@ func TestRequeuer(t *testing.T) {
 	}
 
 	// Removed pods are not requeued.
-	r.Add(a, 14, 3)
+	r.Add(a, 14, 3, false)
 	r.Remove("ua")
 	r.Trigger("n10")
 	clk.t = clk.t.Add(time.Second)
@@ -135,7 +138,7 @@ func TestRequeuer(t *testing.T) {
 func TestRequeuerPublishFailureKeepsPod(t *testing.T) {
 	ctx := context.Background()
 	r, pub, _, clk := newTestRequeuer(time.Second)
-	r.Add(st.Pod("a", "ua").Obj(), 1, 0)
+	r.Add(st.Pod("a", "ua").Obj(), 1, 0, false)
 	pub.fail = errors.New("nats down")
 	r.Trigger("n1")
 	if next := r.flush(ctx); next != time.Second {
@@ -149,6 +152,43 @@ func TestRequeuerPublishFailureKeepsPod(t *testing.T) {
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-ua-n1"}, pub.take()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// A pod placed somewhere (a "p" trigger) wakes only the pods that wait for pods: pod affinity and
+// topology spread; a pod rejected for cpu stays parked.
+func TestRequeuerPodAddedWakesOnlyAffinityWaiters(t *testing.T) {
+	ctx := context.Background()
+	r, pub, _, _ := newTestRequeuer(time.Second)
+	r.Add(st.Pod("cpu", "u-cpu").Obj(), 1, 0, false)
+	r.Add(st.Pod("aff", "u-aff").Obj(), 2, 0, true)
+	r.Trigger("p7")
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-u-aff-p7"}, pub.take()); diff != "" {
+		t.Errorf("pod-added trigger (-want +got):\n%s", diff)
+	}
+	r.Trigger("a8") // a pod left: everyone may fit now
+	r.flush(ctx)
+	if diff := cmp.Diff([]string{"retry-u-cpu-a8"}, pub.take()); diff != "" {
+		t.Errorf("alloc-shrunk trigger (-want +got):\n%s", diff)
+	}
+}
+
+func TestCuredByPodAdds(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		fit  *framework.FitError
+		want bool
+	}{
+		{"no fit error", nil, false},
+		{"resources", &framework.FitError{Reasons: map[string]int32{"Insufficient cpu": 3}}, false},
+		{"anti-affinity", &framework.FitError{Reasons: map[string]int32{interpodaffinity.ErrReasonAntiAffinityRulesNotMatch: 3}}, false},
+		{"affinity", &framework.FitError{Reasons: map[string]int32{"Insufficient cpu": 1, interpodaffinity.ErrReasonAffinityRulesNotMatch: 2}}, true},
+		{"spread", &framework.FitError{Reasons: map[string]int32{podtopologyspread.ErrReasonConstraintsNotMatch: 2}}, true},
+	} {
+		if got := curedByPodAdds(tt.fit); got != tt.want {
+			t.Errorf("%s: got %v", tt.name, got)
+		}
 	}
 }
 

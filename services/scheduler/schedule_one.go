@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 
@@ -13,18 +14,23 @@ import (
 // returns the same node, so any decision can be replayed.
 
 // Like Kubernetes, large clusters are not filtered exhaustively: the search stops once
-// numFeasibleNodesToFind nodes fit (at least 100, or an adaptive percentage of the cluster).
+// numFeasibleNodesToFind nodes fit — the profile's percentageOfNodesToScore of the cluster, or with 0
+// the adaptive default (50% minus 1% per 125 nodes, at least 5%), and never fewer than 100 nodes.
+// The nodes are visited from an offset drawn from the pod's uid-seeded generator, wrapping around
+// (kube-scheduler instead resumes where the previous pod stopped, which no replay can reproduce).
 const (
 	minFeasibleNodesToFind           = 100
 	minFeasibleNodesPercentageToFind = 5
 )
 
-func numFeasibleNodesToFind(numAllNodes int) int {
+func numFeasibleNodesToFind(percentage, numAllNodes int) int {
 	if numAllNodes < minFeasibleNodesToFind {
 		return numAllNodes
 	}
-	percentage := max(50-numAllNodes/125, minFeasibleNodesPercentageToFind)
-	return max(numAllNodes*percentage/100, minFeasibleNodesToFind)
+	if percentage <= 0 {
+		percentage = max(50-numAllNodes/125, minFeasibleNodesPercentageToFind)
+	}
+	return min(max(numAllNodes*min(percentage, 100)/100, minFeasibleNodesToFind), numAllNodes)
 }
 
 // scheduleResult is the outcome of a cycle that found a node.
@@ -38,12 +44,14 @@ type scheduleResult struct {
 // algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
 // takes its reusable buffers from a pool.
 type algorithm struct {
-	fw   *framework.Framework
-	pool sync.Pool
+	fw *framework.Framework
+	// percentage is percentageOfNodesToScore (0: adaptive).
+	percentage int
+	pool       sync.Pool
 }
 
-func newAlgorithm(fw *framework.Framework) *algorithm {
-	a := &algorithm{fw: fw}
+func newAlgorithm(fw *framework.Framework, percentageOfNodesToScore int) *algorithm {
+	a := &algorithm{fw: fw, percentage: percentageOfNodesToScore}
 	a.pool.New = func() any { return newCycle(fw) }
 	return a
 }
@@ -54,6 +62,7 @@ type cycle struct {
 	pcg       *rand.PCG
 	rng       *rand.Rand
 	skip      []bool
+	skipScore []bool
 	feasible  []*framework.NodeInfo
 	perPlugin [][]framework.NodeScore
 	totals    []framework.NodeScore
@@ -66,6 +75,7 @@ func newCycle(fw *framework.Framework) *cycle {
 		pcg:       pcg,
 		rng:       rand.New(pcg),
 		skip:      make([]bool, fw.NumFilters()),
+		skipScore: make([]bool, fw.NumScores()),
 		perPlugin: make([][]framework.NodeScore, fw.NumScores()),
 	}
 }
@@ -84,14 +94,43 @@ func (c *cycle) seed(uid string) {
 // schedule finds a node for pod in snap. Errors: framework.ErrNoNodesAvailable, *framework.FitError
 // (unschedulable), or an internal error from a plugin.
 func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (scheduleResult, error) {
+	c := a.acquire()
+	defer a.release(c)
+	return a.run(c, snap, pod)
+}
+
+// acquire takes a cycle from the pool; release gives it back. A caller that runs Reserve keeps the
+// cycle (its state) until the decision is published or undone.
+func (a *algorithm) acquire() *cycle  { return a.pool.Get().(*cycle) }
+func (a *algorithm) release(c *cycle) { c.state.Reset(); a.pool.Put(c) }
+
+// reserve runs the Reserve plugins of a cycle that found node (after the cache assumed the pod there).
+func (a *algorithm) reserve(c *cycle, pod *framework.PodInfo, node string) error {
+	if st := a.fw.RunReservePlugins(c.state, pod, node); !st.IsSuccess() {
+		if err := st.AsError(); err != nil {
+			return err
+		}
+		return fmt.Errorf("reserve on %s: %s", node, st.Message())
+	}
+	return nil
+}
+
+// unreserve undoes reserve when the decision is lost.
+func (a *algorithm) unreserve(c *cycle, pod *framework.PodInfo, node string) {
+	a.fw.RunUnreservePlugins(c.state, pod, node)
+}
+
+// run is one cycle on c. Errors: framework.ErrNoNodesAvailable, *framework.FitError (unschedulable),
+// or an internal error from a plugin.
+func (a *algorithm) run(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) (scheduleResult, error) {
 	n := snap.NumNodes()
 	if n == 0 {
 		return scheduleResult{}, framework.ErrNoNodesAvailable
 	}
-	c := a.pool.Get().(*cycle)
-	defer a.pool.Put(c)
 	c.state.Reset()
+	c.state.SetSnapshot(snap)
 	clear(c.skip)
+	clear(c.skipScore)
 	c.seed(pod.UID())
 
 	if st := a.fw.RunPreFilterPlugins(c.state, pod, c.skip); !st.IsSuccess() {
@@ -123,7 +162,7 @@ func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (
 func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) ([]*framework.NodeInfo, int, map[string]int32, error) {
 	nodes := snap.Nodes()
 	n := len(nodes)
-	want := numFeasibleNodesToFind(n)
+	want := numFeasibleNodesToFind(a.percentage, n)
 	start := c.rng.IntN(n)
 	feasible := c.feasible[:0]
 	var reasons map[string]int32
@@ -157,7 +196,10 @@ func (a *algorithm) prioritizeNodes(c *cycle, pod *framework.PodInfo, feasible [
 		totals = append(totals, framework.NodeScore{})
 	}
 	c.totals = totals
-	perPlugin, st := a.fw.RunScorePlugins(c.state, pod, feasible, c.perPlugin, totals)
+	if st := a.fw.RunPreScorePlugins(c.state, pod, feasible, c.skipScore); !st.IsSuccess() {
+		return nil, st.AsError()
+	}
+	perPlugin, st := a.fw.RunScorePlugins(c.state, pod, feasible, c.skipScore, c.perPlugin, totals)
 	c.perPlugin = perPlugin
 	if err := st.AsError(); err != nil {
 		return nil, err

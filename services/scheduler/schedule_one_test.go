@@ -18,7 +18,7 @@ func testAlgorithm(t testing.TB) *algorithm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newAlgorithm(fw)
+	return newAlgorithm(fw, 0)
 }
 
 // equalNodes returns n identical, empty, ready nodes.
@@ -92,7 +92,9 @@ func TestSchedule(t *testing.T) {
 		}, "b", 0, "", nil},
 		{"nodeName", st.Pod("p", "u").NodeName("small"), []*framework.NodeInfo{big.Info(), small.Info()}, "small", 0, "", nil},
 		// total = 3*100 (taints) + 2*0 (affinity) + 1*leastAllocated(cpu 93, memory 98 -> 95)
-		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95, "", nil},
+		// + 1*balancedAllocation(fractions 1/16 and 1/64: (1 - 0.0234) * 100 -> 97); spread, inter-pod
+		// affinity and image locality skip (no constraints, no pods, no images).
+		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95 + 97, "", nil},
 		{"no nodes", st.Pod("p", "u"), nil, "", 0, "no nodes available to schedule pods", nil},
 		{"one reason per node", st.Pod("p", "u").Req("3", "1Gi").NodeSelector("zone", "z1"), []*framework.NodeInfo{
 			big.Info(),
@@ -142,11 +144,14 @@ func TestSchedule(t *testing.T) {
 }
 
 func TestNumFeasibleNodesToFind(t *testing.T) {
-	for _, tt := range []struct{ all, want int }{
-		{10, 10}, {99, 99}, {100, 100}, {1000, 420}, {5000, 500}, {6000, 300}, {10000, 500}, {1500, 570},
+	for _, tt := range []struct{ percentage, all, want int }{
+		// adaptive: 50% - all/125, at least 5%, at least 100 nodes
+		{0, 10, 10}, {0, 99, 99}, {0, 100, 100}, {0, 1000, 420}, {0, 5000, 500}, {0, 6000, 300}, {0, 10000, 500}, {0, 1500, 570},
+		// configured
+		{100, 5000, 5000}, {10, 5000, 500}, {1, 5000, 100}, {50, 150, 100}, {30, 50, 50}, {150, 500, 500},
 	} {
-		if got := numFeasibleNodesToFind(tt.all); got != tt.want {
-			t.Errorf("numFeasibleNodesToFind(%d) = %d, want %d", tt.all, got, tt.want)
+		if got := numFeasibleNodesToFind(tt.percentage, tt.all); got != tt.want {
+			t.Errorf("numFeasibleNodesToFind(%d, %d) = %d, want %d", tt.percentage, tt.all, got, tt.want)
 		}
 	}
 }

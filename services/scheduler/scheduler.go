@@ -29,11 +29,15 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/cache"
 	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/balancedallocation"
+	"github.com/podbus/podbus/services/scheduler/plugins/imagelocality"
+	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodename"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeready"
 	"github.com/podbus/podbus/services/scheduler/plugins/noderesources"
 	"github.com/podbus/podbus/services/scheduler/plugins/nodeunschedulable"
+	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
 	"github.com/podbus/podbus/services/scheduler/plugins/tainttoleration"
 )
 
@@ -47,9 +51,13 @@ type Config struct {
 	RequeueBackoff time.Duration
 	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
 	AssumeTTL time.Duration
-	// Profile changes scoring (zero: the default plugins, LeastAllocated).
+	// Profile changes scoring (zero: the default plugins, LeastAllocated); used when Profiles is empty.
 	Profile Profile
-	Logger  *slog.Logger
+	// Profiles, one per spec.schedulerName this replica serves. A pod whose schedulerName matches none
+	// is left alone (acked, never decided), as kube-scheduler ignores other schedulers' pods; since the
+	// replicas share one consumer, every replica must serve the same profiles.
+	Profiles []Profile
+	Logger   *slog.Logger
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -68,7 +76,7 @@ type Service struct {
 	now   func() time.Time
 
 	cache *cache.Cache
-	algo  *algorithm
+	algos map[string]*algorithm // by schedulerName
 	parks *requeuer
 	// cycle makes snapshot → schedule → assume one atomic step, so concurrent workers never place two pods
 	// in the same room; the publish that follows runs outside it, in parallel.
@@ -87,8 +95,21 @@ func DefaultPlugins() []framework.Registration {
 		{Plugin: tainttoleration.New(), Weight: 3},
 		{Plugin: nodeaffinity.New(), Weight: 2},
 		{Plugin: noderesources.NewFit()},
+		{Plugin: podtopologyspread.New(), Weight: 2},
+		{Plugin: interpodaffinity.New(), Weight: 2},
 		{Plugin: noderesources.NewLeastAllocated(), Weight: 1},
+		{Plugin: balancedallocation.New(), Weight: 1},
+		{Plugin: imagelocality.New(), Weight: 1},
 	}
+}
+
+// profileFor returns the algorithm of the pod's profile, nil when this replica has none for it.
+func (s *Service) profileFor(pod *pb.Pod) *algorithm {
+	name := pod.GetSpec().GetSchedulerName()
+	if name == "" {
+		name = DefaultSchedulerName
+	}
+	return s.algos[name]
 }
 
 // New returns a replica on conn. It does not touch the bus until Run.
@@ -108,13 +129,20 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	if cfg.AssumeTTL <= 0 {
 		cfg.AssumeTTL = cache.DefaultAssumeTTL
 	}
-	regs, err := cfg.Profile.Plugins()
-	if err != nil {
+	profiles := cfg.Profiles
+	if len(profiles) == 0 {
+		profiles = []Profile{cfg.Profile}
+	}
+	if err := validateProfiles(profiles); err != nil {
 		return nil, err
 	}
-	fw, err := framework.New(regs...)
-	if err != nil {
-		return nil, err
+	algos := make(map[string]*algorithm, len(profiles))
+	for _, p := range profiles {
+		a, err := p.algorithm()
+		if err != nil {
+			return nil, err
+		}
+		algos[p.Name()] = a
 	}
 	actor := "scheduler/" + cfg.ID
 	log := cfg.Logger
@@ -131,7 +159,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		log:   log,
 		now:   time.Now,
 		cache: cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),
-		algo:  newAlgorithm(fw),
+		algos: algos,
 		ready: make(chan struct{}),
 	}
 	s.parks = newRequeuer(pub, cfg.RequeueBackoff, s.cache.Changes, log)

@@ -11,13 +11,21 @@
 //	                                 ├──Forget: back on pod.pending (conflict) or deleted──▶ gone
 //	                                 └──TTL (30 s) without either──────────────────────────▶ expired
 //
+// Every NodeInfo lists the pods on its node (framework.PlacedPod: labels, namespace, priority, compiled
+// pod (anti-)affinity), from the alloc record's entries and the assumed pods alike, so the inter-pod
+// plugins count both. A PlacedPod is built once per pod (an assumed pod's is reused when the alloc
+// record lists it) and shared by every later NodeInfo; the snapshot also carries the nodes that host
+// pods with (required anti-)affinity and the image counts, all copy-on-write like the node list.
+//
 // The cache also decides which changes may make an unschedulable pod fit (a node added, its allocatable,
 // labels, taints, unschedulable or Ready changed, an alloc record lost a pod) and names each such
 // change with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for alloc) that requeues use as
-// their de-duplication id.
+// their de-duplication id. An alloc record that gained a pod yields a pod-added trigger ("p<rev>",
+// see IsPodAdded): it matters only to pods waiting for pod affinity or topology spread.
 package cache
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -42,9 +50,13 @@ const DefaultAssumeTTL = 30 * time.Second
 
 // Trigger prefixes.
 const (
-	triggerNodes = 'n'
-	triggerAlloc = 'a'
+	triggerNodes    = 'n'
+	triggerAlloc    = 'a'
+	triggerPodAdded = 'p'
 )
+
+// IsPodAdded reports whether trigger names an alloc record that gained pods (and lost none).
+func IsPodAdded(trigger string) bool { return len(trigger) > 1 && trigger[0] == triggerPodAdded }
 
 // Cache is safe for concurrent use.
 type Cache struct {
@@ -54,11 +66,13 @@ type Cache struct {
 	mu      sync.Mutex
 	nodes   map[string]*nodeState
 	assumed map[string]*assumedPod // by pod uid
-	// sorted holds the NodeInfo of every existing node, by name. After Snapshot it is shared with the
-	// snapshot and cloned before the next change (copy-on-write).
-	sorted []*framework.NodeInfo
-	shared bool
-	snap   *framework.Snapshot // nil when stale
+	// sorted holds the NodeInfo of every existing node, by name; withAffinity and withAnti those
+	// hosting pods with pod (anti-)affinity / required anti-affinity. After Snapshot they are shared
+	// with the snapshot and cloned before the next change (copy-on-write), as is imageNodes.
+	sorted, withAffinity, withAnti cowList
+	imageNodes                     map[string]int // nodes per image
+	imagesShared                   bool
+	snap                           *framework.Snapshot // nil when stale
 
 	nodesRev, allocRev uint64 // highest revision applied per bucket
 	changes            uint64 // count of requeue-worthy changes
@@ -69,11 +83,15 @@ type nodeState struct {
 	name        string
 	node        *pb.Node // nil: no entry in the nodes bucket
 	allocatable *pb.Resources
+	images      map[string]int64   // normalised image -> size
 	alloc       *pb.NodeAllocation // nil: no alloc record
 	// cpu/memory of the alloc record's pods with the scoring defaults applied.
 	allocNZCPU, allocNZMem int64
-	assumed                map[string]*assumedPod
-	info                   *framework.NodeInfo // current, nil when node is nil
+	// allocPods are the alloc record's pods, by uid order; allocByUID indexes them for reuse.
+	allocPods  []*framework.PlacedPod
+	allocByUID map[string]*framework.PlacedPod
+	assumed    map[string]*assumedPod
+	info       *framework.NodeInfo // current, nil when node is nil
 }
 
 type assumedPod struct {
@@ -82,6 +100,7 @@ type assumedPod struct {
 	nzCPU, nzMem int64
 	seq          uint64
 	deadline     time.Time
+	placed       *framework.PlacedPod
 }
 
 // Options configure a cache.
@@ -106,8 +125,11 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.snap == nil {
-		c.snap = framework.NewSnapshot(c.sorted)
-		c.shared = true
+		c.snap = framework.NewSnapshotFromParts(framework.SnapshotParts{
+			Nodes: c.sorted.share(), WithAffinity: c.withAffinity.share(), WithRequiredAntiAffinity: c.withAnti.share(),
+			ImageNodes: c.imageNodes,
+		})
+		c.imagesShared = true
 	}
 	return c.snap, c.changes
 }
@@ -131,7 +153,7 @@ func (c *Cache) HasSeen(trigger string) bool {
 	switch bucket {
 	case triggerNodes:
 		return c.nodesRev >= rev
-	case triggerAlloc:
+	case triggerAlloc, triggerPodAdded:
 		return c.allocRev >= rev
 	}
 	return true
@@ -182,6 +204,9 @@ func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
 	ns := c.state(name)
 	changed := ns.node == nil || schedulingChanged(ns.node, n, ns.allocatable, alloc)
 	ns.node, ns.allocatable = n, alloc
+	if imgs := n.GetStatus().GetImages(); len(imgs) > 0 || ns.images != nil {
+		c.setImages(ns, framework.NodeImageSizes(n))
+	}
 	c.refresh(ns)
 	if changed {
 		return c.trigger(triggerNodes, rev)
@@ -196,12 +221,14 @@ func (c *Cache) RemoveNode(name string, rev uint64) {
 	c.nodesRev = max(c.nodesRev, rev)
 	if ns := c.nodes[name]; ns != nil {
 		ns.node, ns.allocatable = nil, nil
+		c.setImages(ns, nil)
 		c.refresh(ns)
 	}
 }
 
 // UpsertAlloc applies an alloc-bucket entry: the committed requests replace the assumptions of the pods
-// it lists. It returns a trigger when the record lost a pod (resources were freed).
+// it lists. It returns a trigger when the record lost a pod (resources were freed), or else a
+// pod-added trigger when it gained one.
 func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trigger string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,21 +241,41 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 			break
 		}
 	}
+	grown := false
 	ns.alloc = a
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
+	byUID := make(map[string]*framework.PlacedPod, len(a.GetPods()))
+	pods := make([]*framework.PlacedPod, 0, len(a.GetPods()))
 	for uid, p := range a.GetPods() {
 		cpu, mem := framework.NonZeroRequests(p.GetRequests())
 		ns.allocNZCPU += cpu
 		ns.allocNZMem += mem
+		pp := ns.allocByUID[uid]
+		if pp == nil {
+			grown = true
+		}
 		if ap := c.assumed[uid]; ap != nil {
+			if pp == nil && ap.node == node {
+				pp = ap.placed
+			}
 			if other := c.forgetLocked(ap); other != ns {
 				c.refresh(other)
 			}
 		}
+		if pp == nil {
+			pp = framework.NewPlacedPod(uid, p)
+		}
+		byUID[uid] = pp
+		pods = append(pods, pp)
 	}
+	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	ns.allocPods, ns.allocByUID = pods, byUID
 	c.refresh(ns)
-	if shrunk {
+	switch {
+	case shrunk:
 		return c.trigger(triggerAlloc, rev)
+	case grown:
+		return c.trigger(triggerPodAdded, rev)
 	}
 	return ""
 }
@@ -244,6 +291,7 @@ func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
 	}
 	had := len(ns.alloc.GetPods()) > 0
 	ns.alloc, ns.allocNZCPU, ns.allocNZMem = nil, 0, 0
+	ns.allocPods, ns.allocByUID = nil, nil
 	c.refresh(ns)
 	if had {
 		return c.trigger(triggerAlloc, rev)
@@ -271,7 +319,7 @@ func (c *Cache) Assume(pod *framework.PodInfo, node string, seq uint64) error {
 		return nil
 	}
 	ap := &assumedPod{uid: uid, node: node, req: pod.Requests, nzCPU: pod.NonZeroMilliCPU, nzMem: pod.NonZeroMemory,
-		seq: seq, deadline: c.now().Add(c.ttl)}
+		seq: seq, deadline: c.now().Add(c.ttl), placed: pod.Placed()}
 	c.assumed[uid] = ap
 	ns.assumed[uid] = ap
 	c.refresh(ns)
@@ -331,15 +379,15 @@ func (c *Cache) forgetLocked(ap *assumedPod) *nodeState {
 	return ns
 }
 
-// refresh rebuilds ns's NodeInfo and puts it in sorted (cloning sorted first if a snapshot shares it).
+// refresh rebuilds ns's NodeInfo and puts it in the sorted lists (cloning a list first if a snapshot
+// shares it).
 func (c *Cache) refresh(ns *nodeState) {
 	c.snap = nil
 	if ns.node == nil {
 		if ns.info != nil {
-			c.unshare()
-			if i, ok := c.index(ns.name); ok {
-				c.sorted = slices.Delete(c.sorted, i, i+1)
-			}
+			c.sorted.set(ns.name, nil)
+			c.withAffinity.set(ns.name, nil)
+			c.withAnti.set(ns.name, nil)
 			ns.info = nil
 		}
 		if ns.alloc == nil && len(ns.assumed) == 0 {
@@ -352,33 +400,94 @@ func (c *Cache) refresh(ns *nodeState) {
 		podutil.Add(req, t)
 	}
 	nzCPU, nzMem := ns.allocNZCPU, ns.allocNZMem
-	for _, ap := range ns.assumed {
-		podutil.Add(req, ap.req)
-		nzCPU += ap.nzCPU
-		nzMem += ap.nzMem
+	pods := ns.allocPods
+	if len(ns.assumed) > 0 {
+		assumed := make([]*assumedPod, 0, len(ns.assumed))
+		for _, ap := range ns.assumed {
+			podutil.Add(req, ap.req)
+			nzCPU += ap.nzCPU
+			nzMem += ap.nzMem
+			assumed = append(assumed, ap)
+		}
+		// Decision order, so the pod list is a function of the cache's contents.
+		slices.SortFunc(assumed, func(x, y *assumedPod) int { return cmp.Compare(x.seq, y.seq) })
+		pods = make([]*framework.PlacedPod, len(ns.allocPods), len(ns.allocPods)+len(assumed))
+		copy(pods, ns.allocPods)
+		for _, ap := range assumed {
+			pods = append(pods, ap.placed)
+		}
 	}
-	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem}
-	c.unshare()
-	i, found := c.index(ns.name)
-	if found {
-		c.sorted[i] = info
-	} else {
-		c.sorted = slices.Insert(c.sorted, i, info)
-	}
+	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
+		ImageSizes: ns.images}
+	info.SetPods(pods)
+	c.sorted.set(ns.name, info)
+	c.withAffinity.set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))
+	c.withAnti.set(ns.name, infoIf(info, len(info.PodsWithRequiredAntiAffinity) > 0))
 	ns.info = info
 }
 
-func (c *Cache) unshare() {
-	if c.shared {
-		c.sorted = slices.Clone(c.sorted)
-		c.shared = false
+func infoIf(info *framework.NodeInfo, ok bool) *framework.NodeInfo {
+	if ok {
+		return info
 	}
+	return nil
 }
 
-func (c *Cache) index(name string) (int, bool) {
-	return slices.BinarySearchFunc(c.sorted, name, func(n *framework.NodeInfo, name string) int {
+// setImages replaces ns's images and keeps the per-image node counts.
+func (c *Cache) setImages(ns *nodeState, imgs map[string]int64) {
+	if maps.Equal(ns.images, imgs) {
+		return
+	}
+	if c.imagesShared || c.imageNodes == nil {
+		c.imageNodes = maps.Clone(c.imageNodes)
+		if c.imageNodes == nil {
+			c.imageNodes = map[string]int{}
+		}
+		c.imagesShared = false
+	}
+	for img := range ns.images {
+		if c.imageNodes[img]--; c.imageNodes[img] <= 0 {
+			delete(c.imageNodes, img)
+		}
+	}
+	for img := range imgs {
+		c.imageNodes[img]++
+	}
+	ns.images = imgs
+}
+
+// cowList is a name-ordered list of NodeInfos, copy-on-write once shared with a snapshot.
+type cowList struct {
+	s      []*framework.NodeInfo
+	shared bool
+}
+
+// share hands the list to a snapshot; the next change clones it.
+func (l *cowList) share() []*framework.NodeInfo {
+	l.shared = true
+	return l.s
+}
+
+// set puts info under name, or removes name when info is nil.
+func (l *cowList) set(name string, info *framework.NodeInfo) {
+	i, found := slices.BinarySearchFunc(l.s, name, func(n *framework.NodeInfo, name string) int {
 		return strings.Compare(n.Name(), name)
 	})
+	if !found && info == nil {
+		return
+	}
+	if l.shared {
+		l.s = slices.Clone(l.s)
+		l.shared = false
+	}
+	switch {
+	case info == nil:
+		l.s = slices.Delete(l.s, i, i+1)
+	case found:
+		l.s[i] = info
+	default:
+		l.s = slices.Insert(l.s, i, info)
+	}
 }
 
 // schedulingChanged reports whether a node update changes anything a filter looks at.

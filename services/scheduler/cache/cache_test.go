@@ -185,7 +185,13 @@ func TestTriggers(t *testing.T) {
 		{"node removed", func(c *Cache) string { c.RemoveNode("n1", 10); return "" }, ""},
 		{"alloc grows", func(c *Cache) string {
 			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}}), 10)
+		}, "p10"}, // only pods waiting for pod affinity or spread care
+		{"alloc unchanged pods", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 10)
 		}, ""},
+		{"alloc swaps a pod", func(c *Cache) string {
+			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"y": {Pods: 1}}), 10)
+		}, "a10"},
 		{"alloc shrinks", func(c *Cache) string {
 			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{}), 10)
 		}, "a10"},
@@ -213,9 +219,74 @@ func TestHasSeen(t *testing.T) {
 	c, _ := newTestCache()
 	c.UpsertNode(st.Node("n1").Obj(), 5)
 	c.UpsertAlloc("n1", alloc("n1", nil), 3)
-	for trig, want := range map[string]bool{"n5": true, "n6": false, "a3": true, "a4": false, "s5-3": true, "": true} {
+	for trig, want := range map[string]bool{"n5": true, "n6": false, "a3": true, "a4": false, "p3": true, "p4": false, "s5-3": true, "": true} {
 		if got := c.HasSeen(trig); got != want {
 			t.Errorf("HasSeen(%q) = %v, want %v", trig, got, want)
 		}
+	}
+}
+
+// Pods on a node come from the alloc record and the assumptions alike, with their labels and pod
+// (anti-)affinity; an assumed pod's PlacedPod is reused once committed; snapshots taken earlier keep
+// their lists.
+func TestNodePods(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Capacity("4", "8Gi", 110).Ready().Obj(), 1)
+	c.UpsertNode(st.Node("n2").Capacity("4", "8Gi", 110).Ready().Image(100<<20, "nginx:1").Obj(), 2)
+	a := alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}})
+	a.Pods["x"].Labels = map[string]string{"app": "db"}
+	a.Pods["x"].PodAntiAffinity = &pb.PodAffinity{Required: []*pb.PodAffinityTerm{st.AffinityTerm("zone", st.Selector([]string{"app", "db"}))}}
+	c.UpsertAlloc("n1", a, 1)
+	web := st.Pod("w", "uw").Labels("app", "web").PreferredPodAffinity(1, st.AffinityTerm("zone", st.Selector([]string{"app", "db"}))).Info()
+	if err := c.Assume(web, "n2", 7); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := c.Snapshot()
+	podNames := func(pods []*framework.PlacedPod) []string {
+		var out []string
+		for _, p := range pods {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	check := func(s *framework.Snapshot, want map[string][]string, wantAff, wantAnti []string) {
+		t.Helper()
+		got := map[string][]string{}
+		for _, n := range s.Nodes() {
+			got[n.Name()] = podNames(n.Pods)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("pods (-want +got):\n%s", diff)
+		}
+		var aff, anti []string
+		for _, n := range s.HavePodsWithAffinity() {
+			aff = append(aff, n.Name())
+		}
+		for _, n := range s.HavePodsWithRequiredAntiAffinity() {
+			anti = append(anti, n.Name())
+		}
+		if diff := cmp.Diff([][]string{wantAff, wantAnti}, [][]string{aff, anti}); diff != "" {
+			t.Errorf("affinity lists (-want +got):\n%s", diff)
+		}
+	}
+	check(before, map[string][]string{"n1": {"x"}, "n2": {"w"}}, []string{"n1", "n2"}, []string{"n1"})
+	if before.ImageNumNodes("nginx:1") != 1 {
+		t.Errorf("image count = %d", before.ImageNumNodes("nginx:1"))
+	}
+	assumed := before.Get("n2").Pods[0]
+
+	// The binder commits w on n2 and x leaves n1.
+	a2 := alloc("n2", map[string]*pb.Resources{"uw": {Pods: 1}})
+	c.UpsertAlloc("n2", a2, 2)
+	c.UpsertAlloc("n1", alloc("n1", nil), 3)
+	after, _ := c.Snapshot()
+	check(after, map[string][]string{"n1": nil, "n2": {"w"}}, []string{"n2"}, nil)
+	if after.Get("n2").Pods[0] != assumed {
+		t.Error("the committed pod's PlacedPod was rebuilt instead of reusing the assumed one")
+	}
+	check(before, map[string][]string{"n1": {"x"}, "n2": {"w"}}, []string{"n1", "n2"}, []string{"n1"})
+	c.RemoveNode("n2", 4)
+	if s, _ := c.Snapshot(); s.ImageNumNodes("nginx:1") != 0 || before.ImageNumNodes("nginx:1") != 1 {
+		t.Error("image counts not copy-on-write")
 	}
 }

@@ -17,6 +17,7 @@ type StateKey string
 // between cycles, so plugins must not keep references to it.
 type CycleState struct {
 	data map[StateKey]any
+	snap *Snapshot
 }
 
 // NewCycleState returns an empty state.
@@ -35,4 +36,19 @@ func (c *CycleState) Read(k StateKey) (any, error) {
 }
 
 // Reset forgets everything, keeping the map's storage for the next cycle.
-func (c *CycleState) Reset() { clear(c.data) }
+func (c *CycleState) Reset() { clear(c.data); c.snap = nil }
+
+// SetSnapshot records the snapshot the cycle runs on (the scheduling algorithm does, before PreFilter).
+func (c *CycleState) SetSnapshot(s *Snapshot) { c.snap = s }
+
+// Snapshot is the cycle's snapshot, for plugins that look beyond the node at hand (inter-pod affinity
+// and topology spread count pods on every node, as kube-scheduler's SnapshotSharedLister). It is
+// never nil: a state without one returns an empty snapshot.
+func (c *CycleState) Snapshot() *Snapshot {
+	if c.snap == nil {
+		return emptySnapshot
+	}
+	return c.snap
+}
+
+var emptySnapshot = &Snapshot{}

@@ -23,6 +23,10 @@ type Framework struct {
 	scores      []ScorePlugin
 	normalizers []NormalizeScorePlugin // parallel to scores; nil when the plugin does not normalise
 	weights     []int64
+	preScores   []PreScorePlugin
+	// preScoreIndex maps a PreScore plugin to its Score's index (or -1), as skipIndex.
+	preScoreIndex []int
+	reserves      []ReservePlugin
 }
 
 // New checks the registrations and sorts the plugins into extension points.
@@ -50,6 +54,14 @@ func New(regs ...Registration) (*Framework, error) {
 			f.filters = append(f.filters, p)
 			used = true
 		}
+		if p, ok := r.Plugin.(PreScorePlugin); ok {
+			f.preScores = append(f.preScores, p)
+			used = true
+		}
+		if p, ok := r.Plugin.(ReservePlugin); ok {
+			f.reserves = append(f.reserves, p)
+			used = true
+		}
 		if p, ok := r.Plugin.(ScorePlugin); ok {
 			w := r.Weight
 			if w == 0 {
@@ -71,6 +83,15 @@ func New(regs ...Registration) (*Framework, error) {
 		for j, fp := range f.filters {
 			if fp.Name() == p.Name() {
 				f.skipIndex[i] = j
+			}
+		}
+	}
+	f.preScoreIndex = make([]int, len(f.preScores))
+	for i, p := range f.preScores {
+		f.preScoreIndex[i] = -1
+		for j, sp := range f.scores {
+			if sp.Name() == p.Name() {
+				f.preScoreIndex[i] = j
 			}
 		}
 	}
@@ -122,13 +143,61 @@ func (f *Framework) RunFilterPlugins(state *CycleState, pod *PodInfo, node *Node
 	return nil
 }
 
+// RunPreScorePlugins runs every PreScore with the feasible nodes. skip (len NumScores) is set for
+// score plugins to skip this cycle. An error stops at the first plugin that returns it; a rejection
+// is an error too (PreScore cannot reject a pod).
+func (f *Framework) RunPreScorePlugins(state *CycleState, pod *PodInfo, nodes []*NodeInfo, skip []bool) *Status {
+	for i, p := range f.preScores {
+		st := p.PreScore(state, pod, nodes)
+		switch st.Code() {
+		case Success:
+		case Skip:
+			if j := f.preScoreIndex[i]; j >= 0 {
+				skip[j] = true
+			}
+		default:
+			return AsStatus(fmt.Errorf("prescore %s: %s", p.Name(), st.Message()))
+		}
+	}
+	return nil
+}
+
+// RunReservePlugins runs every Reserve; when one fails, the Unreserve of every reserve plugin runs (in
+// reverse order, as kube-scheduler) and the failure is returned.
+func (f *Framework) RunReservePlugins(state *CycleState, pod *PodInfo, nodeName string) *Status {
+	for _, p := range f.reserves {
+		if st := p.Reserve(state, pod, nodeName); !st.IsSuccess() {
+			f.RunUnreservePlugins(state, pod, nodeName)
+			if st.Code() == Error {
+				return AsStatus(fmt.Errorf("reserve %s on node %s: %w", p.Name(), nodeName, st.AsError()))
+			}
+			return st
+		}
+	}
+	return nil
+}
+
+// RunUnreservePlugins runs every Unreserve in reverse order.
+func (f *Framework) RunUnreservePlugins(state *CycleState, pod *PodInfo, nodeName string) {
+	for i := len(f.reserves) - 1; i >= 0; i-- {
+		f.reserves[i].Unreserve(state, pod, nodeName)
+	}
+}
+
+// HasReservePlugins reports whether Reserve would do anything.
+func (f *Framework) HasReservePlugins() bool { return len(f.reserves) > 0 }
+
 // RunScorePlugins scores the feasible nodes. perPlugin must hold NumScores slices (reused between
-// cycles); totals receives the weighted sum per node, in the order of nodes.
-func (f *Framework) RunScorePlugins(state *CycleState, pod *PodInfo, nodes []*NodeInfo, perPlugin [][]NodeScore, totals []NodeScore) ([][]NodeScore, *Status) {
+// cycles); totals receives the weighted sum per node, in the order of nodes. Plugins marked in skip
+// (by RunPreScorePlugins; nil skips none) add nothing.
+func (f *Framework) RunScorePlugins(state *CycleState, pod *PodInfo, nodes []*NodeInfo, skip []bool, perPlugin [][]NodeScore, totals []NodeScore) ([][]NodeScore, *Status) {
 	for i := range totals {
 		totals[i] = NodeScore{Node: nodes[i]}
 	}
 	for i, p := range f.scores {
+		if skip != nil && skip[i] {
+			continue
+		}
 		scores := perPlugin[i][:0]
 		for _, n := range nodes {
 			s, st := p.Score(state, pod, n)

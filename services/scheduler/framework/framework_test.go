@@ -153,7 +153,7 @@ func TestRunPlugins(t *testing.T) {
 		t.Errorf("skipped filter ran %d times", a.filtered)
 	}
 	totals := make([]framework.NodeScore, 2)
-	_, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, make([][]framework.NodeScore, fw.NumScores()), totals)
+	_, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, nil, make([][]framework.NodeScore, fw.NumScores()), totals)
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
 	}
@@ -163,7 +163,64 @@ func TestRunPlugins(t *testing.T) {
 	}
 
 	a.score["n1"] = 101
-	if _, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, make([][]framework.NodeScore, 2), totals); s.Code() != framework.Error {
+	if _, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1, n2}, nil, make([][]framework.NodeScore, 2), totals); s.Code() != framework.Error {
 		t.Errorf("score out of range: code %v", s.Code())
+	}
+}
+
+type fakeScorer struct {
+	name     string
+	preScore *framework.Status
+	score    int64
+	reserve  *framework.Status
+	log      *[]string
+}
+
+func (f *fakeScorer) Name() string { return f.name }
+func (f *fakeScorer) PreScore(*framework.CycleState, *framework.PodInfo, []*framework.NodeInfo) *framework.Status {
+	return f.preScore
+}
+func (f *fakeScorer) Score(*framework.CycleState, *framework.PodInfo, *framework.NodeInfo) (int64, *framework.Status) {
+	return f.score, nil
+}
+func (f *fakeScorer) Reserve(_ *framework.CycleState, _ *framework.PodInfo, node string) *framework.Status {
+	*f.log = append(*f.log, "reserve "+f.name+" "+node)
+	return f.reserve
+}
+func (f *fakeScorer) Unreserve(_ *framework.CycleState, _ *framework.PodInfo, node string) {
+	*f.log = append(*f.log, "unreserve "+f.name+" "+node)
+}
+
+var (
+	_ framework.PreScorePlugin = &fakeScorer{}
+	_ framework.ReservePlugin  = &fakeScorer{}
+)
+
+func TestPreScoreSkipAndReserve(t *testing.T) {
+	var log []string
+	a := &fakeScorer{name: "A", preScore: framework.NewStatus(framework.Skip), score: 50, log: &log}
+	b := &fakeScorer{name: "B", score: 10, log: &log, reserve: framework.NewStatus(framework.Unschedulable, "B says no")}
+	fw, err := framework.New(framework.Registration{Plugin: a}, framework.Registration{Plugin: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, pod, n1 := framework.NewCycleState(), st.Pod("p", "u").Info(), st.Node("n1").Info()
+	skip := make([]bool, fw.NumScores())
+	if s := fw.RunPreScorePlugins(state, pod, []*framework.NodeInfo{n1}, skip); !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	totals := make([]framework.NodeScore, 1)
+	if _, s := fw.RunScorePlugins(state, pod, []*framework.NodeInfo{n1}, skip, make([][]framework.NodeScore, 2), totals); !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	if totals[0].Score != 10 {
+		t.Errorf("total = %d, want 10 (A skipped)", totals[0].Score)
+	}
+	if s := fw.RunReservePlugins(state, pod, "n1"); s.Message() != "B says no" {
+		t.Errorf("reserve = %q", s.Message())
+	}
+	want := []string{"reserve A n1", "reserve B n1", "unreserve B n1", "unreserve A n1"}
+	if diff := cmp.Diff(want, log); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

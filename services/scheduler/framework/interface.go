@@ -6,7 +6,9 @@
 //
 //	PreFilter (once per pod: compute, stash in CycleState, maybe Skip own Filter)
 //	   └─▶ Filter (per node, first failure wins; reasons are counted per node)
-//	          └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	          └─▶ PreScore (once, with the feasible nodes; maybe Skip own Score)
+//	                 └─▶ Score (per feasible node) ─▶ NormalizeScore (per plugin, to 0..MaxNodeScore) ─▶ × weight, sum
+//	                        └─▶ (best node, assumed in the cache) ─▶ Reserve ──fails or decision lost──▶ Unreserve
 //
 // Plugins are pure functions of (CycleState, PodInfo, NodeInfo): they never touch the bus or the store.
 package framework
@@ -31,6 +33,23 @@ type PreFilterPlugin interface {
 type FilterPlugin interface {
 	Plugin
 	Filter(state *CycleState, pod *PodInfo, node *NodeInfo) *Status
+}
+
+// PreScorePlugin runs once per pod with the nodes that passed every filter, before any Score. It
+// computes what Score needs (over the whole snapshot if it must). Returning Skip skips the plugin's own
+// Score for this cycle (every node scores 0 for it).
+type PreScorePlugin interface {
+	Plugin
+	PreScore(state *CycleState, pod *PodInfo, nodes []*NodeInfo) *Status
+}
+
+// ReservePlugin is told when the pod was assumed on a node (Reserve) and when that assumption is undone
+// (Unreserve: Reserve of this or a later plugin failed, or the decision could not be published).
+// Unreserve must be idempotent and must not fail.
+type ReservePlugin interface {
+	Plugin
+	Reserve(state *CycleState, pod *PodInfo, nodeName string) *Status
+	Unreserve(state *CycleState, pod *PodInfo, nodeName string)
 }
 
 // ScorePlugin ranks a node that passed every filter. Without a NormalizeScorePlugin the score must

@@ -184,3 +184,98 @@ func Term(exprs ...*pb.NodeSelectorRequirement) *pb.NodeSelectorTerm {
 func FieldTerm(op string, values ...string) *pb.NodeSelectorTerm {
 	return &pb.NodeSelectorTerm{MatchFields: []*pb.NodeSelectorRequirement{Expr("metadata.name", op, values...)}}
 }
+
+// Labels sets pod labels (k1, v1, k2, v2, ...).
+func (w *PodWrapper) Labels(kv ...string) *PodWrapper {
+	if w.p.Metadata.Labels == nil {
+		w.p.Metadata.Labels = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		w.p.Metadata.Labels[kv[i]] = kv[i+1]
+	}
+	return w
+}
+
+// Namespace sets the namespace.
+func (w *PodWrapper) Namespace(ns string) *PodWrapper { w.p.Metadata.Namespace = ns; return w }
+
+// Image sets the container's image.
+func (w *PodWrapper) Image(img string) *PodWrapper { w.p.Spec.Containers[0].Image = img; return w }
+
+func (w *PodWrapper) affinity() *pb.Affinity {
+	if w.p.Spec.Affinity == nil {
+		w.p.Spec.Affinity = &pb.Affinity{}
+	}
+	if w.p.Spec.Affinity.PodAffinity == nil {
+		w.p.Spec.Affinity.PodAffinity = &pb.PodAffinity{}
+	}
+	if w.p.Spec.Affinity.PodAntiAffinity == nil {
+		w.p.Spec.Affinity.PodAntiAffinity = &pb.PodAffinity{}
+	}
+	return w.p.Spec.Affinity
+}
+
+// PodAffinity adds a required pod affinity term.
+func (w *PodWrapper) PodAffinity(t *pb.PodAffinityTerm) *PodWrapper {
+	a := w.affinity().PodAffinity
+	a.Required = append(a.Required, t)
+	return w
+}
+
+// PodAntiAffinity adds a required pod anti-affinity term.
+func (w *PodWrapper) PodAntiAffinity(t *pb.PodAffinityTerm) *PodWrapper {
+	a := w.affinity().PodAntiAffinity
+	a.Required = append(a.Required, t)
+	return w
+}
+
+// PreferredPodAffinity adds a preferred pod affinity term.
+func (w *PodWrapper) PreferredPodAffinity(weight int32, t *pb.PodAffinityTerm) *PodWrapper {
+	a := w.affinity().PodAffinity
+	a.Preferred = append(a.Preferred, &pb.WeightedPodAffinityTerm{Weight: weight, Term: t})
+	return w
+}
+
+// PreferredPodAntiAffinity adds a preferred pod anti-affinity term.
+func (w *PodWrapper) PreferredPodAntiAffinity(weight int32, t *pb.PodAffinityTerm) *PodWrapper {
+	a := w.affinity().PodAntiAffinity
+	a.Preferred = append(a.Preferred, &pb.WeightedPodAffinityTerm{Weight: weight, Term: t})
+	return w
+}
+
+// Spread adds a topology spread constraint.
+func (w *PodWrapper) Spread(c *pb.TopologySpreadConstraint) *PodWrapper {
+	w.p.Spec.TopologySpreadConstraints = append(w.p.Spec.TopologySpreadConstraints, c)
+	return w
+}
+
+// Placed returns the pod as it counts on a node.
+func (w *PodWrapper) Placed() *framework.PlacedPod { return framework.NewPodInfo(w.p).Placed() }
+
+// Image adds an image to the node's status.
+func (w *NodeWrapper) Image(size int64, names ...string) *NodeWrapper {
+	w.n.Status.Images = append(w.n.Status.Images, &pb.ContainerImage{Names: names, SizeBytes: size})
+	return w
+}
+
+// Selector is a LabelSelector with matchLabels (k1, v1, ...) and expressions.
+func Selector(kv []string, exprs ...*pb.LabelSelectorRequirement) *pb.LabelSelector {
+	s := &pb.LabelSelector{MatchExpressions: exprs}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if s.MatchLabels == nil {
+			s.MatchLabels = map[string]string{}
+		}
+		s.MatchLabels[kv[i]] = kv[i+1]
+	}
+	return s
+}
+
+// LabelExpr is a LabelSelectorRequirement.
+func LabelExpr(key, op string, values ...string) *pb.LabelSelectorRequirement {
+	return &pb.LabelSelectorRequirement{Key: key, Operator: op, Values: values}
+}
+
+// AffinityTerm is a PodAffinityTerm.
+func AffinityTerm(topologyKey string, sel *pb.LabelSelector, namespaces ...string) *pb.PodAffinityTerm {
+	return &pb.PodAffinityTerm{TopologyKey: topologyKey, LabelSelector: sel, Namespaces: namespaces}
+}

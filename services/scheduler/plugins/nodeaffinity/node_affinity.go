@@ -271,3 +271,30 @@ func contains(values []string, v string) bool {
 	}
 	return false
 }
+
+// Required is a pod's nodeSelector and required node affinity, compiled: what other plugins (topology
+// spread's nodeAffinityPolicy) ask of a node, as component-helpers' RequiredNodeAffinity.
+type Required struct {
+	nodeSelector map[string]string
+	required     *selector
+}
+
+// GetRequired compiles pod's nodeSelector and required node affinity.
+func GetRequired(pod *pb.Pod) *Required {
+	r := &Required{nodeSelector: pod.GetSpec().GetNodeSelector()}
+	if req := pod.GetSpec().GetAffinity().GetNodeAffinity().GetRequired(); req != nil {
+		r.required = compileSelector(req)
+	}
+	return r
+}
+
+// Match reports whether node satisfies both.
+func (r *Required) Match(node *pb.Node) bool {
+	labels := node.GetMetadata().GetLabels()
+	for k, v := range r.nodeSelector {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return r.required == nil || r.required.matches(labels, node.GetMetadata().GetName())
+}

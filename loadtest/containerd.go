@@ -1,0 +1,466 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+	containerdimages "github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/agent/cri"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/images"
+	"github.com/podbus/podbus/internal/up"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// The containerd run's pod ranges and names: apart from `podbus up`'s real node (10.244.1.0/24) and the
+// agent/cri tests (10.250.x.0/24).
+const (
+	realPodCIDR = "10.248.1.0/24"
+	barePodCIDR = "10.248.2.0/24"
+	realPods    = 20 // default of --pods with --runtime containerd
+)
+
+// RealResult is the outcome of a containerd run: podbus and the bare runtime starting the same pods, one
+// by one and all at once. Latencies in milliseconds; podbus's from the POST, the bare path's from the
+// first runtime call.
+type RealResult struct {
+	Pods int `json:"pods"`
+	// Podbus stages for pods started one by one (each after the previous one was Ready) and all at once.
+	PodbusSequential map[string]Percentiles `json:"podbus_sequential"`
+	PodbusParallel   map[string]Percentiles `json:"podbus_parallel"`
+	// Bare: netns + CNI ADD + container create + task start through agent/cri's runtime.
+	BareSequential Percentiles `json:"bare_sequential"`
+	BareParallel   Percentiles `json:"bare_parallel"`
+	// Throughput of the parallel batch, pods per second: first POST (first runtime call) to last Ready
+	// (last task started).
+	PodbusThroughput float64 `json:"podbus_pods_per_s"`
+	BareThroughput   float64 `json:"bare_pods_per_s"`
+}
+
+// runContainerd measures podbus on a real node against the bare containerd runtime. Without containerd
+// (or root, or busybox-static) it says so in one line and returns nil, so that `make bench` goes on.
+func runContainerd(ctx context.Context, cfg Config, w io.Writer) error {
+	if err := cri.Check(ctx, cfg.ContainerdAddress, nil); err != nil {
+		fmt.Fprintf(w, "loadtest --runtime containerd skipped: %v\n", err)
+		return nil
+	}
+	img, err := images.BusyboxImage(images.DefaultBusybox)
+	if err != nil {
+		fmt.Fprintf(w, "loadtest --runtime containerd skipped: %v\n", err)
+		return nil
+	}
+	if cfg.Pods <= 0 {
+		cfg.Pods = realPods
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+	parent := cfg.DataDir
+	if parent == "" {
+		parent = tmpParent()
+	}
+	dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	// The image comes from a registry on loopback, as in `podbus up`; each path pulls it before it is timed.
+	reg, err := images.StartRegistry(ctx, "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	image := reg.Addr() + "/" + images.Busybox
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("push %s: %w", image, err)
+	}
+
+	node, bareNode := "bench-"+runID, "bench-bare-"+runID
+	nsPodbus, nsBare := "podbus-bench-"+runID, "podbus-bench-bare-"+runID
+	defer cleanupContainerd(cfg.ContainerdAddress, []string{nsPodbus, nsBare}, []string{node, bareNode}, w)
+
+	res := &RealResult{Pods: cfg.Pods}
+	if err := benchPodbus(ctx, cfg, dir, node, nsPodbus, image, runID, log, res); err != nil {
+		return fmt.Errorf("podbus: %w", err)
+	}
+	if err := benchBare(ctx, cfg, filepath.Join(dir, "bare"), bareNode, nsBare, image, log, res); err != nil {
+		return fmt.Errorf("bare runtime: %w", err)
+	}
+	if cfg.JSON {
+		return writeJSON(w, res)
+	}
+	printReal(w, res)
+	return nil
+}
+
+// benchPodbus starts an embedded cluster whose only node is real, warms it up with one pod (which pulls
+// the image), then creates the pods one by one and all at once through the API, and deletes them all.
+func benchPodbus(ctx context.Context, cfg Config, dir, node, ns, image, runID string, log *slog.Logger, res *RealResult) error {
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	cl, err := up.Start(cctx, up.Config{
+		NATSPort: -1, DataDir: filepath.Join(dir, "cluster"), APIAddr: "127.0.0.1:0", Nodes: 0,
+		Runtime: up.RuntimeContainerd, ContainerdAddress: cfg.ContainerdAddress, RealNode: node,
+		RealNodePodCIDR: realPodCIDR, ContainerdNamespace: ns, Memory: cfg.Memory, NoAudit: cfg.NoAudit, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { ccancel(); _ = cl.Wait() }()
+	conn, err := bus.Connect(ctx, cl.NATSURL, "podbus-loadtest")
+	if err != nil {
+		return err
+	}
+	defer conn.NC.Close()
+
+	seq, par := make([]string, cfg.Pods), make([]string, cfg.Pods)
+	warm := fmt.Sprintf("ctrd-%s-warm", runID)
+	t := &tracker{pods: map[string]*podTimes{warm: {}}, uids: map[string]string{}}
+	for i := range cfg.Pods {
+		seq[i], par[i] = fmt.Sprintf("ctrd-%s-seq-%d", runID, i), fmt.Sprintf("ctrd-%s-par-%d", runID, i)
+		t.pods[seq[i]], t.pods[par[i]] = &podTimes{}, &podTimes{}
+	}
+	stop, err := t.observe(ctx, conn, cfg.Namespace)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	api := &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: &http.Client{Timeout: 30 * time.Second}}
+	created := []string{warm}
+	defer func() {
+		// Every pod goes, whatever happened: the cluster's agent removes their sandboxes.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if err := api.deleteAll(dctx, created); err != nil {
+			log.Error("delete pods", "err", err)
+		}
+	}()
+
+	if err := api.create(ctx, t, warm); err != nil {
+		return err
+	}
+	if err := t.waitReady(ctx, warm); err != nil {
+		return fmt.Errorf("warm-up pod: %w", err)
+	}
+	for _, n := range seq {
+		created = append(created, n)
+		if err := api.create(ctx, t, n); err != nil {
+			return err
+		}
+		if err := t.waitReady(ctx, n); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(par))
+	created = append(created, par...)
+	for i, n := range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = api.create(ctx, t, n)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, n := range par {
+		if err := t.waitReady(ctx, n); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	res.PodbusSequential, res.PodbusParallel = t.stages(seq), t.stages(par)
+	var first, last time.Time
+	for _, n := range par {
+		p := t.pods[n]
+		if first.IsZero() || p.sent.Before(first) {
+			first = p.sent
+		}
+		if p.at[4].After(last) {
+			last = p.at[4]
+		}
+	}
+	res.PodbusThroughput = float64(len(par)) / last.Sub(first).Seconds()
+	return nil
+}
+
+// stages are the percentiles of each stage of the named pods. Called with t.mu held.
+func (t *tracker) stages(names []string) map[string]Percentiles {
+	out := map[string]Percentiles{}
+	for si, s := range stages {
+		var ds []float64
+		for _, n := range names {
+			if p := t.pods[n]; !p.at[si].IsZero() {
+				ds = append(ds, float64(p.at[si].Sub(p.sent))/float64(time.Millisecond))
+			}
+		}
+		out[s] = percentiles(ds)
+	}
+	return out
+}
+
+// waitReady polls until the pod was seen Ready.
+func (t *tracker) waitReady(ctx context.Context, name string) error {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		t.mu.Lock()
+		ready := !t.pods[name].at[4].IsZero()
+		t.mu.Unlock()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s not ready: %w", name, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// realAPI creates and deletes the benchmark's pods through the Kubernetes API.
+type realAPI struct {
+	url, ns, image string
+	client         *http.Client
+}
+
+func (a *realAPI) podsURL() string { return fmt.Sprintf("%s/api/v1/namespaces/%s/pods", a.url, a.ns) }
+
+// create POSTs a busybox pod that sleeps: no readiness probe, so Ready follows Running once the pod's
+// network passed its CNI CHECK. Requests are small so that 2×pods fit on a small machine.
+func (a *realAPI) create(ctx context.Context, t *tracker, name string) error {
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q,"labels":{"app":"loadtest"}},`+
+		`"spec":{"terminationGracePeriodSeconds":0,"containers":[{"name":"app","image":%q,"imagePullPolicy":"IfNotPresent",`+
+		`"command":["sleep","3600"],"resources":{"requests":{"cpu":"10m","memory":"8Mi"}}}]}}`, name, a.ns, a.image)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.podsURL(), strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	t.mu.Lock()
+	t.pods[name].sent = time.Now()
+	t.mu.Unlock()
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("create pod %s: %w", name, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("create pod %s: %s: %s", name, resp.Status, b)
+	}
+	t.mark(name, 0, time.Now())
+	return nil
+}
+
+// deleteAll deletes the pods (grace period 0) and waits until every one has left the API.
+func (a *realAPI) deleteAll(ctx context.Context, names []string) error {
+	for _, n := range names {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, a.podsURL()+"/"+n+"?gracePeriodSeconds=0", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := a.client.Do(req)
+		if err != nil {
+			return fmt.Errorf("delete pod %s: %w", n, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusNotFound {
+			return fmt.Errorf("delete pod %s: %s", n, resp.Status)
+		}
+	}
+	for _, n := range names {
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.podsURL()+"/"+n, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := a.client.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusNotFound {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pod %s not gone: %w", n, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// benchBare starts the same pods straight through agent/cri's runtime (netns + CNI ADD + container
+// create + task start, no API, bus or agent), one by one and then all at once, and removes them.
+func benchBare(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger, res *RealResult) error {
+	rt, err := cri.New(ctx, cri.Config{NodeName: node, Address: cfg.ContainerdAddress, Namespace: ns,
+		PodCIDR: barePodCIDR, StateDir: dir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	var sbs []agent.Sandbox
+	var mu sync.Mutex
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		for _, sb := range sbs {
+			if err := rt.RemoveSandbox(dctx, sb); err != nil {
+				log.Error("remove sandbox", "pod", sb.Name, "err", err)
+			}
+		}
+	}()
+	if _, err := rt.PullImage(ctx, image, "IfNotPresent"); err != nil {
+		return err
+	}
+	start := func(name string) (time.Duration, error) {
+		p := &pb.Pod{
+			Metadata: &pb.ObjectMeta{Name: name, Namespace: cfg.Namespace, Uid: fmt.Sprintf("bare-%s-%d", name, time.Now().UnixNano())},
+			Spec: &pb.PodSpec{RestartPolicy: "Always", Containers: []*pb.Container{{
+				Name: "app", Image: image, ImagePullPolicy: "IfNotPresent", Command: []string{"sleep", "3600"},
+			}}},
+		}
+		t0 := time.Now()
+		sb, err := rt.RunSandbox(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		mu.Lock()
+		sbs = append(sbs, sb)
+		mu.Unlock()
+		id, err := rt.CreateContainer(ctx, sb, p.Spec.Containers[0], 0)
+		if err != nil {
+			return 0, err
+		}
+		if err := rt.StartContainer(ctx, id); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), nil
+	}
+	// The first pod of a node creates its bridge: a warm-up, like podbus's.
+	if _, err := start("bare-warm"); err != nil {
+		return fmt.Errorf("warm-up pod: %w", err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var seq []float64
+	for i := range cfg.Pods {
+		d, err := start(fmt.Sprintf("bare-seq-%d", i))
+		if err != nil {
+			return err
+		}
+		seq = append(seq, ms(d))
+	}
+	par := make([]float64, cfg.Pods)
+	errs := make([]error, cfg.Pods)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range cfg.Pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := start(fmt.Sprintf("bare-par-%d", i))
+			par[i], errs[i] = ms(d), err
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	res.BareSequential, res.BareParallel = percentiles(seq), percentiles(par)
+	res.BareThroughput = float64(cfg.Pods) / wall.Seconds()
+	return nil
+}
+
+// cleanupContainerd removes what the run left in containerd and on the host once the pods are gone: the
+// images and the containerd namespaces, and the nodes' bridges.
+func cleanupContainerd(address string, nss, nodes []string, w io.Writer) {
+	if address == "" {
+		address = cri.DefaultAddress
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := containerd.New(address)
+	if err != nil {
+		fmt.Fprintf(w, "cleanup: %v\n", err)
+		return
+	}
+	defer client.Close()
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		imgs, err := client.ListImages(nctx)
+		if err != nil {
+			fmt.Fprintf(w, "cleanup: images of %s: %v\n", ns, err)
+		}
+		for _, im := range imgs {
+			if err := client.ImageService().Delete(nctx, im.Name(), containerdimages.SynchronousDelete()); err != nil {
+				fmt.Fprintf(w, "cleanup: image %s: %v\n", im.Name(), err)
+			}
+		}
+		if err := client.NamespaceService().Delete(ctx, ns); err != nil {
+			fmt.Fprintf(w, "cleanup: containerd namespace %s: %v\n", ns, err)
+		}
+	}
+	for _, n := range nodes {
+		if out, err := exec.Command("ip", "link", "del", cri.BridgeFor(n)).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+			fmt.Fprintf(w, "cleanup: bridge %s: %v: %s\n", cri.BridgeFor(n), err, out)
+		}
+	}
+}
+
+func printReal(w io.Writer, r *RealResult) {
+	fmt.Fprintf(w, "containerd: %d pods one by one (each after the previous is Ready), then %d at once; busybox `sleep`,\n", r.Pods, r.Pods)
+	fmt.Fprintf(w, "no readiness probe; the image was pulled by a warm-up pod first, so no pull is measured.\n")
+	fmt.Fprintf(w, "podbus: POST → phase Running / Ready=True in the store; bare: netns + CNI ADD + create + task start via agent/cri.\n")
+	fmt.Fprintf(w, "%-28s %9s %9s %9s %9s\n", "", "p50 ms", "p90 ms", "p99 ms", "max ms")
+	row := func(label string, p Percentiles) {
+		fmt.Fprintf(w, "%-28s %9.1f %9.1f %9.1f %9.1f\n", label, p.P50, p.P90, p.P99, p.Max)
+	}
+	for _, run := range []struct {
+		name   string
+		podbus map[string]Percentiles
+		bare   Percentiles
+	}{{"one by one", r.PodbusSequential, r.BareSequential}, {"at once", r.PodbusParallel, r.BareParallel}} {
+		for _, s := range stages {
+			row(fmt.Sprintf("podbus %-10s %s", run.name, s), run.podbus[s])
+		}
+		row(fmt.Sprintf("bare   %-10s running", run.name), run.bare)
+	}
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	fmt.Fprintf(w, "p50 create→Ready one by one: podbus %.1f ms, bare %.1f ms (×%.2f)\n",
+		r.PodbusSequential[StageReady].P50, r.BareSequential.P50, ratio(r.PodbusSequential[StageReady].P50, r.BareSequential.P50))
+	fmt.Fprintf(w, "throughput of the batch: podbus %.1f pods/s, bare %.1f pods/s (%.0f %% of bare)\n",
+		r.PodbusThroughput, r.BareThroughput, 100*ratio(r.PodbusThroughput, r.BareThroughput))
+}

@@ -1,0 +1,342 @@
+// Package interpodaffinity implements Kubernetes' InterPodAffinity plugin over the pods the snapshot
+// lists per node (committed and assumed):
+//
+//   - Filter: the pod's required affinity terms must each find a matching pod in the node's domain
+//     (topologyKey value), except for the first pod of a group whose terms match itself while no pod
+//     matches yet; no pod matching a required anti-affinity term may be in the node's domain; and no
+//     existing pod's required anti-affinity term may match the pod within that pod's domain (symmetry).
+//   - Score: preferred terms of the pod (+/- weight per matching pod in the domain) and, symmetrically,
+//     of the existing pods (preferred terms, and required affinity terms at hardPodAffinityWeight 1),
+//     summed per topology pair once per cycle in PreScore, then min-max normalised to 0..100.
+//
+// Counts are built once per cycle in PreFilter/PreScore, as kube-scheduler does: topology pair ->
+// matching pods, over all nodes only when the pod has terms of its own, otherwise only over the nodes
+// hosting pods with (anti-)affinity. Namespaces: a term without namespaces and namespaceSelector
+// means the owning pod's namespace; a namespaceSelector is matched against the namespace's
+// kubernetes.io/metadata.name label (podbus keeps no other namespace labels).
+package interpodaffinity
+
+import (
+	"math"
+
+	"github.com/podbus/podbus/services/scheduler/framework"
+)
+
+// Name of the plugin.
+const Name = "InterPodAffinity"
+
+// Reasons, as kube-scheduler's.
+const (
+	ErrReasonAffinityRulesNotMatch             = "node(s) didn't match pod affinity rules"
+	ErrReasonAntiAffinityRulesNotMatch         = "node(s) didn't match pod anti-affinity rules"
+	ErrReasonExistingAntiAffinityRulesNotMatch = "node(s) didn't satisfy existing pods anti-affinity rules"
+)
+
+// HardPodAffinityWeight is the score weight of an existing pod's required affinity term that the
+// incoming pod matches (kube-scheduler's default hardPodAffinityWeight).
+const HardPodAffinityWeight = 1
+
+const (
+	preFilterKey framework.StateKey = "PreFilter" + Name
+	preScoreKey  framework.StateKey = "PreScore" + Name
+)
+
+var (
+	statusAffinity        = framework.NewStatus(framework.UnschedulableAndUnresolvable, ErrReasonAffinityRulesNotMatch)
+	statusAntiAffinity    = framework.NewStatus(framework.Unschedulable, ErrReasonAntiAffinityRulesNotMatch)
+	statusExistingAntiAff = framework.NewStatus(framework.Unschedulable, ErrReasonExistingAntiAffinityRulesNotMatch)
+	statusSkip            = framework.NewStatus(framework.Skip)
+	errStateType          = framework.NewStatus(framework.Error, "interpodaffinity: unexpected state type")
+	emptyTerms            = &framework.PodAffinityTerms{}
+)
+
+// InterPodAffinity is the plugin.
+type InterPodAffinity struct{}
+
+var (
+	_ framework.PreFilterPlugin      = &InterPodAffinity{}
+	_ framework.FilterPlugin         = &InterPodAffinity{}
+	_ framework.PreScorePlugin       = &InterPodAffinity{}
+	_ framework.ScorePlugin          = &InterPodAffinity{}
+	_ framework.NormalizeScorePlugin = &InterPodAffinity{}
+)
+
+// New returns the plugin.
+func New() *InterPodAffinity { return &InterPodAffinity{} }
+
+// Name implements framework.Plugin.
+func (*InterPodAffinity) Name() string { return Name }
+
+type topologyPair struct{ key, value string }
+
+type preFilterState struct {
+	terms *framework.PodAffinityTerms
+	// existingAntiAffinity: pairs where an existing pod's required anti-affinity term matches the pod.
+	existingAntiAffinity map[topologyPair]int64
+	// affinity: pairs with pods matching all of the pod's required affinity terms (per term's key);
+	// antiAffinity: pairs with pods matching one of its required anti-affinity terms.
+	affinity, antiAffinity map[topologyPair]int64
+	// selfMatch: the pod matches all its own required affinity terms (the first pod of a group).
+	selfMatch bool
+}
+
+func update(m map[topologyPair]int64, labels map[string]string, key string, v int64) map[topologyPair]int64 {
+	tv, ok := labels[key]
+	if !ok {
+		return m
+	}
+	if m == nil {
+		m = map[topologyPair]int64{}
+	}
+	p := topologyPair{key, tv}
+	m[p] += v
+	if m[p] == 0 {
+		delete(m, p)
+	}
+	return m
+}
+
+func matchesAll(terms []framework.AffinityTerm, ns string, labels map[string]string) bool {
+	if len(terms) == 0 {
+		return false
+	}
+	for i := range terms {
+		if !terms[i].Matches(ns, labels) {
+			return false
+		}
+	}
+	return true
+}
+
+// PreFilter counts, once per cycle, the topology pairs the filter needs.
+func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
+	snap := state.Snapshot()
+	ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
+	// Existing pods' required anti-affinity (symmetry): only nodes hosting such pods.
+	var existing map[topologyPair]int64
+	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
+		nl := n.Node.GetMetadata().GetLabels()
+		for _, ep := range n.PodsWithRequiredAntiAffinity {
+			for i := range ep.Affinity.RequiredAntiAffinity {
+				t := &ep.Affinity.RequiredAntiAffinity[i]
+				if t.Matches(ns, labels) {
+					existing = update(existing, nl, t.TopologyKey, 1)
+				}
+			}
+		}
+	}
+	terms := pod.Affinity
+	if terms == nil {
+		terms = emptyTerms
+	}
+	req, anti := terms.RequiredAffinity, terms.RequiredAntiAffinity
+	if len(existing) == 0 && len(req) == 0 && len(anti) == 0 {
+		return statusSkip // nothing to check: no state, no allocation
+	}
+	s := &preFilterState{terms: terms, existingAntiAffinity: existing}
+	if len(req) > 0 || len(anti) > 0 {
+		for _, n := range snap.Nodes() {
+			nl := n.Node.GetMetadata().GetLabels()
+			for _, ep := range n.Pods {
+				if matchesAll(req, ep.Namespace, ep.Labels) {
+					for i := range req {
+						s.affinity = update(s.affinity, nl, req[i].TopologyKey, 1)
+					}
+				}
+				for i := range anti {
+					if anti[i].Matches(ep.Namespace, ep.Labels) {
+						s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, 1)
+					}
+				}
+			}
+		}
+		s.selfMatch = matchesAll(req, ns, labels)
+	}
+	state.Write(preFilterKey, s)
+	return nil
+}
+
+func readPreFilter(state *framework.CycleState) (*preFilterState, *framework.Status) {
+	v, err := state.Read(preFilterKey)
+	if err != nil {
+		return nil, framework.AsStatus(err)
+	}
+	s, ok := v.(*preFilterState)
+	if !ok {
+		return nil, errStateType
+	}
+	return s, nil
+}
+
+// Filter checks the three rules in kube-scheduler's order.
+func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
+	s, st := readPreFilter(state)
+	if st != nil {
+		return st
+	}
+	labels := node.Node.GetMetadata().GetLabels()
+	if !satisfyAffinity(s, labels) {
+		return statusAffinity
+	}
+	if len(s.antiAffinity) > 0 {
+		for i := range s.terms.RequiredAntiAffinity {
+			k := s.terms.RequiredAntiAffinity[i].TopologyKey
+			if v, ok := labels[k]; ok && s.antiAffinity[topologyPair{k, v}] > 0 {
+				return statusAntiAffinity
+			}
+		}
+	}
+	if len(s.existingAntiAffinity) > 0 {
+		for k, v := range labels {
+			if s.existingAntiAffinity[topologyPair{k, v}] > 0 {
+				return statusExistingAntiAff
+			}
+		}
+	}
+	return nil
+}
+
+func satisfyAffinity(s *preFilterState, labels map[string]string) bool {
+	podsExist := true
+	for i := range s.terms.RequiredAffinity {
+		k := s.terms.RequiredAffinity[i].TopologyKey
+		v, ok := labels[k]
+		if !ok {
+			return false // every topology key must be on the node
+		}
+		if s.affinity[topologyPair{k, v}] <= 0 {
+			podsExist = false
+		}
+	}
+	if !podsExist {
+		// The first pod of a group with affinity to itself may go anywhere while no pod matches yet,
+		// or no such group could ever start.
+		return len(s.affinity) == 0 && s.selfMatch
+	}
+	return true
+}
+
+// preScoreState: topology key -> value -> score.
+type preScoreState struct {
+	scores scoreMap
+}
+
+type scoreMap map[string]map[string]int64
+
+func (s *scoreMap) add(nodeLabels map[string]string, key string, v int64) {
+	tv, ok := nodeLabels[key]
+	if !ok || v == 0 {
+		return
+	}
+	if *s == nil {
+		*s = scoreMap{}
+	}
+	m := (*s)[key]
+	if m == nil {
+		m = map[string]int64{}
+		(*s)[key] = m
+	}
+	m[tv] += v
+}
+
+// PreScore sums, per topology pair, the weights of every preferred term satisfied there, in both
+// directions (the pod's terms over existing pods, existing pods' terms over the pod).
+func (*InterPodAffinity) PreScore(state *framework.CycleState, pod *framework.PodInfo, _ []*framework.NodeInfo) *framework.Status {
+	snap := state.Snapshot()
+	ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
+	terms := pod.Affinity
+	hasOwn := terms != nil && (len(terms.PreferredAffinity) > 0 || len(terms.PreferredAntiAffinity) > 0)
+	nodes := snap.HavePodsWithAffinity()
+	if hasOwn {
+		nodes = snap.Nodes()
+	}
+	var s scoreMap
+	for _, n := range nodes {
+		nl := n.Node.GetMetadata().GetLabels()
+		if len(nl) == 0 {
+			continue
+		}
+		pods := n.PodsWithAffinity
+		if hasOwn {
+			pods = n.Pods
+		}
+		for _, ep := range pods {
+			if hasOwn {
+				for i := range terms.PreferredAffinity {
+					if t := &terms.PreferredAffinity[i]; t.Matches(ep.Namespace, ep.Labels) {
+						s.add(nl, t.TopologyKey, int64(t.Weight))
+					}
+				}
+				for i := range terms.PreferredAntiAffinity {
+					if t := &terms.PreferredAntiAffinity[i]; t.Matches(ep.Namespace, ep.Labels) {
+						s.add(nl, t.TopologyKey, -int64(t.Weight))
+					}
+				}
+			}
+			ea := ep.Affinity
+			if ea == nil {
+				continue
+			}
+			for i := range ea.RequiredAffinity {
+				if t := &ea.RequiredAffinity[i]; t.Matches(ns, labels) {
+					s.add(nl, t.TopologyKey, HardPodAffinityWeight)
+				}
+			}
+			for i := range ea.PreferredAffinity {
+				if t := &ea.PreferredAffinity[i]; t.Matches(ns, labels) {
+					s.add(nl, t.TopologyKey, int64(t.Weight))
+				}
+			}
+			for i := range ea.PreferredAntiAffinity {
+				if t := &ea.PreferredAntiAffinity[i]; t.Matches(ns, labels) {
+					s.add(nl, t.TopologyKey, -int64(t.Weight))
+				}
+			}
+		}
+	}
+	if len(s) == 0 {
+		return statusSkip
+	}
+	state.Write(preScoreKey, &preScoreState{scores: s})
+	return nil
+}
+
+// Score sums the node's pairs.
+func (*InterPodAffinity) Score(state *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
+	v, err := state.Read(preScoreKey)
+	if err != nil {
+		return 0, framework.AsStatus(err)
+	}
+	s, ok := v.(*preScoreState)
+	if !ok {
+		return 0, errStateType
+	}
+	var score int64
+	labels := node.Node.GetMetadata().GetLabels()
+	for k, values := range s.scores {
+		if v, ok := labels[k]; ok {
+			score += values[v]
+		}
+	}
+	return score, nil
+}
+
+// NormalizeScore maps [min, max] onto [0, 100] (all equal: 0), as kube-scheduler.
+func (*InterPodAffinity) NormalizeScore(_ *framework.CycleState, _ *framework.PodInfo, scores []framework.NodeScore) *framework.Status {
+	if len(scores) == 0 {
+		return nil
+	}
+	minS, maxS := int64(math.MaxInt64), int64(math.MinInt64)
+	for i := range scores {
+		minS, maxS = min(minS, scores[i].Score), max(maxS, scores[i].Score)
+	}
+	diff := maxS - minS
+	for i := range scores {
+		f := float64(0)
+		if diff > 0 {
+			f = float64(framework.MaxNodeScore) * float64(scores[i].Score-minS) / float64(diff)
+		}
+		scores[i].Score = int64(f)
+	}
+	return nil
+}

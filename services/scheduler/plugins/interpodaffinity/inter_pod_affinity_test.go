@@ -1,0 +1,209 @@
+package interpodaffinity
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	st "github.com/podbus/podbus/services/scheduler/schedtest"
+)
+
+const (
+	zone = "topology.kubernetes.io/zone"
+	host = "kubernetes.io/hostname"
+)
+
+func node(name, z string) *st.NodeWrapper {
+	w := st.Node(name).Label(host, name)
+	if z != "" {
+		w.Label(zone, z)
+	}
+	return w
+}
+
+func web(uid string) *st.PodWrapper { return st.Pod(uid, uid).Labels("app", "web") }
+
+func sel(kv ...string) *pb.LabelSelector { return st.Selector(kv) }
+
+// snapshot places existing pods (node name -> pods) on nodes.
+func snapshot(nodes []*st.NodeWrapper, existing map[string][]*st.PodWrapper) *framework.Snapshot {
+	var infos []*framework.NodeInfo
+	for _, n := range nodes {
+		var pods []*framework.PlacedPod
+		for _, p := range existing[n.Obj().Metadata.Name] {
+			pods = append(pods, p.Placed())
+		}
+		infos = append(infos, n.Info().WithPods(pods...))
+	}
+	return framework.SnapshotOf(infos...)
+}
+
+// The cases follow https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity.
+func TestFilter(t *testing.T) {
+	zones := []*st.NodeWrapper{node("n1", "a"), node("n2", "a"), node("n3", "b")}
+	tests := []struct {
+		name     string
+		pod      *st.PodWrapper
+		nodes    []*st.NodeWrapper
+		existing map[string][]*st.PodWrapper
+		want     map[string]string // node -> reason ("" fits)
+	}{
+		{"no affinity anywhere", st.Pod("p", "u"), zones, map[string][]*st.PodWrapper{"n1": {web("w1")}},
+			map[string]string{"n1": "", "n2": "", "n3": ""}},
+		{"required affinity: the zone of a matching pod", st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}},
+			map[string]string{"n1": "", "n2": "", "n3": ErrReasonAffinityRulesNotMatch}},
+		{"required affinity: a node without the topology key never fits", st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))),
+			[]*st.NodeWrapper{node("n1", "a"), node("n4", "")}, map[string][]*st.PodWrapper{"n4": {web("w1")}},
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n4": ErrReasonAffinityRulesNotMatch}},
+		{"required affinity: no matching pod", st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))), zones, nil,
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n2": ErrReasonAffinityRulesNotMatch, "n3": ErrReasonAffinityRulesNotMatch}},
+		{"first pod of a group that matches its own affinity goes anywhere with the key",
+			web("p").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))), []*st.NodeWrapper{node("n1", "a"), node("n3", "b"), node("n4", "")}, nil,
+			map[string]string{"n1": "", "n3": "", "n4": ErrReasonAffinityRulesNotMatch}},
+		{"not the first pod once one matches", web("p").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))), zones,
+			map[string][]*st.PodWrapper{"n3": {web("w1")}},
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n2": ErrReasonAffinityRulesNotMatch, "n3": ""}},
+		{"all affinity terms must match the same pod",
+			st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))).PodAffinity(st.AffinityTerm(zone, sel("tier", "front"))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}, "n3": {web("w2").Labels("tier", "front")}},
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n2": ErrReasonAffinityRulesNotMatch, "n3": ""}},
+		{"affinity only counts pods of the pod's namespace by default", st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1").Namespace("other")}},
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n2": ErrReasonAffinityRulesNotMatch, "n3": ErrReasonAffinityRulesNotMatch}},
+		{"affinity with listed namespaces", st.Pod("p", "u").PodAffinity(st.AffinityTerm(zone, sel("app", "web"), "other")), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1").Namespace("other")}},
+			map[string]string{"n1": "", "n2": "", "n3": ErrReasonAffinityRulesNotMatch}},
+		{"an empty namespaceSelector selects every namespace", st.Pod("p", "u").PodAffinity(&pb.PodAffinityTerm{TopologyKey: zone,
+			LabelSelector: sel("app", "web"), NamespaceSelector: &pb.LabelSelector{}}), zones,
+			map[string][]*st.PodWrapper{"n3": {web("w1").Namespace("other")}},
+			map[string]string{"n1": ErrReasonAffinityRulesNotMatch, "n2": ErrReasonAffinityRulesNotMatch, "n3": ""}},
+		{"namespaceSelector on the namespace name label", st.Pod("p", "u").PodAffinity(&pb.PodAffinityTerm{TopologyKey: zone,
+			LabelSelector: sel("app", "web"), NamespaceSelector: sel(framework.LabelNamespaceName, "other")}), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1").Namespace("other")}, "n3": {web("w2").Namespace("third")}},
+			map[string]string{"n1": "", "n2": "", "n3": ErrReasonAffinityRulesNotMatch}},
+		{"required anti-affinity per host", st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(host, sel("app", "web"))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}},
+			map[string]string{"n1": ErrReasonAntiAffinityRulesNotMatch, "n2": "", "n3": ""}},
+		{"required anti-affinity per zone", st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(zone, sel("app", "web"))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}},
+			map[string]string{"n1": ErrReasonAntiAffinityRulesNotMatch, "n2": ErrReasonAntiAffinityRulesNotMatch, "n3": ""}},
+		{"anti-affinity on a key the node lacks does not block", st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(zone, sel("app", "web"))),
+			[]*st.NodeWrapper{node("n4", ""), node("n5", "")}, map[string][]*st.PodWrapper{"n4": {web("w1")}},
+			map[string]string{"n4": "", "n5": ""}},
+		{"anti-affinity matchExpressions In/NotIn",
+			st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(host, st.Selector(nil, st.LabelExpr("app", "In", "web", "db"), st.LabelExpr("env", "NotIn", "dev")))), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}, "n2": {web("w2").Labels("env", "dev")}, "n3": {st.Pod("c", "c").Labels("app", "cache")}},
+			map[string]string{"n1": ErrReasonAntiAffinityRulesNotMatch, "n2": "", "n3": ""}},
+		{"anti-affinity matchExpressions Exists/DoesNotExist",
+			st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(host, st.Selector(nil, st.LabelExpr("app", "Exists"), st.LabelExpr("canary", "DoesNotExist")))), zones,
+			map[string][]*st.PodWrapper{"n1": {st.Pod("x", "x").Labels("app", "x")}, "n2": {st.Pod("y", "y").Labels("app", "y", "canary", "1")}, "n3": {st.Pod("z", "z")}},
+			map[string]string{"n1": ErrReasonAntiAffinityRulesNotMatch, "n2": "", "n3": ""}},
+		{"existing pods' anti-affinity blocks the pod (symmetry)", st.Pod("p", "u").Labels("app", "db"), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1").PodAntiAffinity(st.AffinityTerm(zone, sel("app", "db")))}},
+			map[string]string{"n1": ErrReasonExistingAntiAffinityRulesNotMatch, "n2": ErrReasonExistingAntiAffinityRulesNotMatch, "n3": ""}},
+		{"existing pods' anti-affinity in another namespace does not select the pod", st.Pod("p", "u").Labels("app", "db"), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1").Namespace("other").PodAntiAffinity(st.AffinityTerm(zone, sel("app", "db")))}},
+			map[string]string{"n1": "", "n2": "", "n3": ""}},
+		{"a nil labelSelector selects nothing", st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(host, nil)), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}}, map[string]string{"n1": "", "n2": "", "n3": ""}},
+		{"an empty labelSelector selects every pod", st.Pod("p", "u").PodAntiAffinity(st.AffinityTerm(host, &pb.LabelSelector{})), zones,
+			map[string][]*st.PodWrapper{"n1": {web("w1")}}, map[string]string{"n1": ErrReasonAntiAffinityRulesNotMatch, "n2": "", "n3": ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New()
+			state := framework.NewCycleState()
+			snap := snapshot(tt.nodes, tt.existing)
+			state.SetSnapshot(snap)
+			pod := tt.pod.Info()
+			pre := p.PreFilter(state, pod)
+			got := map[string]string{}
+			for _, n := range snap.Nodes() {
+				reason := ""
+				if pre.Code() != framework.Skip { // Skip: the framework does not run Filter
+					reason = p.Filter(state, pod, n).Message()
+				}
+				got[n.Name()] = reason
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFilterCodes(t *testing.T) {
+	if statusAffinity.Code() != framework.UnschedulableAndUnresolvable || statusAntiAffinity.Code() != framework.Unschedulable ||
+		statusExistingAntiAff.Code() != framework.Unschedulable {
+		t.Error("codes differ from kube-scheduler's (affinity unresolvable, anti-affinity resolvable by preemption)")
+	}
+}
+
+func TestScore(t *testing.T) {
+	nodes := []*st.NodeWrapper{node("n1", "a"), node("n2", "a"), node("n3", "b")}
+	tests := []struct {
+		name     string
+		pod      *st.PodWrapper
+		existing map[string][]*st.PodWrapper
+		want     map[string]int64 // nil: the plugin skips
+	}{
+		{"nothing preferred", st.Pod("p", "u"), map[string][]*st.PodWrapper{"n1": {web("w1")}}, nil},
+		{"preferred affinity to a zone", st.Pod("p", "u").PreferredPodAffinity(5, st.AffinityTerm(zone, sel("app", "web"))),
+			map[string][]*st.PodWrapper{"n1": {web("w1")}}, map[string]int64{"n1": 100, "n2": 100, "n3": 0}},
+		{"preferred anti-affinity to a zone", st.Pod("p", "u").PreferredPodAntiAffinity(5, st.AffinityTerm(zone, sel("app", "web"))),
+			map[string][]*st.PodWrapper{"n1": {web("w1")}}, map[string]int64{"n1": 0, "n2": 0, "n3": 100}},
+		{"weights add up per matching pod", st.Pod("p", "u").PreferredPodAffinity(10, st.AffinityTerm(host, sel("app", "web"))).
+			PreferredPodAntiAffinity(5, st.AffinityTerm(host, sel("app", "db"))),
+			map[string][]*st.PodWrapper{"n1": {web("w1"), web("w2")}, "n2": {web("w3"), st.Pod("d", "d").Labels("app", "db")}},
+			// raw: n1 20, n2 10-5=5, n3 0 -> (x-0)/20
+			map[string]int64{"n1": 100, "n2": 25, "n3": 0}},
+		{"existing pods' preferred affinity attracts the pod (symmetry)", st.Pod("p", "u").Labels("app", "db"),
+			map[string][]*st.PodWrapper{"n3": {web("w1").PreferredPodAffinity(3, st.AffinityTerm(zone, sel("app", "db")))}},
+			map[string]int64{"n1": 0, "n2": 0, "n3": 100}},
+		{"existing pods' preferred anti-affinity repels it", st.Pod("p", "u").Labels("app", "db"),
+			map[string][]*st.PodWrapper{"n3": {web("w1").PreferredPodAntiAffinity(3, st.AffinityTerm(zone, sel("app", "db")))}},
+			map[string]int64{"n1": 100, "n2": 100, "n3": 0}},
+		{"existing pods' required affinity counts at hardPodAffinityWeight", st.Pod("p", "u").Labels("app", "db"),
+			map[string][]*st.PodWrapper{"n1": {web("w1").PodAffinity(st.AffinityTerm(host, sel("app", "db")))}},
+			map[string]int64{"n1": 100, "n2": 0, "n3": 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New()
+			state := framework.NewCycleState()
+			snap := snapshot(nodes, tt.existing)
+			state.SetSnapshot(snap)
+			pod := tt.pod.Info()
+			if st := p.PreScore(state, pod, snap.Nodes()); st.Code() == framework.Skip {
+				if tt.want != nil {
+					t.Fatal("PreScore skipped")
+				}
+				return
+			} else if !st.IsSuccess() {
+				t.Fatal(st.Message())
+			}
+			if tt.want == nil {
+				t.Fatal("PreScore did not skip")
+			}
+			scores := make([]framework.NodeScore, 0, len(snap.Nodes()))
+			for _, n := range snap.Nodes() {
+				s, st := p.Score(state, pod, n)
+				if !st.IsSuccess() {
+					t.Fatal(st.Message())
+				}
+				scores = append(scores, framework.NodeScore{Node: n, Score: s})
+			}
+			p.NormalizeScore(state, pod, scores)
+			got := map[string]int64{}
+			for _, s := range scores {
+				got[s.Node.Name()] = s.Score
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

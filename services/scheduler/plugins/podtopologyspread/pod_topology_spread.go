@@ -1,0 +1,342 @@
+// Package podtopologyspread implements Kubernetes' PodTopologySpread plugin:
+//
+//   - Filter (whenUnsatisfiable: DoNotSchedule): placing the pod on a node must keep
+//     matching pods in the node's domain + 1 (if the pod matches its own selector) - global minimum <= maxSkew,
+//     where the global minimum is over the eligible domains, and 0 while fewer than minDomains exist.
+//     A node without the topology key is rejected as unresolvable.
+//   - Score (whenUnsatisfiable: ScheduleAnyway): fewer matching pods in the node's domains score higher
+//     (count × log(number of domains + 2) + maxSkew − 1 per constraint, reversed and normalised);
+//     nodes lacking a topology key score 0.
+//
+// Eligible nodes carry every constraint's topology key and pass the inclusion policies:
+// nodeAffinityPolicy (default Honor: the pod's nodeSelector and required node affinity) and
+// nodeTaintsPolicy (default Ignore; Honor excludes nodes with untolerated NoSchedule/NoExecute taints).
+// Matching pods are those in the pod's namespace whose labels match the labelSelector, with
+// matchLabelKeys merged in from the pod's own labels; a nil or empty selector matches no pod.
+//
+// podbus has no Services, ReplicaSets or StatefulSets for the scheduler to derive kube-scheduler's
+// system default constraints from, so a pod without constraints is not spread (the plugin skips it),
+// exactly as kube-scheduler with defaultingType: List and no default constraints.
+package podtopologyspread
+
+import (
+	"math"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
+)
+
+// Name of the plugin.
+const Name = "PodTopologySpread"
+
+// Reasons, as kube-scheduler's.
+const (
+	ErrReasonConstraintsNotMatch = "node(s) didn't match pod topology spread constraints"
+	ErrReasonNodeLabelNotMatch   = ErrReasonConstraintsNotMatch + " (missing required label)"
+)
+
+// API values.
+const (
+	DoNotSchedule  = "DoNotSchedule"
+	ScheduleAnyway = "ScheduleAnyway"
+	PolicyHonor    = "Honor"
+	PolicyIgnore   = "Ignore"
+	LabelHostname  = "kubernetes.io/hostname"
+)
+
+const (
+	preFilterKey framework.StateKey = "PreFilter" + Name
+	preScoreKey  framework.StateKey = "PreScore" + Name
+)
+
+var (
+	statusNotMatch     = framework.NewStatus(framework.Unschedulable, ErrReasonConstraintsNotMatch)
+	statusMissingLabel = framework.NewStatus(framework.UnschedulableAndUnresolvable, ErrReasonNodeLabelNotMatch)
+	statusSkip         = framework.NewStatus(framework.Skip)
+	errStateType       = framework.NewStatus(framework.Error, "podtopologyspread: unexpected state type")
+)
+
+// PodTopologySpread is the plugin.
+type PodTopologySpread struct{}
+
+var (
+	_ framework.PreFilterPlugin      = &PodTopologySpread{}
+	_ framework.FilterPlugin         = &PodTopologySpread{}
+	_ framework.PreScorePlugin       = &PodTopologySpread{}
+	_ framework.ScorePlugin          = &PodTopologySpread{}
+	_ framework.NormalizeScorePlugin = &PodTopologySpread{}
+)
+
+// New returns the plugin.
+func New() *PodTopologySpread { return &PodTopologySpread{} }
+
+// Name implements framework.Plugin.
+func (*PodTopologySpread) Name() string { return Name }
+
+type constraint struct {
+	maxSkew       int32
+	key           string
+	selector      *framework.LabelSelector
+	minDomains    int32
+	honorAffinity bool
+	honorTaints   bool
+}
+
+func constraintsOf(pod *pb.Pod, action string) []constraint {
+	var out []constraint
+	labels := pod.GetMetadata().GetLabels()
+	for _, c := range pod.GetSpec().GetTopologySpreadConstraints() {
+		if c.GetWhenUnsatisfiable() != action {
+			continue
+		}
+		sel := framework.CompileLabelSelector(c.GetLabelSelector())
+		for _, k := range c.GetMatchLabelKeys() {
+			if v, ok := labels[k]; ok {
+				sel = sel.With(k, v)
+			}
+		}
+		tc := constraint{maxSkew: c.GetMaxSkew(), key: c.GetTopologyKey(), selector: sel, minDomains: 1,
+			honorAffinity: c.GetNodeAffinityPolicy() != PolicyIgnore, honorTaints: c.GetNodeTaintsPolicy() == PolicyHonor}
+		if c.MinDomains != nil {
+			tc.minDomains = c.GetMinDomains()
+		}
+		out = append(out, tc)
+	}
+	return out
+}
+
+func hasAllKeys(labels map[string]string, cs []constraint) bool {
+	for i := range cs {
+		if _, ok := labels[cs[i].key]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// included applies the node inclusion policies.
+func (c *constraint) included(pod *pb.Pod, node *pb.Node, req *nodeaffinity.Required) bool {
+	if c.honorAffinity && !req.Match(node) {
+		return false
+	}
+	if c.honorTaints {
+		for _, t := range node.GetSpec().GetTaints() {
+			if e := t.GetEffect(); (e == framework.TaintEffectNoSchedule || e == framework.TaintEffectNoExecute) &&
+				!framework.TolerationsTolerateTaint(pod.GetSpec().GetTolerations(), t) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func countMatching(pods []*framework.PlacedPod, sel *framework.LabelSelector, ns string) int {
+	if sel.Empty() {
+		return 0
+	}
+	n := 0
+	for _, p := range pods {
+		if p.Namespace == ns && sel.Matches(p.Labels) {
+			n++
+		}
+	}
+	return n
+}
+
+type preFilterState struct {
+	constraints []constraint
+	counts      []map[string]int // per constraint: domain -> matching pods
+	minMatch    []int            // per constraint: the least count over the eligible domains
+}
+
+// PreFilter counts matching pods per domain over every eligible node, once per cycle.
+func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
+	cs := constraintsOf(pod.Pod, DoNotSchedule)
+	if len(cs) == 0 {
+		return statusSkip
+	}
+	s := &preFilterState{constraints: cs, counts: make([]map[string]int, len(cs)), minMatch: make([]int, len(cs))}
+	for i := range cs {
+		s.counts[i] = map[string]int{}
+	}
+	req := nodeaffinity.GetRequired(pod.Pod)
+	ns := pod.Pod.GetMetadata().GetNamespace()
+	for _, n := range state.Snapshot().Nodes() {
+		labels := n.Node.GetMetadata().GetLabels()
+		if !hasAllKeys(labels, cs) {
+			continue
+		}
+		for i := range cs {
+			if !cs[i].included(pod.Pod, n.Node, req) {
+				continue
+			}
+			s.counts[i][labels[cs[i].key]] += countMatching(n.Pods, cs[i].selector, ns)
+		}
+	}
+	for i := range cs {
+		m := math.MaxInt32
+		for _, c := range s.counts[i] {
+			m = min(m, c)
+		}
+		if len(s.counts[i]) < int(cs[i].minDomains) {
+			m = 0 // fewer eligible domains than minDomains: the global minimum counts as 0
+		}
+		s.minMatch[i] = m
+	}
+	state.Write(preFilterKey, s)
+	return nil
+}
+
+// Filter checks every DoNotSchedule constraint's skew.
+func (*PodTopologySpread) Filter(state *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
+	v, err := state.Read(preFilterKey)
+	if err != nil {
+		return framework.AsStatus(err)
+	}
+	s, ok := v.(*preFilterState)
+	if !ok {
+		return errStateType
+	}
+	labels := node.Node.GetMetadata().GetLabels()
+	podLabels := pod.Pod.GetMetadata().GetLabels()
+	for i := range s.constraints {
+		c := &s.constraints[i]
+		tv, ok := labels[c.key]
+		if !ok {
+			return statusMissingLabel
+		}
+		self := 0
+		if c.selector.Matches(podLabels) {
+			self = 1
+		}
+		if s.counts[i][tv]+self-s.minMatch[i] > int(c.maxSkew) {
+			return statusNotMatch
+		}
+	}
+	return nil
+}
+
+type preScoreState struct {
+	constraints []constraint
+	ignored     map[*framework.NodeInfo]bool // feasible nodes lacking a topology key
+	counts      []map[string]int64           // per constraint (hostname: computed in Score)
+	weights     []float64                    // per constraint: log(domains + 2)
+}
+
+// PreScore counts matching pods in the domains of the feasible nodes, over every eligible node.
+func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.PodInfo, nodes []*framework.NodeInfo) *framework.Status {
+	cs := constraintsOf(pod.Pod, ScheduleAnyway)
+	if len(cs) == 0 || len(nodes) == 0 {
+		return statusSkip
+	}
+	s := &preScoreState{constraints: cs, ignored: map[*framework.NodeInfo]bool{},
+		counts: make([]map[string]int64, len(cs)), weights: make([]float64, len(cs))}
+	for i := range cs {
+		s.counts[i] = map[string]int64{}
+	}
+	for _, n := range nodes {
+		labels := n.Node.GetMetadata().GetLabels()
+		if !hasAllKeys(labels, cs) {
+			s.ignored[n] = true
+			continue
+		}
+		for i := range cs {
+			if cs[i].key != LabelHostname {
+				s.counts[i][labels[cs[i].key]] += 0
+			}
+		}
+	}
+	for i := range cs {
+		size := len(s.counts[i])
+		if cs[i].key == LabelHostname {
+			size = len(nodes) - len(s.ignored)
+		}
+		s.weights[i] = math.Log(float64(size + 2))
+	}
+	req := nodeaffinity.GetRequired(pod.Pod)
+	ns := pod.Pod.GetMetadata().GetNamespace()
+	for _, n := range state.Snapshot().Nodes() {
+		labels := n.Node.GetMetadata().GetLabels()
+		if !hasAllKeys(labels, cs) {
+			continue
+		}
+		for i := range cs {
+			if cs[i].key == LabelHostname || !cs[i].included(pod.Pod, n.Node, req) {
+				continue
+			}
+			v := labels[cs[i].key]
+			if _, ok := s.counts[i][v]; ok {
+				s.counts[i][v] += int64(countMatching(n.Pods, cs[i].selector, ns))
+			}
+		}
+	}
+	state.Write(preScoreKey, s)
+	return nil
+}
+
+func readPreScore(state *framework.CycleState) (*preScoreState, *framework.Status) {
+	v, err := state.Read(preScoreKey)
+	if err != nil {
+		return nil, framework.AsStatus(err)
+	}
+	s, ok := v.(*preScoreState)
+	if !ok {
+		return nil, errStateType
+	}
+	return s, nil
+}
+
+// Score is the weighted count of matching pods in the node's domains (lower is better).
+func (*PodTopologySpread) Score(state *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
+	s, st := readPreScore(state)
+	if st != nil {
+		return 0, st
+	}
+	if s.ignored[node] {
+		return 0, nil
+	}
+	labels := node.Node.GetMetadata().GetLabels()
+	var score float64
+	for i := range s.constraints {
+		c := &s.constraints[i]
+		tv, ok := labels[c.key]
+		if !ok {
+			continue
+		}
+		var cnt int64
+		if c.key == LabelHostname {
+			cnt = int64(countMatching(node.Pods, c.selector, pod.Pod.GetMetadata().GetNamespace()))
+		} else {
+			cnt = s.counts[i][tv]
+		}
+		score += float64(cnt)*s.weights[i] + float64(c.maxSkew-1)
+	}
+	return int64(math.Round(score)), nil
+}
+
+// NormalizeScore reverses onto 0..100 (fewest matching pods: 100); ignored nodes score 0.
+func (*PodTopologySpread) NormalizeScore(state *framework.CycleState, _ *framework.PodInfo, scores []framework.NodeScore) *framework.Status {
+	s, st := readPreScore(state)
+	if st != nil {
+		return st
+	}
+	minS, maxS := int64(math.MaxInt64), int64(0)
+	for i := range scores {
+		if s.ignored[scores[i].Node] {
+			continue
+		}
+		minS, maxS = min(minS, scores[i].Score), max(maxS, scores[i].Score)
+	}
+	for i := range scores {
+		switch {
+		case s.ignored[scores[i].Node]:
+			scores[i].Score = 0
+		case maxS == 0:
+			scores[i].Score = framework.MaxNodeScore
+		default:
+			scores[i].Score = framework.MaxNodeScore * (maxS + minS - scores[i].Score) / maxS
+		}
+	}
+	return nil
+}
