@@ -99,103 +99,169 @@ func runContainerd(ctx context.Context, cfg Config, w io.Writer) error {
 	nsPodbus, nsBare := "podbus-bench-"+runID, "podbus-bench-bare-"+runID
 	defer cleanupContainerd(cfg.ContainerdAddress, []string{nsPodbus, nsBare}, []string{node, bareNode}, w)
 
-	res := &RealResult{Pods: cfg.Pods}
-	if err := benchPodbus(ctx, cfg, dir, node, nsPodbus, image, runID, log, res); err != nil {
+	pods, stopPodbus, err := startPodbus(ctx, cfg, filepath.Join(dir, "cluster"), node, nsPodbus, image, log)
+	if err != nil {
 		return fmt.Errorf("podbus: %w", err)
 	}
-	if err := benchBare(ctx, cfg, filepath.Join(dir, "bare"), bareNode, nsBare, image, log, res); err != nil {
+	defer stopPodbus()
+	bare, stopBare, err := startBare(ctx, cfg, filepath.Join(dir, "bare"), bareNode, nsBare, image, log)
+	if err != nil {
 		return fmt.Errorf("bare runtime: %w", err)
 	}
+	defer stopBare()
+
+	// The first pod of a node pulls the image and creates the node's bridge: a warm-up on each path.
+	if err := pods.one(ctx, fmt.Sprintf("ctrd-%s-warm", runID)); err != nil {
+		return fmt.Errorf("podbus warm-up pod: %w", err)
+	}
+	if _, err := bare.one(ctx, "bare-warm"); err != nil {
+		return fmt.Errorf("bare warm-up pod: %w", err)
+	}
+	// One by one, the two paths taking turns so that both see the same load on the machine.
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	seq, par := make([]string, cfg.Pods), make([]string, cfg.Pods)
+	var bareSeq []float64
+	for i := range cfg.Pods {
+		seq[i], par[i] = fmt.Sprintf("ctrd-%s-seq-%d", runID, i), fmt.Sprintf("ctrd-%s-par-%d", runID, i)
+		if err := pods.one(ctx, seq[i]); err != nil {
+			return fmt.Errorf("podbus: %w", err)
+		}
+		d, err := bare.one(ctx, fmt.Sprintf("bare-seq-%d", i))
+		if err != nil {
+			return fmt.Errorf("bare runtime: %w", err)
+		}
+		bareSeq = append(bareSeq, ms(d))
+	}
+	// All at once: podbus's batch, then the bare one.
+	res := &RealResult{Pods: cfg.Pods, BareSequential: percentiles(bareSeq)}
+	if res.PodbusThroughput, err = pods.batch(ctx, par); err != nil {
+		return fmt.Errorf("podbus: %w", err)
+	}
+	bpar := make([]string, cfg.Pods)
+	for i := range bpar {
+		bpar[i] = fmt.Sprintf("bare-par-%d", i)
+	}
+	ds, wall, err := bare.batch(ctx, bpar)
+	if err != nil {
+		return fmt.Errorf("bare runtime: %w", err)
+	}
+	res.BareParallel, res.BareThroughput = percentiles(ds), float64(len(bpar))/wall.Seconds()
+	pods.t.mu.Lock()
+	res.PodbusSequential, res.PodbusParallel = pods.t.stages(seq), pods.t.stages(par)
+	pods.t.mu.Unlock()
 	if cfg.JSON {
 		return writeJSON(w, res)
 	}
 	printReal(w, res)
+	if cfg.Verbose {
+		printHandlerTimes(w)
+	}
 	return nil
 }
 
-// benchPodbus starts an embedded cluster whose only node is real, warms it up with one pod (which pulls
-// the image), then creates the pods one by one and all at once through the API, and deletes them all.
-func benchPodbus(ctx context.Context, cfg Config, dir, node, ns, image, runID string, log *slog.Logger, res *RealResult) error {
+// podbusBench creates pods through the API of an embedded cluster whose only node is real.
+type podbusBench struct {
+	api *realAPI
+	t   *tracker
+
+	mu      sync.Mutex
+	created []string
+}
+
+// startPodbus starts the cluster; stop deletes every pod created (the agent removes their sandboxes)
+// and stops the cluster.
+func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger) (*podbusBench, func(), error) {
 	cctx, ccancel := context.WithCancel(ctx)
-	defer ccancel()
 	cl, err := up.Start(cctx, up.Config{
-		NATSPort: -1, DataDir: filepath.Join(dir, "cluster"), APIAddr: "127.0.0.1:0", Nodes: 0,
+		NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: 0,
 		Runtime: up.RuntimeContainerd, ContainerdAddress: cfg.ContainerdAddress, RealNode: node,
 		RealNodePodCIDR: realPodCIDR, ContainerdNamespace: ns, Memory: cfg.Memory, NoAudit: cfg.NoAudit, Logger: log,
 	})
 	if err != nil {
-		return err
+		ccancel()
+		return nil, nil, err
 	}
-	defer func() { ccancel(); _ = cl.Wait() }()
 	conn, err := bus.Connect(ctx, cl.NATSURL, "podbus-loadtest")
 	if err != nil {
-		return err
+		ccancel()
+		_ = cl.Wait()
+		return nil, nil, err
 	}
-	defer conn.NC.Close()
-
-	seq, par := make([]string, cfg.Pods), make([]string, cfg.Pods)
-	warm := fmt.Sprintf("ctrd-%s-warm", runID)
-	t := &tracker{pods: map[string]*podTimes{warm: {}}, uids: map[string]string{}}
-	for i := range cfg.Pods {
-		seq[i], par[i] = fmt.Sprintf("ctrd-%s-seq-%d", runID, i), fmt.Sprintf("ctrd-%s-par-%d", runID, i)
-		t.pods[seq[i]], t.pods[par[i]] = &podTimes{}, &podTimes{}
+	b := &podbusBench{
+		api: &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: &http.Client{Timeout: 30 * time.Second}},
+		t:   &tracker{pods: map[string]*podTimes{}, uids: map[string]string{}},
 	}
-	stop, err := t.observe(ctx, conn, cfg.Namespace)
+	stopObserving, err := b.t.observe(ctx, conn, cfg.Namespace)
 	if err != nil {
-		return err
+		conn.NC.Close()
+		ccancel()
+		_ = cl.Wait()
+		return nil, nil, err
 	}
-	defer stop()
-	api := &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: &http.Client{Timeout: 30 * time.Second}}
-	created := []string{warm}
-	defer func() {
-		// Every pod goes, whatever happened: the cluster's agent removes their sandboxes.
+	stop := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		if err := api.deleteAll(dctx, created); err != nil {
+		b.mu.Lock()
+		created := b.created
+		b.mu.Unlock()
+		if err := b.api.deleteAll(dctx, created); err != nil {
 			log.Error("delete pods", "err", err)
 		}
-	}()
+		stopObserving()
+		conn.NC.Close()
+		ccancel()
+		_ = cl.Wait()
+	}
+	return b, stop, nil
+}
 
-	if err := api.create(ctx, t, warm); err != nil {
+func (b *podbusBench) add(names ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.created = append(b.created, names...)
+	b.t.mu.Lock()
+	defer b.t.mu.Unlock()
+	for _, n := range names {
+		b.t.pods[n] = &podTimes{}
+	}
+}
+
+// one creates a pod and waits until it is Ready.
+func (b *podbusBench) one(ctx context.Context, name string) error {
+	b.add(name)
+	if err := b.api.create(ctx, b.t, name); err != nil {
 		return err
 	}
-	if err := t.waitReady(ctx, warm); err != nil {
-		return fmt.Errorf("warm-up pod: %w", err)
-	}
-	for _, n := range seq {
-		created = append(created, n)
-		if err := api.create(ctx, t, n); err != nil {
-			return err
-		}
-		if err := t.waitReady(ctx, n); err != nil {
-			return err
-		}
-	}
+	return b.t.waitReady(ctx, name)
+}
+
+// batch creates the pods all at once, waits until all are Ready and returns the throughput: pods per
+// second from the first POST to the last Ready.
+func (b *podbusBench) batch(ctx context.Context, names []string) (float64, error) {
+	b.add(names...)
 	var wg sync.WaitGroup
-	errs := make([]error, len(par))
-	created = append(created, par...)
-	for i, n := range par {
+	errs := make([]error, len(names))
+	for i, n := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = api.create(ctx, t, n)
+			errs[i] = b.api.create(ctx, b.t, n)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return 0, err
 	}
-	for _, n := range par {
-		if err := t.waitReady(ctx, n); err != nil {
-			return err
+	for _, n := range names {
+		if err := b.t.waitReady(ctx, n); err != nil {
+			return 0, err
 		}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	res.PodbusSequential, res.PodbusParallel = t.stages(seq), t.stages(par)
+	b.t.mu.Lock()
+	defer b.t.mu.Unlock()
 	var first, last time.Time
-	for _, n := range par {
-		p := t.pods[n]
+	for _, n := range names {
+		p := b.t.pods[n]
 		if first.IsZero() || p.sent.Before(first) {
 			first = p.sent
 		}
@@ -203,8 +269,7 @@ func benchPodbus(ctx context.Context, cfg Config, dir, node, ns, image, runID st
 			last = p.at[4]
 		}
 	}
-	res.PodbusThroughput = float64(len(par)) / last.Sub(first).Seconds()
-	return nil
+	return float64(len(names)) / last.Sub(first).Seconds(), nil
 }
 
 // stages are the percentiles of each stage of the named pods. Called with t.mu held.
@@ -317,86 +382,84 @@ func (a *realAPI) deleteAll(ctx context.Context, names []string) error {
 	return nil
 }
 
-// benchBare starts the same pods straight through agent/cri's runtime (netns + CNI ADD + container
-// create + task start, no API, bus or agent), one by one and then all at once, and removes them.
-func benchBare(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger, res *RealResult) error {
+// bareBench starts the same pods straight through agent/cri's runtime: netns + CNI ADD + container
+// create + task start, no API, bus or agent.
+type bareBench struct {
+	rt    *cri.Runtime
+	ns    string
+	image string
+
+	mu  sync.Mutex
+	sbs []agent.Sandbox
+}
+
+// startBare makes the runtime and pulls the image; stop removes every sandbox started.
+func startBare(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger) (*bareBench, func(), error) {
 	rt, err := cri.New(ctx, cri.Config{NodeName: node, Address: cfg.ContainerdAddress, Namespace: ns,
 		PodCIDR: barePodCIDR, StateDir: dir, Logger: log})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer rt.Close()
-	var sbs []agent.Sandbox
-	var mu sync.Mutex
-	defer func() {
+	b := &bareBench{rt: rt, ns: cfg.Namespace, image: image}
+	stop := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		for _, sb := range sbs {
+		for _, sb := range b.sbs {
 			if err := rt.RemoveSandbox(dctx, sb); err != nil {
 				log.Error("remove sandbox", "pod", sb.Name, "err", err)
 			}
 		}
-	}()
+		_ = rt.Close()
+	}
 	if _, err := rt.PullImage(ctx, image, "IfNotPresent"); err != nil {
-		return err
+		stop()
+		return nil, nil, err
 	}
-	start := func(name string) (time.Duration, error) {
-		p := &pb.Pod{
-			Metadata: &pb.ObjectMeta{Name: name, Namespace: cfg.Namespace, Uid: fmt.Sprintf("bare-%s-%d", name, time.Now().UnixNano())},
-			Spec: &pb.PodSpec{RestartPolicy: "Always", Containers: []*pb.Container{{
-				Name: "app", Image: image, ImagePullPolicy: "IfNotPresent", Command: []string{"sleep", "3600"},
-			}}},
-		}
-		t0 := time.Now()
-		sb, err := rt.RunSandbox(ctx, p)
-		if err != nil {
-			return 0, err
-		}
-		mu.Lock()
-		sbs = append(sbs, sb)
-		mu.Unlock()
-		id, err := rt.CreateContainer(ctx, sb, p.Spec.Containers[0], 0)
-		if err != nil {
-			return 0, err
-		}
-		if err := rt.StartContainer(ctx, id); err != nil {
-			return 0, err
-		}
-		return time.Since(t0), nil
+	return b, stop, nil
+}
+
+// one starts one pod and returns how long it took.
+func (b *bareBench) one(ctx context.Context, name string) (time.Duration, error) {
+	p := &pb.Pod{
+		Metadata: &pb.ObjectMeta{Name: name, Namespace: b.ns, Uid: fmt.Sprintf("%s-%d", name, time.Now().UnixNano())},
+		Spec: &pb.PodSpec{RestartPolicy: "Always", Containers: []*pb.Container{{
+			Name: "app", Image: b.image, ImagePullPolicy: "IfNotPresent", Command: []string{"sleep", "3600"},
+		}}},
 	}
-	// The first pod of a node creates its bridge: a warm-up, like podbus's.
-	if _, err := start("bare-warm"); err != nil {
-		return fmt.Errorf("warm-up pod: %w", err)
+	t0 := time.Now()
+	sb, err := b.rt.RunSandbox(ctx, p)
+	if err != nil {
+		return 0, err
 	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	var seq []float64
-	for i := range cfg.Pods {
-		d, err := start(fmt.Sprintf("bare-seq-%d", i))
-		if err != nil {
-			return err
-		}
-		seq = append(seq, ms(d))
+	b.mu.Lock()
+	b.sbs = append(b.sbs, sb)
+	b.mu.Unlock()
+	id, err := b.rt.CreateContainer(ctx, sb, p.Spec.Containers[0], 0)
+	if err != nil {
+		return 0, err
 	}
-	par := make([]float64, cfg.Pods)
-	errs := make([]error, cfg.Pods)
+	if err := b.rt.StartContainer(ctx, id); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+// batch starts the pods all at once and returns each one's time (ms) and the batch's.
+func (b *bareBench) batch(ctx context.Context, names []string) ([]float64, time.Duration, error) {
+	ds := make([]float64, len(names))
+	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i := range cfg.Pods {
+	for i, n := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := start(fmt.Sprintf("bare-par-%d", i))
-			par[i], errs[i] = ms(d), err
+			d, err := b.one(ctx, n)
+			ds[i], errs[i] = float64(d)/float64(time.Millisecond), err
 		}()
 	}
 	wg.Wait()
-	wall := time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	res.BareSequential, res.BareParallel = percentiles(seq), percentiles(par)
-	res.BareThroughput = float64(cfg.Pods) / wall.Seconds()
-	return nil
+	return ds, time.Since(t0), errors.Join(errs...)
 }
 
 // cleanupContainerd removes what the run left in containerd and on the host once the pods are gone: the
@@ -436,7 +499,8 @@ func cleanupContainerd(address string, nss, nodes []string, w io.Writer) {
 }
 
 func printReal(w io.Writer, r *RealResult) {
-	fmt.Fprintf(w, "containerd: %d pods one by one (each after the previous is Ready), then %d at once; busybox `sleep`,\n", r.Pods, r.Pods)
+	fmt.Fprintf(w, "containerd: %d pods one by one (each after the previous is Ready; podbus and bare taking turns), then %d at once;\n", r.Pods, r.Pods)
+	fmt.Fprintf(w, "busybox `sleep`, ")
 	fmt.Fprintf(w, "no readiness probe; the image was pulled by a warm-up pod first, so no pull is measured.\n")
 	fmt.Fprintf(w, "podbus: POST → phase Running / Ready=True in the store; bare: netns + CNI ADD + create + task start via agent/cri.\n")
 	fmt.Fprintf(w, "%-28s %9s %9s %9s %9s\n", "", "p50 ms", "p90 ms", "p99 ms", "max ms")
