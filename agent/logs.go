@@ -88,12 +88,15 @@ func (a *Agent) logContainer(req LogRequest) (_ ContainerID, previous bool, _ er
 		if req.Container != "" && c.spec.GetName() != req.Container {
 			continue
 		}
+		// A running container's previous attempt may already be removed (the worker removes the last
+		// dead container when it starts the next), so the runtime finds it from the current one; while
+		// a container waits to restart, the last dead one is still there: its logs are the current ones.
 		id := c.id
 		switch {
-		case req.Previous && c.prevID != "":
-			id = c.prevID
 		case req.Previous && id != "":
 			previous = true
+		case req.Previous:
+			id = c.prevID
 		case id == "":
 			id = c.prevID
 		}

@@ -220,7 +220,6 @@ func (w *podWorker) runInit(ctx context.Context, c *ctr) bool {
 		if !w.retryWait(ctx, c) {
 			return false
 		}
-		w.removePrevious(ctx, c)
 		if err := w.startContainer(ctx, c); err != nil {
 			if ctx.Err() != nil {
 				return false
@@ -229,6 +228,7 @@ func (w *podWorker) runInit(ctx context.Context, c *ctr) bool {
 			w.markStarted()
 			continue
 		}
+		w.removePrevious(ctx, c)
 		w.reportRetry(ctx)
 		w.markStarted()
 		st, ok := w.wait(ctx, c)
@@ -264,10 +264,12 @@ func (w *podWorker) loop(ctx context.Context, c *ctr) {
 			if !w.retryWait(ctx, c) {
 				return
 			}
-			w.removePrevious(ctx, c)
 			err := w.startContainer(ctx, c)
 			if ctx.Err() != nil {
 				return
+			}
+			if err == nil {
+				w.removePrevious(ctx, c)
 			}
 			w.reportRetry(ctx)
 			if err != nil {
@@ -405,7 +407,8 @@ func (w *podWorker) retryWait(ctx context.Context, c *ctr) bool {
 	return sleep(ctx, delay-delay/4)
 }
 
-// removePrevious removes the attempt before the last one: the last dead container is kept for its logs.
+// removePrevious removes the previous attempt once its successor started: until then it is the
+// container `kubectl logs` reads; after, its log file is read as --previous of the running one.
 func (w *podWorker) removePrevious(ctx context.Context, c *ctr) {
 	w.mu.Lock()
 	prev := c.prevID

@@ -125,6 +125,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("create state dir: %w", err)
 		}
 	}
+	if err := removeHalfWritten(dir, cfg.Logger); err != nil {
+		return nil, err
+	}
 	if err := checkPlugins(cfg.CNIBinDirs); err != nil {
 		return nil, err
 	}
