@@ -131,6 +131,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := checkPlugins(cfg.CNIBinDirs); err != nil {
 		return nil, err
 	}
+	if err := removeStaleBridge(dir, BridgeFor(cfg.NodeName), cfg.PodCIDR, cfg.Logger); err != nil {
+		return nil, err
+	}
 	netConf, loConf, err := networkConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -436,5 +437,47 @@ func TestCheckSandboxNoticesBrokenNetwork(t *testing.T) {
 	t.Logf("CheckSandbox: %v", err)
 	if err := r.RemoveSandbox(ctx, sb); err != nil {
 		t.Errorf("RemoveSandbox of the broken pod: %v", err)
+	}
+}
+
+// A node restarted with another pod CIDR finds its bridge with the old gateway address; the bridge plugin
+// would refuse it forever, so New removes it when no pod of the node is recorded, and refuses to start
+// when some are.
+func TestStaleBridgeOfAnotherCIDR(t *testing.T) {
+	requireContainerd(t)
+	node := "stale-" + uuid.NewString()[:6]
+	br := cri.BridgeFor(node)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("link", "add", br, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", br).Run() })
+	ip("addr", "add", "10.249.9.1/24", "dev", br)
+
+	state := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(state, "sandboxes"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(state, "sandboxes", "some-pod.json")
+	if err := os.WriteFile(rec, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cri.New(context.Background(), cri.Config{NodeName: node, Address: address(), Namespace: testNamespace(), PodCIDR: "10.249.10.0/24", StateDir: state}); err == nil || !strings.Contains(err.Error(), "outside the pod CIDR") {
+		t.Fatalf("New with recorded pods on a stale bridge: err = %v, want a refusal", err)
+	}
+	if err := os.Remove(rec); err != nil {
+		t.Fatal(err)
+	}
+	r := newRuntime(t, node, "10.249.10.0/24", testNamespace(), state)
+	if _, err := net.InterfaceByName(br); err == nil {
+		t.Fatalf("bridge %s with the old address is still there", br)
+	}
+	_, busybox := startRegistry(t)
+	sb, _ := runPod(t, r, newPod("after-stale", ctr("c", busybox, "sleep", "60")))
+	if !strings.HasPrefix(sb.IP, "10.249.10.") {
+		t.Errorf("pod IP %s, want one of 10.249.10.0/24", sb.IP)
 	}
 }

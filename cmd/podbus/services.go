@@ -300,6 +300,7 @@ func runUp(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
 	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
+	fs.StringVar(&cfg.RegistryAddr, "registry", up.DefaultRegistryAddr, "with a real node: where to serve the built-in images (podbus/demo-web, podbus/busybox); off: none")
 	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")

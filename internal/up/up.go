@@ -76,6 +76,9 @@ type Config struct {
 	// need their own.
 	RealNodePodCIDR     string
 	ContainerdNamespace string
+	// RegistryAddr is where the built-in images (podbus/demo-web, podbus/busybox) are served when a real
+	// node runs (default DefaultRegistryAddr; "off": no registry).
+	RegistryAddr string
 }
 
 func (c *Config) defaults() {
@@ -123,6 +126,8 @@ type Cluster struct {
 	// Config.Runtime was RuntimeAuto.
 	RealNode   string
 	NoRealNode error
+	// Registry is the address of the image registry serving the built-in images, "" without one.
+	Registry string
 
 	srv  *server.Server
 	wg   sync.WaitGroup
@@ -274,6 +279,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.run(ctx, "agent "+cfg.RealNode, a)
 		c.RealNode = cfg.RealNode
 		nodes++
+		if cfg.RegistryAddr != "off" {
+			// A busy port (another podbus, a registry of the user's) is not fatal: pods name their images.
+			if reg, _, err := ServeImages(ctx, cfg.RegistryAddr, cfg.DataDir, log); err != nil {
+				log.Warn("no built-in image registry", "err", err)
+			} else {
+				c.Registry = reg.Addr()
+			}
+		}
 	}
 
 	if api != nil {
@@ -294,7 +307,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := WaitNodes(ctx, root, nodes); err != nil {
 		return fail(err)
 	}
-	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", nodes, "real node", c.RealNode, "kubeconfig", c.Kubeconfig)
+	log.Info("podbus is up", "api", c.APIURL, "nats", c.NATSURL, "nodes", nodes, "real node", c.RealNode, "registry", c.Registry, "kubeconfig", c.Kubeconfig)
 	c.stopped = make(chan struct{})
 	go func() {
 		defer close(c.stopped)
