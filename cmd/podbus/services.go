@@ -300,6 +300,8 @@ func runUp(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
 	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
+	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName)")
+	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
 	fs.StringVar(&cfg.RegistryAddr, "registry", up.DefaultRegistryAddr, "with a real node: where to serve the built-in images (podbus/demo-web, podbus/busybox); off: none")
 	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
@@ -318,6 +320,20 @@ func runUp(ctx context.Context, args []string) error {
 			return err
 		}
 		cfg.NodePools = &p
+	}
+	if *profile != "" {
+		p, err := scheduler.LoadProfiles(*profile)
+		if err != nil {
+			return err
+		}
+		cfg.Profiles = p
+	}
+	if *priorityFile != "" {
+		pc, err := convert.LoadPriorityClasses(*priorityFile)
+		if err != nil {
+			return err
+		}
+		cfg.PriorityClasses = pc
 	}
 	c, err := up.Start(ctx, cfg)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/nodepool"
 	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
@@ -76,6 +77,10 @@ type Config struct {
 	// need their own.
 	RealNodePodCIDR     string
 	ContainerdNamespace string
+	// Profiles configure the schedulers (nil: the default profile); PriorityClasses the API's
+	// priority classes besides the built-in ones (nil: those only).
+	Profiles        []scheduler.Profile
+	PriorityClasses *convert.PriorityClasses
 	// RegistryAddr is where the built-in images (podbus/demo-web, podbus/busybox) are served when a real
 	// node runs (default DefaultRegistryAddr; "off": no registry).
 	RegistryAddr string
@@ -205,7 +210,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			services = append(services, struct {
 				name string
 				mk   mk
-			}{"scheduler", func(cn *bus.Conn) (runner, error) { return scheduler.New(scheduler.Config{ID: id}, cn) }})
+			}{"scheduler", func(cn *bus.Conn) (runner, error) {
+				return scheduler.New(scheduler.Config{ID: id, Profiles: cfg.Profiles}, cn)
+			}})
 		}
 		for _, s := range services {
 			cn, err := dial("podbus-" + s.name)
@@ -222,7 +229,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr}, cn)
+		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, PriorityClasses: cfg.PriorityClasses}, cn)
 		if err != nil {
 			return fail(fmt.Errorf("admission: %w", err))
 		}
