@@ -136,6 +136,7 @@ func (n realNode) runtime(t *testing.T) *cri.Runtime {
 func (n realNode) cleanup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// New also removes every netns of the node that no sandbox record names (what a killed agent left).
 	rt, err := cri.New(ctx, cri.Config{NodeName: n.name, Address: containerdAddress(), Namespace: n.ns, PodCIDR: n.cidr, StateDir: n.state})
 	if err != nil {
 		t.Errorf("cleanup %s: %v", n.name, err)
@@ -147,14 +148,6 @@ func (n realNode) cleanup(t *testing.T) {
 			if err := rt.RemoveSandbox(ctx, sb.Sandbox); err != nil {
 				t.Errorf("cleanup %s: %v", n.name, err)
 			}
-		}
-	}
-	// What a half-written record names is unknown to the runtime; the test must not leak it either.
-	_, strays := sandboxRecords(t, n)
-	for _, netns := range strays {
-		if strings.HasPrefix(netns, cri.NetNSDir+"/") {
-			_ = syscall.Unmount(netns, syscall.MNT_DETACH)
-			_ = os.Remove(netns)
 		}
 	}
 	nctx := namespaces.WithNamespace(ctx, n.ns)
@@ -609,6 +602,9 @@ spec:
 	if ips := reservations(t, n, rt); len(ips) != 5 {
 		t.Errorf("%d IPs reserved, want 5: %v", len(ips), ips)
 	}
+	if nss := netnsOf(t, n); len(nss) != 5 {
+		t.Errorf("%d netns in %s, want the 5 the records name: %v", len(nss), cri.NetNSDir(n.state), nss)
+	}
 	for _, p := range all {
 		name := p.GetMetadata().GetName()
 		if out := k.must("logs", name); !strings.Contains(out, "up") {
@@ -637,4 +633,22 @@ spec:
 			t.Errorf("netns %s: %v, want it gone", netns, err)
 		}
 	}
+	// Also those no record named when the agent was killed (swept by the restarted agent).
+	if nss := netnsOf(t, n); len(nss) != 0 {
+		t.Errorf("netns of the node left after the pods' deletion: %v", nss)
+	}
+}
+
+// netnsOf lists the node's network namespaces (cri.NetNSDir of its state).
+func netnsOf(t *testing.T, n realNode) []string {
+	t.Helper()
+	entries, err := os.ReadDir(cri.NetNSDir(n.state))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
 }

@@ -14,10 +14,10 @@ import (
 )
 
 // removeHalfWritten removes what a runtime killed inside saveRecord left: the temp file (".rec-*") and,
-// when no record of that pod made it to its final name, the netns the temp file names (RunSandbox makes
-// the netns before the first record, so nothing else knows of it). With a final record, the netns is
-// left to reconciliation, which tears the sandbox down with CNI DEL. Only New calls it: no record is
-// being written then.
+// when no record of that pod made it to its final name, the netns the temp file names if it is in
+// LegacyNetNSDir (an older runtime's; one in the node's NetNSDir is swept by sweepNetNS). With a final
+// record, the netns is left to reconciliation, which tears the sandbox down with CNI DEL. Only New calls
+// it: no record is being written then.
 func removeHalfWritten(stateDir string, log *slog.Logger) error {
 	dir := sandboxDir(stateDir)
 	entries, err := os.ReadDir(dir)
@@ -31,7 +31,7 @@ func removeHalfWritten(stateDir string, log *slog.Logger) error {
 		path := filepath.Join(dir, e.Name())
 		var rec sandboxRecord
 		if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &rec) == nil && rec.PodUID != "" &&
-			strings.HasPrefix(rec.NetNS, NetNSDir+"/") {
+			strings.HasPrefix(rec.NetNS, LegacyNetNSDir+"/") {
 			if _, err := os.Stat(filepath.Join(dir, rec.PodUID+".json")); errors.Is(err, fs.ErrNotExist) {
 				if err := netns.LoadNetNS(rec.NetNS).Remove(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("remove netns %s of a half-written sandbox record: %w", rec.NetNS, err)

@@ -2,14 +2,14 @@
 // pod network. It implements agent.Runtime the way containerd's CRI plugin implements the CRI, without
 // the gRPC layer in between:
 //
-//	RunSandbox     named netns ─▶ record (StateDir/sandboxes/<uid>.json) ─▶ CNI ADD (lo, bridge+portmap+firewall) ─▶ record the IP
+//	RunSandbox     netns (StateDir/netns) ─▶ record (StateDir/sandboxes/<uid>.json) ─▶ CNI ADD (lo, bridge+portmap+firewall) ─▶ record the IP
 //	CreateContainer  OCI spec (image config + pod spec) and a fresh snapshot, labelled with the pod uid
 //	StartContainer   task with stdout/stderr to StateDir/logs/<uid>/<container>/<attempt>.log, started
 //	exit             exit code and times copied into the container's labels, task deleted
 //	RemoveSandbox    containers and tasks removed ─▶ CNI DEL ─▶ netns removed ─▶ record deleted
 //
 // Everything the runtime knows lives either in containerd (containers and their labels, tasks) or in
-// StateDir (sandbox records, logs, CNI cache, host-local IPAM), so a new Runtime on the same StateDir
+// StateDir (sandbox records, network namespaces, logs, CNI cache, host-local IPAM), so a new Runtime on the same StateDir
 // sees what an earlier one left (agent restarts).
 package cri
 
@@ -34,8 +34,6 @@ import (
 const (
 	DefaultAddress   = "/run/podbus/containerd/containerd.sock"
 	DefaultNamespace = "podbus"
-	// NetNSDir is where the pods' network namespaces are mounted (where `ip netns` looks).
-	NetNSDir = "/var/run/netns"
 )
 
 // DefaultCNIBinDirs are searched for the CNI plugins (Debian's package, then the upstream location).
@@ -120,12 +118,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	cfg.StateDir = dir
-	for _, d := range []string{sandboxDir(dir), filepath.Join(dir, "logs"), filepath.Join(dir, "ipam"), filepath.Join(dir, "cni-cache")} {
+	for _, d := range []string{sandboxDir(dir), NetNSDir(dir), filepath.Join(dir, "logs"), filepath.Join(dir, "ipam"), filepath.Join(dir, "cni-cache")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create state dir: %w", err)
 		}
 	}
 	if err := removeHalfWritten(dir, cfg.Logger); err != nil {
+		return nil, err
+	}
+	if err := sweepNetNS(dir, cfg.Logger); err != nil {
 		return nil, err
 	}
 	if err := checkPlugins(cfg.CNIBinDirs); err != nil {

@@ -150,7 +150,7 @@ func TestRemoveSandboxRemovesEverything(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(state, "sandboxes", p.Metadata.Uid+".json")); err != nil {
 		t.Fatal(err)
-	} else if err := json.Unmarshal(b, &rec); err != nil || !strings.HasPrefix(rec.NetNS, cri.NetNSDir) {
+	} else if err := json.Unmarshal(b, &rec); err != nil || !strings.HasPrefix(rec.NetNS, cri.NetNSDir(state)+"/") {
 		t.Fatalf("sandbox record: %s, %v", b, err)
 	}
 	if _, err := os.Stat(rec.NetNS); err != nil {
@@ -357,16 +357,21 @@ func TestPullPolicies(t *testing.T) {
 }
 
 // An agent killed inside RunSandbox leaves a record without IP (and a netns): listing shows it, and
-// both a new RunSandbox of the pod and RemoveSandbox clean it up.
+// both a new RunSandbox of the pod and RemoveSandbox clean it up, with the netns in the node's dir or
+// (written by an older version) in /var/run/netns.
 func TestInterruptedSandboxStart(t *testing.T) {
 	requireContainerd(t)
 	state := t.TempDir()
 	r := newRuntime(t, testNode(), testCIDR(), testNamespace(), state)
 	ctx := context.Background()
 
-	for _, retry := range []bool{true, false} {
+	for _, tc := range []struct {
+		retry bool
+		dir   string
+	}{{true, cri.NetNSDir(state)}, {false, cri.NetNSDir(state)}, {true, cri.LegacyNetNSDir}, {false, cri.LegacyNetNSDir}} {
+		retry := tc.retry
 		p := newPod("half", ctr("c", "busybox"))
-		ns, err := netns.NewNetNS(cri.NetNSDir)
+		ns, err := netns.NewNetNS(tc.dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -107,7 +107,9 @@ func (r *Runtime) RunSandbox(ctx context.Context, pod *pb.Pod) (_ agent.Sandbox,
 		}
 	}
 
-	ns, err := netns.NewNetNS(NetNSDir)
+	// Created before the record that names it: a crash in between leaves a netns of the node that no
+	// record names, which New sweeps (see NetNSDir).
+	ns, err := netns.NewNetNS(NetNSDir(r.cfg.StateDir))
 	if err != nil {
 		return agent.Sandbox{}, fmt.Errorf("create netns for pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
 	}

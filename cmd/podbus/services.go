@@ -188,7 +188,7 @@ func runAgent(ctx context.Context, args []string) error {
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
 	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
-	stateDir := fs.String("state-dir", "", "sandbox records, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
+	stateDir := fs.String("state-dir", "", "sandbox records, network namespaces, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
 	if err := parse(fs, args); err != nil {
 		return err
