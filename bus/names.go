@@ -68,6 +68,11 @@ const (
 	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
 	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
 	BucketAlloc = "alloc" // key NodeKey(name) -> podbusv1.NodeAllocation (written by the binder only)
+	// BucketCommit holds KeyInterPodCommit, a token whose revision every binder compare-and-sets when it
+	// commits a pod that inter-pod constraints concern, so such commits are checked one at a time against a
+	// view that includes every earlier one (see services/binder/commitcheck.go).
+	BucketCommit      = "commit"
+	KeyInterPodCommit = "inter-pod"
 )
 
 // Durable consumer names. Consumers with the same name are shared by all replicas of a service.

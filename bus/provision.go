@@ -102,6 +102,7 @@ func KVConfigs(o Options) []jetstream.KeyValueConfig {
 		mk(BucketPods, "podbus pods; revision = resourceVersion", 8),
 		mk(BucketNodes, "podbus nodes", 4),
 		mk(BucketAlloc, "podbus committed requests per node (binder)", 1),
+		mk(BucketCommit, "podbus binders' token for commits under inter-pod constraints", 1),
 	}
 }
 
@@ -163,7 +164,7 @@ func retry(ctx context.Context, f func() error) error {
 
 // Buckets are the opened KV buckets.
 type Buckets struct {
-	Pods, Nodes, Alloc jetstream.KeyValue
+	Pods, Nodes, Alloc, Commit jetstream.KeyValue
 }
 
 // OpenBuckets opens the provisioned buckets.
@@ -172,7 +173,7 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 	for _, x := range []struct {
 		name string
 		dst  *jetstream.KeyValue
-	}{{BucketPods, &b.Pods}, {BucketNodes, &b.Nodes}, {BucketAlloc, &b.Alloc}} {
+	}{{BucketPods, &b.Pods}, {BucketNodes, &b.Nodes}, {BucketAlloc, &b.Alloc}, {BucketCommit, &b.Commit}} {
 		err := retry(ctx, func() error {
 			kv, err := js.KeyValue(ctx, x.name)
 			*x.dst = kv

@@ -4781,7 +4781,10 @@ type PodAllocation struct {
 	CreationTimestamp *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=creation_timestamp,json=creationTimestamp,proto3" json:"creation_timestamp,omitempty"`
 	SchedulerName     string                 `protobuf:"bytes,9,opt,name=scheduler_name,json=schedulerName,proto3" json:"scheduler_name,omitempty"`
 	// Uid of the pod this one is being preempted for (its deletion was requested); "" otherwise.
-	PreemptedBy   string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	PreemptedBy string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	// Set while a binder commits the pod under inter-pod constraints (the decision's id): the reservation
+	// is its owner's to confirm or withdraw; other decisions for the pod wait (services/binder/commitcheck.go).
+	Tentative     string `protobuf:"bytes,11,opt,name=tentative,proto3" json:"tentative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4882,6 +4885,13 @@ func (x *PodAllocation) GetSchedulerName() string {
 func (x *PodAllocation) GetPreemptedBy() string {
 	if x != nil {
 		return x.PreemptedBy
+	}
+	return ""
+}
+
+func (x *PodAllocation) GetTentative() string {
+	if x != nil {
+		return x.Tentative
 	}
 	return ""
 }
@@ -5372,7 +5382,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\x1aV\n" +
 	"\x0eNominatedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\x9c\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\xba\x04\n" +
 	"\rPodAllocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
@@ -5384,7 +5394,8 @@ const file_podbus_proto_rawDesc = "" +
 	"\x12creation_timestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11creationTimestamp\x12%\n" +
 	"\x0escheduler_name\x18\t \x01(\tR\rschedulerName\x12!\n" +
 	"\fpreempted_by\x18\n" +
-	" \x01(\tR\vpreemptedBy\x1a9\n" +
+	" \x01(\tR\vpreemptedBy\x12\x1c\n" +
+	"\ttentative\x18\v \x01(\tR\ttentative\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"

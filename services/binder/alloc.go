@@ -23,18 +23,26 @@ const (
 	reservationNoNode                    // the node is unknown
 	reservationNotReady
 	reservationNoRoom
+	reservationConstraint // inter-pod constraints refuse the node (commitcheck.go)
+	reservationBusy       // another decision is committing the pod there under inter-pod constraints
 )
 
 func (r reservation) ok() bool { return r == reservationAdded || r == reservationHeld }
 
 func (r reservation) String() string {
-	return [...]string{"added", "held", "node unknown", "node not ready", "insufficient resources"}[r]
+	return [...]string{"added", "held", "node unknown", "node not ready", "insufficient resources", "inter-pod constraints", "tentative reservation of another decision"}[r]
 }
 
 // reserve commits the pod's requests on node if they fit its allocatable. It is idempotent: a pod that
 // already holds a reservation on node keeps it, whatever happened to the node since. The revision is
 // that of the alloc record the answer was based on.
 func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reservation, uint64, error) {
+	return s.reserveAs(ctx, node, pod, "")
+}
+
+// reserveAs is reserve; a non-empty tentative marks a new reservation as the tentative one of that
+// decision (commitcheck.go). A tentative reservation of another decision is reservationBusy.
+func (s *Service) reserveAs(ctx context.Context, node string, pod *pb.Pod, tentative string) (reservation, uint64, error) {
 	uid := pod.GetMetadata().GetUid()
 	key := bus.NodeKey(node)
 	req := podutil.PodRequests(pod)
@@ -49,7 +57,10 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			if err != nil {
 				return 0, 0, err
 			}
-			if _, ok := fa.Pods[uid]; ok {
+			if e, ok := fa.Pods[uid]; ok {
+				if t := e.GetTentative(); t != "" && t != tentative {
+					return reservationBusy, frev, nil
+				}
 				return reservationHeld, frev, nil
 			}
 			s.alloc.put(node, fa, frev)
@@ -71,6 +82,7 @@ func (s *Service) reserve(ctx context.Context, node string, pod *pb.Pod) (reserv
 			return reservationNoRoom, rev, nil
 		}
 		a.Pods[uid] = podAllocation(pod, req)
+		a.Pods[uid].Tentative = tentative
 		delete(a.Nominated, uid) // the room it waited for is taken now
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
@@ -215,4 +227,42 @@ func podAllocation(pod *pb.Pod, req *pb.Resources) *pb.PodAllocation {
 		CreationTimestamp: md.GetCreationTimestamp(),
 		SchedulerName:     spec.GetSchedulerName(),
 	}
+}
+
+// settle confirms (keep) or withdraws the tentative reservation of decision tentative for uid on node.
+// It returns errRetry wrapped when the reservation is not that decision's tentative one any more.
+func (s *Service) settle(ctx context.Context, node, uid, tentative string, keep bool) error {
+	key := bus.NodeKey(node)
+	for range maxAttempts {
+		a, rev, err := s.allocation(ctx, node, true)
+		if err != nil {
+			return err
+		}
+		e, ok := a.Pods[uid]
+		if !ok || e.GetTentative() != tentative {
+			if !keep {
+				return nil // withdrawn already (a redelivery), or released by a deletion
+			}
+			return fmt.Errorf("confirm pod %s on %s: the tentative reservation is gone: %w", uid, node, errRetry)
+		}
+		if keep {
+			e.Tentative = ""
+		} else {
+			delete(a.Pods, uid)
+			a.Total = total(a)
+		}
+		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev)
+		if errors.Is(err, bus.ErrConflict) {
+			bus.Count("binder.cas_conflicts.alloc", 1)
+			s.alloc.forget(node)
+			continue
+		}
+		if err != nil {
+			s.alloc.forget(node)
+			return fmt.Errorf("settle pod %s on %s: %w", uid, node, err)
+		}
+		s.alloc.put(node, a, newRev)
+		return nil
+	}
+	return fmt.Errorf("settle pod %s on %s: %w", uid, node, errRetry)
 }

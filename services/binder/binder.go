@@ -55,6 +55,7 @@ type Service struct {
 	b     bus.Buckets // opened by Run (or open)
 	nodes nodeCache
 	alloc allocCache
+	view  *commitView // nil: no commit check (tests of the bare protocol)
 	now   func() time.Time
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
 	// decision there, as a crash would.
@@ -74,7 +75,12 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	actor := "binder/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)
+	view, err := newCommitView()
+	if err != nil {
+		return nil, fmt.Errorf("binder: %w", err)
+	}
 	return &Service{
+		view:  view,
 		cfg:   cfg,
 		actor: actor,
 		conn:  conn,
@@ -93,6 +99,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.watchNodes(gctx) })
+	g.Go(func() error { return s.watchView(gctx) })
 	g.Go(func() error {
 		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{
 			Stream:  bus.StreamPods,

@@ -11,6 +11,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/framework"
 )
 
 const (
@@ -121,9 +122,19 @@ func (s *Service) pod(ctx context.Context, key string) (*pb.Pod, uint64, error) 
 // schedule reserves room on the decision's node and binds the pod there. bus.ErrConflict means the pod
 // changed before the binding; the reservation stays and the caller judges the decision again.
 func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64) error {
-	res, allocRev, err := s.reserve(ctx, d.GetNode(), pod)
+	var res reservation
+	var allocRev uint64
+	var err error
+	if pi := framework.NewPodInfo(pod); s.view.concerns(pi) {
+		res, allocRev, err = s.reserveChecked(ctx, d.GetNode(), pod, pi, fmt.Sprintf("%s-%d", d.GetScheduler(), seq))
+	} else {
+		res, allocRev, err = s.reserve(ctx, d.GetNode(), pod)
+	}
 	if err != nil {
 		return err
+	}
+	if res == reservationBusy {
+		return fmt.Errorf("pod %s on %s: %s: %w", pod.GetMetadata().GetUid(), d.GetNode(), res, errRetry)
 	}
 	if !res.ok() {
 		return s.conflict(ctx, pod, rev, d, seq, res, allocRev)
@@ -208,6 +219,8 @@ func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node stri
 			return s.release(ctx, node, pod.GetMetadata().GetUid())
 		}
 	case reservationHeld:
+	case reservationBusy:
+		return fmt.Errorf("bound pod %s on %s: %s: %w", pod.GetMetadata().GetUid(), node, res, errRetry)
 	default:
 		s.log.Error("bound pod has no reservation and none fits", "pod", pod.GetMetadata().GetUid(), "node", node, "why", res)
 	}
@@ -264,7 +277,7 @@ func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.S
 	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}
 	id := fmt.Sprintf("conflict-%s-%d", uid, seq)
 	m := meta(pod, id)
-	if why == reservationNoRoom && allocRev > 0 {
+	if (why == reservationNoRoom || why == reservationConstraint) && allocRev > 0 {
 		m.Trigger = "a" + strconv.FormatUint(allocRev, 10)
 	}
 	if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, m); err != nil {

@@ -1,0 +1,295 @@
+package binder
+
+// The commit check: schedulers decide on their own caches, so two replicas can each place one of two
+// anti-affine pods on the same node (or zone) at the same moment, or push a zone over a spread's maxSkew.
+// The compare-and-set on alloc/<node> protects resources only. For a pod that inter-pod constraints
+// concern — it has required pod (anti-)affinity or a DoNotSchedule spread constraint, or some placed pod
+// has required anti-affinity (symmetry) — the binder re-runs the InterPodAffinity and PodTopologySpread
+// filters at commit time, on a view of every node and allocation, and commits one such pod at a time:
+//
+//	1. read the token commit/inter-pod (revision t)
+//	2. wait until the view has applied the alloc stream's last revision (every reservation made so far)
+//	3. run the filters for the decision's node on that view; a violation refuses the decision
+//	4. reserve on alloc/<node> (compare-and-set, resources as always)
+//	5. compare-and-set the token from t; if another binder committed such a pod in between, release the
+//	   reservation and start again from 1 (its commit may be what makes ours invalid)
+//
+// So two checked commits never overlap: each sees every earlier one. A refused pod goes back to the
+// schedulers with the alloc revision it was checked against, as a resource conflict does. Pods nothing
+// concerns skip all of it. Window left: a pod with no constraints of its own, committed while a pod whose
+// required anti-affinity matches it is being committed and before the view holds that pod, does not take
+// the token and may miss it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/scheduler/cache"
+	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
+	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
+)
+
+// errViewBehind: the view did not catch up with the alloc stream in time; the decision is retried.
+var errViewBehind = errors.New("binder view of nodes and allocations is behind")
+
+// viewCatchUp bounds the wait for the view in step 2.
+const viewCatchUp = 5 * time.Second
+
+// checkAttempts bounds the retries of step 5 before the decision goes back to the schedulers.
+const checkAttempts = 8
+
+// commitView is the binder's watch-fed view of the nodes and alloc buckets: the scheduler's cache without
+// assumptions, and a framework with the inter-pod filters only.
+type commitView struct {
+	mu    sync.Mutex // serializes this binder's checked commits
+	cache *cache.Cache
+	fw    *framework.Framework
+	once  sync.Once
+	ready chan struct{} // closed after the initial values of both buckets
+}
+
+func newCommitView() (*commitView, error) {
+	fw, err := framework.New(
+		framework.Registration{Plugin: interpodaffinity.New()},
+		framework.Registration{Plugin: podtopologyspread.New()},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &commitView{cache: cache.New(cache.Options{}), fw: fw, ready: make(chan struct{})}, nil
+}
+
+// watchView feeds the view until ctx ends.
+func (s *Service) watchView(ctx context.Context) error {
+	nodesW, err := s.b.Nodes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("binder: watch nodes: %w", err)
+	}
+	defer func() { _ = nodesW.Stop() }()
+	allocW, err := s.b.Alloc.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("binder: watch alloc: %w", err)
+	}
+	defer func() { _ = allocW.Stop() }()
+	v := s.view
+	nodesDone, allocDone := false, false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-nodesW.Updates():
+			if !ok {
+				return fmt.Errorf("binder: nodes watch closed")
+			}
+			if e == nil {
+				nodesDone = true
+			} else {
+				v.applyNode(e)
+			}
+		case e, ok := <-allocW.Updates():
+			if !ok {
+				return fmt.Errorf("binder: alloc watch closed")
+			}
+			if e == nil {
+				allocDone = true
+			} else {
+				v.applyAlloc(e)
+			}
+		}
+		if nodesDone && allocDone {
+			v.once.Do(func() { close(v.ready) })
+		}
+	}
+}
+
+func (v *commitView) applyNode(e jetstream.KeyValueEntry) {
+	name, ok := bus.Untoken(e.Key())
+	if !ok {
+		return
+	}
+	n := &pb.Node{}
+	if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), n) != nil {
+		v.cache.RemoveNode(name, e.Revision())
+		return
+	}
+	if n.Metadata == nil {
+		n.Metadata = &pb.ObjectMeta{}
+	}
+	if n.Metadata.Name == "" {
+		n.Metadata.Name = name
+	}
+	v.cache.UpsertNode(n, e.Revision())
+}
+
+func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) {
+	name, ok := bus.Untoken(e.Key())
+	if !ok {
+		return
+	}
+	a := &pb.NodeAllocation{}
+	if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), a) != nil {
+		v.cache.RemoveAlloc(name, e.Revision())
+		return
+	}
+	v.cache.UpsertAlloc(name, a, e.Revision())
+}
+
+// concerns reports whether inter-pod constraints concern pod's commit.
+func (v *commitView) concerns(pi *framework.PodInfo) bool {
+	if v == nil {
+		return false
+	}
+	if hasRequiredInterPod(pi.Pod) {
+		return true
+	}
+	// Symmetry: a placed pod's required anti-affinity may exclude this pod.
+	snap, _ := v.cache.Snapshot()
+	ns, labels := pi.Pod.GetMetadata().GetNamespace(), pi.Pod.GetMetadata().GetLabels()
+	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
+		for _, p := range n.PodsWithRequiredAntiAffinity {
+			for i := range p.Affinity.RequiredAntiAffinity {
+				if p.Affinity.RequiredAntiAffinity[i].Matches(ns, labels) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func hasRequiredInterPod(p *pb.Pod) bool {
+	a := p.GetSpec().GetAffinity()
+	if len(a.GetPodAffinity().GetRequired()) > 0 || len(a.GetPodAntiAffinity().GetRequired()) > 0 {
+		return true
+	}
+	for _, c := range p.GetSpec().GetTopologySpreadConstraints() {
+		if c.GetWhenUnsatisfiable() == "" || c.GetWhenUnsatisfiable() == "DoNotSchedule" {
+			return true
+		}
+	}
+	return false
+}
+
+// catchUp waits until the view holds every alloc revision written so far; it returns that revision.
+func (s *Service) catchUp(ctx context.Context) (uint64, error) {
+	select {
+	case <-s.view.ready:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+	if err != nil {
+		return 0, fmt.Errorf("alloc stream info: %w", err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	deadline := time.Now().Add(viewCatchUp)
+	for {
+		if _, rev := s.view.cache.Revisions(); rev >= last {
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: at alloc revision %d", errViewBehind, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// violates runs the inter-pod filters for pod on node over the view; nil when the pod may go there.
+// The pod itself is left out of the view (a redelivered decision finds its own reservation).
+func (v *commitView) violates(pi *framework.PodInfo, node string) *framework.Status {
+	snap, _ := v.cache.Snapshot()
+	uid := pi.Pod.GetMetadata().GetUid()
+	ni := snap.Get(node)
+	if ni == nil {
+		return nil // the node is not in the view yet: reserve will judge it
+	}
+	for _, p := range ni.Pods {
+		if p.UID == uid {
+			nodes := append([]*framework.NodeInfo(nil), snap.Nodes()...)
+			for i, n := range nodes {
+				if n.Name() == node {
+					ni = n.WithoutPods(uid)
+					nodes[i] = ni
+				}
+			}
+			snap = framework.NewSnapshot(nodes)
+			break
+		}
+	}
+	state := framework.NewCycleState()
+	state.SetSnapshot(snap)
+	skip := make([]bool, v.fw.NumFilters())
+	if st := v.fw.RunPreFilterPlugins(state, pi, skip); !st.IsSuccess() {
+		return st
+	}
+	if st := v.fw.RunFilterPlugins(state, pi, ni, skip); !st.IsSuccess() {
+		return st
+	}
+	return nil
+}
+
+// reserveChecked is reserve for a pod that inter-pod constraints concern (steps 1–5 above), for the
+// decision named id. The reservation is tentative until the token is won: a twin decision for the same
+// pod (another scheduler's, at another binder) finds it busy and waits, so withdrawing it after a lost
+// token can never pull the room from under a binding. A refusal by the constraints is
+// reservationConstraint with the alloc revision it was judged on.
+func (s *Service) reserveChecked(ctx context.Context, node string, pod *pb.Pod, pi *framework.PodInfo, id string) (reservation, uint64, error) {
+	uid := pod.GetMetadata().GetUid()
+	// One checked commit at a time per binder: they would only lose the token to each other.
+	s.view.mu.Lock()
+	defer s.view.mu.Unlock()
+	for range checkAttempts {
+		tokRev, err := bus.Get(ctx, s.b.Commit, bus.KeyInterPodCommit, &emptypb.Empty{})
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return 0, 0, fmt.Errorf("read commit token: %w", err)
+		}
+		seen, err := s.catchUp(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st := s.view.violates(pi, node); st != nil {
+			s.log.Debug("inter-pod constraints refuse the decision", "pod", uid, "node", node, "why", st.Message())
+			bus.Count("binder.constraint_refusals", 1)
+			// Our own tentative reservation of an earlier delivery goes with the refusal.
+			if err := s.settle(ctx, node, uid, id, false); err != nil {
+				return 0, 0, err
+			}
+			return reservationConstraint, seen, nil
+		}
+		res, allocRev, err := s.reserveAs(ctx, node, pod, id)
+		if err != nil || !res.ok() {
+			return res, allocRev, err
+		}
+		_, err = bus.Update(ctx, s.b.Commit, bus.KeyInterPodCommit, &emptypb.Empty{}, tokRev)
+		if err == nil {
+			// Won: the reservation is firm (a no-op for one that was firm already).
+			if err := s.settle(ctx, node, uid, id, true); err != nil && res == reservationAdded {
+				return 0, 0, err
+			}
+			return res, allocRev, nil
+		}
+		if !errors.Is(err, bus.ErrConflict) && !errors.Is(err, bus.ErrExists) {
+			return 0, 0, fmt.Errorf("claim commit token: %w", err)
+		}
+		// Another checked commit got in between: judge ours again on a view that includes it.
+		bus.Count("binder.cas_conflicts.commit", 1)
+		if err := s.settle(ctx, node, uid, id, false); err != nil {
+			return 0, 0, err
+		}
+	}
+	return 0, 0, fmt.Errorf("reserve pod %s on %s under inter-pod constraints: %w", uid, node, errRetry)
+}
