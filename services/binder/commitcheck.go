@@ -3,22 +3,23 @@ package binder
 // The commit check: schedulers decide on their own caches, so two replicas can each place one of two
 // anti-affine pods on the same node (or zone) at the same moment, or push a zone over a spread's maxSkew.
 // The compare-and-set on alloc/<node> protects resources only. For a pod that inter-pod constraints
-// concern — it has required pod (anti-)affinity or a DoNotSchedule spread constraint, or some placed pod
-// has required anti-affinity (symmetry) — the binder re-runs the InterPodAffinity and PodTopologySpread
+// concern — it has required pod (anti-)affinity or a DoNotSchedule spread constraint, or a placed pod's
+// required anti-affinity term matches it (symmetry) — the binder re-runs the InterPodAffinity and PodTopologySpread
 // filters at commit time, on a view of every node and allocation, and commits one such pod at a time:
 //
 //	1. read the token commit/inter-pod (revision t)
 //	2. wait until the view has applied the alloc stream's last revision (every reservation made so far)
 //	3. run the filters for the decision's node on that view; a violation refuses the decision
-//	4. reserve on alloc/<node> (compare-and-set, resources as always)
-//	5. compare-and-set the token from t; if another binder committed such a pod in between, release the
-//	   reservation and start again from 1 (its commit may be what makes ours invalid)
+//	4. reserve on alloc/<node> (compare-and-set, resources as always), tentatively: marked with the decision
+//	5. compare-and-set the token from t and confirm the reservation; if another binder committed such a
+//	   pod in between, withdraw it and start again from 1 (that commit may be what makes ours invalid)
 //
 // So two checked commits never overlap: each sees every earlier one. A refused pod goes back to the
 // schedulers with the alloc revision it was checked against, as a resource conflict does. Pods nothing
 // concerns skip all of it. Window left: a pod with no constraints of its own, committed while a pod whose
 // required anti-affinity matches it is being committed and before the view holds that pod, does not take
-// the token and may miss it.
+// the token and may miss it. A binder killed between 4 and 5 leaves a tentative reservation that only a
+// redelivery of the same decision confirms or withdraws; twins of it wait (reservationBusy) meanwhile.
 
 import (
 	"context"
