@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"strconv"
 
@@ -166,30 +165,13 @@ func (s *Service) updateNode(w http.ResponseWriter, r *http.Request, req request
 		writeStatus(w, err)
 		return
 	}
-	body, err := s.readBody(w, r)
+	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict;
+	// otherwise the change is applied again on top of the newer node.
+	apply, precondition, err := s.updateRequest(w, r, mode, "Node", corev1.Node{}, grNodes)
 	if err != nil {
 		writeStatus(w, err)
 		return
 	}
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var apply func(cur []byte) ([]byte, error)
-	if r.Method == http.MethodPut {
-		js, err := toJSON(body, ct, mode == validationStrict, "Node")
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		apply = func([]byte) ([]byte, error) { return js, nil }
-	} else {
-		apply, err = patcher(ct, body, corev1.Node{}, grNodes)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-	}
-	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict;
-	// otherwise the change is applied again on top of the newer node.
-	precondition := bytes.Contains(body, []byte("resourceVersion"))
 	for attempt := 1; ; attempt++ {
 		out, warnings, err := s.updateNodeOnce(r.Context(), req, mode, apply)
 		if errors.Is(err, bus.ErrConflict) {

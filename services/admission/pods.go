@@ -280,29 +280,12 @@ func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request)
 		writeStatus(w, err)
 		return
 	}
-	body, err := s.readBody(w, r)
+	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict.
+	apply, precondition, err := s.updateRequest(w, r, mode, "Pod", corev1.Pod{}, grPods)
 	if err != nil {
 		writeStatus(w, err)
 		return
 	}
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var apply func(cur []byte) ([]byte, error)
-	if r.Method == http.MethodPut {
-		js, err := toJSON(body, ct, mode == validationStrict, "Pod")
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		apply = func([]byte) ([]byte, error) { return js, nil }
-	} else {
-		apply, err = patcher(ct, body, corev1.Pod{}, grPods)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-	}
-	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict.
-	precondition := bytes.Contains(body, []byte("resourceVersion"))
 	key := bus.PodKey(req.ns, req.name)
 	ctx := r.Context()
 	for attempt := 1; ; attempt++ {
@@ -541,4 +524,25 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 		return podFromPB(res.GetPod(), res.GetRevision()), nil
 	}
 	return podFromPB(stored, rev), nil
+}
+
+// updateRequest reads an update's body and returns the change to apply to the stored object's JSON: the
+// body itself for PUT, the patch for PATCH (strategic merge, JSON merge or JSON patch against dataStruct),
+// and whether the body names a resourceVersion (a precondition: a lost race is then the client's Conflict).
+func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode string, kind string, dataStruct any, gr schema.GroupResource) (apply func(cur []byte) ([]byte, error), precondition bool, err error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, false, err
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.Method == http.MethodPut {
+		js, err := toJSON(body, ct, mode == validationStrict, kind)
+		if err != nil {
+			return nil, false, err
+		}
+		apply = func([]byte) ([]byte, error) { return js, nil }
+	} else if apply, err = patcher(ct, body, dataStruct, gr); err != nil {
+		return nil, false, err
+	}
+	return apply, bytes.Contains(body, []byte("resourceVersion")), nil
 }
