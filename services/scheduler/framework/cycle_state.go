@@ -35,6 +35,21 @@ func (c *CycleState) Read(k StateKey) (any, error) {
 	return v, nil
 }
 
+// ReadState returns what was written under k as a T: an Error status when it is missing or of another
+// type (a plugin reading what its own PreFilter or PreScore wrote).
+func ReadState[T any](c *CycleState, k StateKey) (T, *Status) {
+	var zero T
+	v, err := c.Read(k)
+	if err != nil {
+		return zero, AsStatus(err)
+	}
+	t, ok := v.(T)
+	if !ok {
+		return zero, NewStatus(Error, fmt.Sprintf("%s: unexpected state type %T", k, v))
+	}
+	return t, nil
+}
+
 // StateData is a cycle-state value that PreFilter extensions (AddPod/RemovePod) change: Clone must
 // return a deep enough copy that changing it leaves the original alone. Values that are not StateData
 // are shared by clones and must be treated as immutable.

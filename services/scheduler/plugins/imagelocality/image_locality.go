@@ -75,13 +75,9 @@ func (*ImageLocality) PreScore(state *framework.CycleState, pod *framework.PodIn
 
 // Score implements framework.ScorePlugin.
 func (*ImageLocality) Score(state *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
-	v, err := state.Read(stateKey)
-	if err != nil {
-		return 0, framework.AsStatus(err)
-	}
-	s, ok := v.(*preScoreState)
-	if !ok {
-		return 0, framework.NewStatus(framework.Error, "imagelocality: unexpected state type")
+	s, st := framework.ReadState[*preScoreState](state, stateKey)
+	if st != nil {
+		return 0, st
 	}
 	var sum int64
 	for _, img := range s.images {

@@ -47,7 +47,6 @@ var (
 	statusAntiAffinity    = framework.NewStatus(framework.Unschedulable, ErrReasonAntiAffinityRulesNotMatch)
 	statusExistingAntiAff = framework.NewStatus(framework.Unschedulable, ErrReasonExistingAntiAffinityRulesNotMatch)
 	statusSkip            = framework.NewStatus(framework.Skip)
-	errStateType          = framework.NewStatus(framework.Error, "interpodaffinity: unexpected state type")
 	emptyTerms            = &framework.PodAffinityTerms{}
 )
 
@@ -213,15 +212,7 @@ func (*InterPodAffinity) RemovePod(state *framework.CycleState, pod *framework.P
 }
 
 func readPreFilter(state *framework.CycleState) (*preFilterState, *framework.Status) {
-	v, err := state.Read(preFilterKey)
-	if err != nil {
-		return nil, framework.AsStatus(err)
-	}
-	s, ok := v.(*preFilterState)
-	if !ok {
-		return nil, errStateType
-	}
-	return s, nil
+	return framework.ReadState[*preFilterState](state, preFilterKey)
 }
 
 // Filter checks the three rules in kube-scheduler's order.
@@ -359,13 +350,9 @@ func (*InterPodAffinity) PreScore(state *framework.CycleState, pod *framework.Po
 
 // Score sums the node's pairs.
 func (*InterPodAffinity) Score(state *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
-	v, err := state.Read(preScoreKey)
-	if err != nil {
-		return 0, framework.AsStatus(err)
-	}
-	s, ok := v.(*preScoreState)
-	if !ok {
-		return 0, errStateType
+	s, st := framework.ReadState[*preScoreState](state, preScoreKey)
+	if st != nil {
+		return 0, st
 	}
 	var score int64
 	labels := node.Node.GetMetadata().GetLabels()

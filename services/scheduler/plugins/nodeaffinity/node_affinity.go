@@ -72,15 +72,7 @@ func (*NodeAffinity) PreFilter(state *framework.CycleState, pod *framework.PodIn
 }
 
 func readState(state *framework.CycleState) (*preFilterState, *framework.Status) {
-	v, err := state.Read(stateKey)
-	if err != nil {
-		return nil, framework.AsStatus(err)
-	}
-	s, ok := v.(*preFilterState)
-	if !ok {
-		return nil, framework.NewStatus(framework.Error, "nodeaffinity: unexpected state type")
-	}
-	return s, nil
+	return framework.ReadState[*preFilterState](state, stateKey)
 }
 
 // Filter rejects nodes that do not match the nodeSelector or the required affinity.

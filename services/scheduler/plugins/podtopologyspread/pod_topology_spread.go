@@ -56,7 +56,6 @@ var (
 	statusNotMatch     = framework.NewStatus(framework.Unschedulable, ErrReasonConstraintsNotMatch)
 	statusMissingLabel = framework.NewStatus(framework.UnschedulableAndUnresolvable, ErrReasonNodeLabelNotMatch)
 	statusSkip         = framework.NewStatus(framework.Skip)
-	errStateType       = framework.NewStatus(framework.Error, "podtopologyspread: unexpected state type")
 )
 
 // PodTopologySpread is the plugin.
@@ -215,15 +214,7 @@ func (*PodTopologySpread) RemovePod(state *framework.CycleState, pod *framework.
 }
 
 func readPreFilter(state *framework.CycleState) (*preFilterState, *framework.Status) {
-	v, err := state.Read(preFilterKey)
-	if err != nil {
-		return nil, framework.AsStatus(err)
-	}
-	s, ok := v.(*preFilterState)
-	if !ok {
-		return nil, errStateType
-	}
-	return s, nil
+	return framework.ReadState[*preFilterState](state, preFilterKey)
 }
 
 // PreFilter counts matching pods per domain over every eligible node, once per cycle.
@@ -341,15 +332,7 @@ func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.P
 }
 
 func readPreScore(state *framework.CycleState) (*preScoreState, *framework.Status) {
-	v, err := state.Read(preScoreKey)
-	if err != nil {
-		return nil, framework.AsStatus(err)
-	}
-	s, ok := v.(*preScoreState)
-	if !ok {
-		return nil, errStateType
-	}
-	return s, nil
+	return framework.ReadState[*preScoreState](state, preScoreKey)
 }
 
 // Score is the weighted count of matching pods in the node's domains (lower is better).
