@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -264,21 +263,10 @@ func nodeConflict(name string) error {
 // collector would delete them later; podbus has none), and so does its allocation record, so a node
 // re-registered under the same name still counts them.
 func (s *Service) deleteNode(w http.ResponseWriter, r *http.Request, req request) {
-	body, err := s.readBody(w, r)
+	opts, err := s.deleteOptions(w, r)
 	if err != nil {
 		writeStatus(w, err)
 		return
-	}
-	var opts metav1.DeleteOptions
-	if len(bytes.TrimSpace(body)) > 0 {
-		js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
-		if err == nil {
-			err = json.Unmarshal(js, &opts)
-		}
-		if err != nil {
-			writeStatus(w, badRequest("invalid DeleteOptions: %v", err))
-			return
-		}
 	}
 	key := bus.NodeKey(req.name)
 	stored := &pb.Node{}

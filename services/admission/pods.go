@@ -438,21 +438,10 @@ func patcher(contentType string, patch []byte, dataStruct any, gr schema.GroupRe
 // deletePod sends a delete command; the store deletes unbound pods at once and marks bound ones
 // terminating, so the answer is the object as the store left it.
 func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request) {
-	body, err := s.readBody(w, r)
+	opts, err := s.deleteOptions(w, r)
 	if err != nil {
 		writeStatus(w, err)
 		return
-	}
-	var opts metav1.DeleteOptions
-	if len(bytes.TrimSpace(body)) > 0 {
-		js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
-		if err == nil {
-			err = json.Unmarshal(js, &opts)
-		}
-		if err != nil {
-			writeStatus(w, badRequest("invalid DeleteOptions: %v", err))
-			return
-		}
 	}
 	if v := req.q.Get("gracePeriodSeconds"); v != "" && opts.GracePeriodSeconds == nil {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -545,4 +534,21 @@ func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode str
 		return nil, false, err
 	}
 	return apply, bytes.Contains(body, []byte("resourceVersion")), nil
+}
+
+// deleteOptions reads a DELETE's optional DeleteOptions body.
+func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.DeleteOptions, error) {
+	var opts metav1.DeleteOptions
+	body, err := s.readBody(w, r)
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return opts, err
+	}
+	js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
+	if err == nil {
+		err = json.Unmarshal(js, &opts)
+	}
+	if err != nil {
+		return opts, badRequest("invalid DeleteOptions: %v", err)
+	}
+	return opts, nil
 }
