@@ -146,16 +146,16 @@ func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) {
 }
 
 // concerns reports whether inter-pod constraints concern pod's commit.
-func (v *commitView) concerns(pi *framework.PodInfo) bool {
+func (v *commitView) concerns(pod *pb.Pod) bool {
 	if v == nil {
 		return false
 	}
-	if hasRequiredInterPod(pi.Pod) {
+	if hasRequiredInterPod(pod) {
 		return true
 	}
 	// Symmetry: a placed pod's required anti-affinity may exclude this pod.
 	snap, _ := v.cache.Snapshot()
-	ns, labels := pi.Pod.GetMetadata().GetNamespace(), pi.Pod.GetMetadata().GetLabels()
+	ns, labels := pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetLabels()
 	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
 		for _, p := range n.PodsWithRequiredAntiAffinity {
 			for i := range p.Affinity.RequiredAntiAffinity {
@@ -248,8 +248,9 @@ func (v *commitView) violates(pi *framework.PodInfo, node string) *framework.Sta
 // pod (another scheduler's, at another binder) finds it busy and waits, so withdrawing it after a lost
 // token can never pull the room from under a binding. A refusal by the constraints is
 // reservationConstraint with the alloc revision it was judged on.
-func (s *Service) reserveChecked(ctx context.Context, node string, pod *pb.Pod, pi *framework.PodInfo, id string) (reservation, uint64, error) {
+func (s *Service) reserveChecked(ctx context.Context, node string, pod *pb.Pod, id string) (reservation, uint64, error) {
 	uid := pod.GetMetadata().GetUid()
+	pi := framework.NewPodInfo(pod)
 	// One checked commit at a time per binder: they would only lose the token to each other.
 	s.view.mu.Lock()
 	defer s.view.mu.Unlock()

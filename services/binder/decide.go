@@ -11,7 +11,6 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/framework"
 )
 
 const (
@@ -125,8 +124,8 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 	var res reservation
 	var allocRev uint64
 	var err error
-	if pi := framework.NewPodInfo(pod); s.view.concerns(pi) {
-		res, allocRev, err = s.reserveChecked(ctx, d.GetNode(), pod, pi, fmt.Sprintf("%s-%d", d.GetScheduler(), seq))
+	if s.view.concerns(pod) {
+		res, allocRev, err = s.reserveChecked(ctx, d.GetNode(), pod, fmt.Sprintf("%s-%d", d.GetScheduler(), seq))
 	} else {
 		res, allocRev, err = s.reserve(ctx, d.GetNode(), pod)
 	}
