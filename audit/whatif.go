@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
@@ -287,7 +286,7 @@ func (w *world) snapshot(at time.Time) *framework.Snapshot {
 		n := vs[i-1].node
 		info := framework.NewNodeInfo(n)
 		if u := w.used[name]; u != nil {
-			info.Requested = proto.Clone(u.req).(*pb.Resources)
+			info.Requested = framework.ResourceOf(u.req)
 			info.NonZeroMilliCPU, info.NonZeroMemory = u.nzCPU, u.nzMem
 		}
 		infos = append(infos, info)

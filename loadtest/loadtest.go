@@ -66,6 +66,9 @@ type Config struct {
 	// 20) through an embedded cluster whose only node runs containerd, against the bare runtime.
 	Runtime           string
 	ContainerdAddress string
+	// CPUProfile, in scheduling-basic, writes a CPU profile of each measured window to this path with
+	// the run's label appended (the whole process: the embedded server and every service).
+	CPUProfile string
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -99,6 +102,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "scheduling-basic: write a CPU profile of each measured window to this path plus the run's name")
 	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -181,8 +181,7 @@ func (a *algorithm) run(c *cycle, snap *framework.Snapshot, pod *framework.PodIn
 // findNodesThatFit filters nodes starting at a seeded offset, wrapping around, and stops once enough
 // nodes fit. Rejections are counted per reason (a node rejected for two resources counts for both).
 func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) ([]*framework.NodeInfo, int, map[string]int32, error) {
-	nodes := snap.Nodes()
-	n := len(nodes)
+	n := snap.NumNodes()
 	want := numFeasibleNodesToFind(a.percentage, n)
 	start := c.rng.IntN(n)
 	feasible := c.feasible[:0]
@@ -191,8 +190,10 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	keepRejected := a.fw.HasPostFilterPlugins()
 	var reasons map[string]int32
 	evaluated := 0
-	for i := 0; i < n && len(feasible) < want; i++ {
-		node := nodes[(start+i)%n]
+	for node := range snap.NodesFrom(start) {
+		if len(feasible) >= want {
+			break
+		}
 		evaluated++
 		// Room held for nominated pods of equal or higher priority is not this pod's to take.
 		st := a.fw.RunFilterPlugins(c.state, pod, node.WithNominated(pod), c.skip)

@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -69,7 +68,7 @@ type Cache struct {
 	// sorted holds the NodeInfo of every existing node, by name; withAffinity and withAnti those
 	// hosting pods with pod (anti-)affinity / required anti-affinity. After Snapshot they are shared
 	// with the snapshot and cloned before the next change (copy-on-write), as is imageNodes.
-	sorted, withAffinity, withAnti cowList
+	sorted, withAffinity, withAnti framework.NodeListBuilder
 	imageNodes                     map[string]int // nodes per image
 	imagesShared                   bool
 	snap                           *framework.Snapshot // nil when stale
@@ -82,9 +81,10 @@ type Cache struct {
 type nodeState struct {
 	name        string
 	node        *pb.Node // nil: no entry in the nodes bucket
-	allocatable *pb.Resources
+	allocatable framework.Resource
 	images      map[string]int64   // normalised image -> size
 	alloc       *pb.NodeAllocation // nil: no alloc record
+	allocTotal  framework.Resource // alloc.total
 	// cpu/memory of the alloc record's pods with the scoring defaults applied.
 	allocNZCPU, allocNZMem int64
 	// allocPods are the alloc record's pods, by uid order; allocByUID indexes them for reuse.
@@ -98,7 +98,7 @@ type nodeState struct {
 
 type assumedPod struct {
 	uid, node    string
-	req          *pb.Resources
+	req          framework.Resource
 	nzCPU, nzMem int64
 	seq          uint64
 	deadline     time.Time
@@ -128,7 +128,7 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 	defer c.mu.Unlock()
 	if c.snap == nil {
 		c.snap = framework.NewSnapshotFromParts(framework.SnapshotParts{
-			Nodes: c.sorted.share(), WithAffinity: c.withAffinity.share(), WithRequiredAntiAffinity: c.withAnti.share(),
+			Nodes: c.sorted.List(), WithAffinity: c.withAffinity.List(), WithRequiredAntiAffinity: c.withAnti.List(),
 			ImageNodes: c.imageNodes,
 		})
 		c.imagesShared = true
@@ -199,7 +199,7 @@ func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
 	if name == "" {
 		return ""
 	}
-	alloc := podutil.NodeAllocatable(n)
+	alloc := framework.ResourceOf(podutil.NodeAllocatable(n))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodesRev = max(c.nodesRev, rev)
@@ -222,7 +222,7 @@ func (c *Cache) RemoveNode(name string, rev uint64) {
 	defer c.mu.Unlock()
 	c.nodesRev = max(c.nodesRev, rev)
 	if ns := c.nodes[name]; ns != nil {
-		ns.node, ns.allocatable = nil, nil
+		ns.node, ns.allocatable = nil, framework.Resource{}
 		c.setImages(ns, nil)
 		c.refresh(ns)
 	}
@@ -252,7 +252,7 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 		}
 	}
 	grown := false
-	ns.alloc = a
+	ns.alloc, ns.allocTotal = a, framework.ResourceOf(a.GetTotal())
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
 	byUID := make(map[string]*framework.PlacedPod, len(a.GetPods()))
 	pods := make([]*framework.PlacedPod, 0, len(a.GetPods()))
@@ -307,7 +307,7 @@ func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
 		return ""
 	}
 	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
-	ns.alloc, ns.allocNZCPU, ns.allocNZMem = nil, 0, 0
+	ns.alloc, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, framework.Resource{}, 0, 0
 	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
 	c.refresh(ns)
 	if had {
@@ -335,7 +335,7 @@ func (c *Cache) Assume(pod *framework.PodInfo, node string, seq uint64) error {
 		c.refresh(ns)
 		return nil
 	}
-	ap := &assumedPod{uid: uid, node: node, req: pod.Requests, nzCPU: pod.NonZeroMilliCPU, nzMem: pod.NonZeroMemory,
+	ap := &assumedPod{uid: uid, node: node, req: pod.Request, nzCPU: pod.NonZeroMilliCPU, nzMem: pod.NonZeroMemory,
 		seq: seq, deadline: c.now().Add(c.ttl), placed: pod.Placed()}
 	c.assumed[uid] = ap
 	ns.assumed[uid] = ap
@@ -402,9 +402,9 @@ func (c *Cache) refresh(ns *nodeState) {
 	c.snap = nil
 	if ns.node == nil {
 		if ns.info != nil {
-			c.sorted.set(ns.name, nil)
-			c.withAffinity.set(ns.name, nil)
-			c.withAnti.set(ns.name, nil)
+			c.sorted.Set(ns.name, nil)
+			c.withAffinity.Set(ns.name, nil)
+			c.withAnti.Set(ns.name, nil)
 			ns.info = nil
 		}
 		if ns.alloc == nil && len(ns.assumed) == 0 {
@@ -412,16 +412,13 @@ func (c *Cache) refresh(ns *nodeState) {
 		}
 		return
 	}
-	req := &pb.Resources{}
-	if t := ns.alloc.GetTotal(); t != nil {
-		podutil.Add(req, t)
-	}
+	req := ns.allocTotal
 	nzCPU, nzMem := ns.allocNZCPU, ns.allocNZMem
 	pods := ns.allocPods
 	if len(ns.assumed) > 0 {
 		assumed := make([]*assumedPod, 0, len(ns.assumed))
 		for _, ap := range ns.assumed {
-			podutil.Add(req, ap.req)
+			req.Add(ap.req)
 			nzCPU += ap.nzCPU
 			nzMem += ap.nzMem
 			assumed = append(assumed, ap)
@@ -434,12 +431,13 @@ func (c *Cache) refresh(ns *nodeState) {
 			pods = append(pods, ap.placed)
 		}
 	}
-	info := &framework.NodeInfo{Node: ns.node, Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
-		ImageSizes: ns.images, Ready: podutil.NodeIsReady(ns.node), Nominated: ns.nominated}
+	info := &framework.NodeInfo{Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
+		ImageSizes: ns.images, Nominated: ns.nominated}
+	info.SetNode(ns.node)
 	info.SetPods(pods)
-	c.sorted.set(ns.name, info)
-	c.withAffinity.set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))
-	c.withAnti.set(ns.name, infoIf(info, len(info.PodsWithRequiredAntiAffinity) > 0))
+	c.sorted.Set(ns.name, info)
+	c.withAffinity.Set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))
+	c.withAnti.Set(ns.name, infoIf(info, len(info.PodsWithRequiredAntiAffinity) > 0))
 	ns.info = info
 }
 
@@ -473,43 +471,11 @@ func (c *Cache) setImages(ns *nodeState, imgs map[string]int64) {
 	ns.images = imgs
 }
 
-// cowList is a name-ordered list of NodeInfos, copy-on-write once shared with a snapshot.
-type cowList struct {
-	s      []*framework.NodeInfo
-	shared bool
-}
-
-// share hands the list to a snapshot; the next change clones it.
-func (l *cowList) share() []*framework.NodeInfo {
-	l.shared = true
-	return l.s
-}
-
-// set puts info under name, or removes name when info is nil.
-func (l *cowList) set(name string, info *framework.NodeInfo) {
-	i, found := slices.BinarySearchFunc(l.s, name, func(n *framework.NodeInfo, name string) int {
-		return strings.Compare(n.Name(), name)
-	})
-	if !found && info == nil {
-		return
-	}
-	if l.shared {
-		l.s = slices.Clone(l.s)
-		l.shared = false
-	}
-	switch {
-	case info == nil:
-		l.s = slices.Delete(l.s, i, i+1)
-	case found:
-		l.s[i] = info
-	default:
-		l.s = slices.Insert(l.s, i, info)
-	}
-}
-
 // schedulingChanged reports whether a node update changes anything a filter looks at.
-func schedulingChanged(old, cur *pb.Node, oldAlloc, curAlloc *pb.Resources) bool {
-	return !proto.Equal(oldAlloc, curAlloc) ||
+func schedulingChanged(old, cur *pb.Node, oldAlloc, curAlloc framework.Resource) bool {
+	return oldAlloc.MilliCPU != curAlloc.MilliCPU || oldAlloc.Memory != curAlloc.Memory ||
+		oldAlloc.EphemeralStorage != curAlloc.EphemeralStorage || oldAlloc.Pods != curAlloc.Pods ||
+		!maps.Equal(oldAlloc.Scalar, curAlloc.Scalar) ||
 		!maps.Equal(old.GetMetadata().GetLabels(), cur.GetMetadata().GetLabels()) ||
 		old.GetSpec().GetUnschedulable() != cur.GetSpec().GetUnschedulable() ||
 		podutil.NodeIsReady(old) != podutil.NodeIsReady(cur) ||

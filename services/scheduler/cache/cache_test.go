@@ -37,7 +37,7 @@ func requested(t *testing.T, c *Cache, node string) *pb.Resources {
 	if ni == nil {
 		t.Fatalf("node %s not in snapshot", node)
 	}
-	return ni.Requested
+	return ni.Requested.Proto()
 }
 
 func alloc(node string, pods map[string]*pb.Resources) *pb.NodeAllocation {
@@ -71,14 +71,14 @@ func TestSnapshotIsSortedAndCopyOnWrite(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b", "c"}, names(s1)); diff != "" {
 		t.Errorf("old snapshot changed (-want +got):\n%s", diff)
 	}
-	if s1.Get("a").Requested.GetMilliCpu() != 0 {
+	if s1.Get("a").Requested.MilliCPU != 0 {
 		t.Error("old snapshot sees the assumption")
 	}
 	s3, _ := c.Snapshot()
 	if diff := cmp.Diff([]string{"a", "c", "d"}, names(s3)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if s3.Get("a").Requested.GetMilliCpu() != 1000 {
+	if s3.Get("a").Requested.MilliCPU != 1000 {
 		t.Error("new snapshot misses the assumption")
 	}
 }
@@ -323,7 +323,7 @@ func TestPreemptionFields(t *testing.T) {
 	if diff := cmp.Diff([]string{"hh", "hi"}, nom); diff != "" {
 		t.Errorf("nominated (-want +got):\n%s", diff)
 	}
-	if n.Requested.GetMilliCpu() != 1000 {
+	if n.Requested.MilliCPU != 1000 {
 		t.Errorf("nominations counted in Requested: %v", n.Requested)
 	}
 

@@ -1,10 +1,10 @@
 package framework
 
 import (
+	"iter"
 	"sort"
 	"strings"
-
-	"google.golang.org/protobuf/proto"
+	"sync"
 
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -33,6 +33,7 @@ func NonZeroRequests(r *pb.Resources) (milliCPU, memory int64) {
 type PodInfo struct {
 	Pod      *pb.Pod
 	Requests *pb.Resources // podutil.PodRequests: what the binder will reserve
+	Request  Resource      // Requests by value, for the filter loop
 	// Requests with the scoring defaults applied.
 	NonZeroMilliCPU, NonZeroMemory int64
 	// Affinity is the pod's compiled pod (anti-)affinity, nil when it has none.
@@ -44,7 +45,7 @@ func NewPodInfo(p *pb.Pod) *PodInfo {
 	req := podutil.PodRequests(p)
 	cpu, mem := NonZeroRequests(req)
 	a := p.GetSpec().GetAffinity()
-	return &PodInfo{Pod: p, Requests: req, NonZeroMilliCPU: cpu, NonZeroMemory: mem,
+	return &PodInfo{Pod: p, Requests: req, Request: ResourceOf(req), NonZeroMilliCPU: cpu, NonZeroMemory: mem,
 		Affinity: CompilePodAffinity(p.GetMetadata().GetNamespace(), a.GetPodAffinity(), a.GetPodAntiAffinity())}
 }
 
@@ -64,25 +65,42 @@ func (p *PodInfo) Placed() *PlacedPod {
 func (p *PodInfo) UID() string { return p.Pod.GetMetadata().GetUid() }
 
 // NodeInfo is one node as the scheduler sees it. It is immutable: the cache replaces it on change.
+// The fields the filters and scores read for every visited node come first and are held by value
+// (see Resource): a cycle visits hundreds of nodes, and each pointer it follows is a cache miss.
 type NodeInfo struct {
-	Node        *pb.Node
-	Allocatable *pb.Resources
-	// Requested is what the binder committed (alloc record) plus what this scheduler assumed.
-	Requested *pb.Resources
+	// Allocatable is the node's allocatable; Requested what the binder committed (alloc record) plus
+	// what this scheduler assumed.
+	Allocatable, Requested Resource
 	// NonZeroRequested is Requested's cpu and memory with the scoring defaults applied per pod.
 	NonZeroMilliCPU, NonZeroMemory int64
+	// Ready: the node's Ready condition is True. Unschedulable: spec.unschedulable (cordoned).
+	Ready, Unschedulable bool
+	// Taints and Labels are the node's (shared with Node, read-only).
+	Taints []*pb.Taint
+	Labels map[string]string
+	name   string
+	// Nominated are pods that preempted others here and wait for the room (the alloc record's
+	// nominations, by uid), read-only. They are not in Pods; WithNominated counts their requests.
+	Nominated []*PlacedPod
+
+	Node *pb.Node
 	// Pods on the node: committed (alloc record) and assumed. PodsWithAffinity are those with any pod
 	// (anti-)affinity term, PodsWithRequiredAntiAffinity those with a required anti-affinity term.
 	// The slices are shared between snapshots and must not be modified.
 	Pods, PodsWithAffinity, PodsWithRequiredAntiAffinity []*PlacedPod
 	// ImageSizes maps the node's images (normalised names, see NormalizedImageName) to their sizes.
 	ImageSizes map[string]int64
-	// Ready: the node's Ready condition is True. Computed once when the NodeInfo is built, since the
-	// filter runs for hundreds of nodes per pod: build NodeInfos with NewNodeInfo (or set it).
-	Ready bool
-	// Nominated are pods that preempted others here and wait for the room (the alloc record's
-	// nominations, by uid), read-only. They are not in Pods; WithNominated counts their requests.
-	Nominated []*PlacedPod
+}
+
+// SetNode sets Node and the fields derived from it (name, labels, taints, unschedulable, Ready).
+// Every NodeInfo is built through it (or NewNodeInfo).
+func (n *NodeInfo) SetNode(node *pb.Node) {
+	n.Node = node
+	n.name = node.GetMetadata().GetName()
+	n.Labels = node.GetMetadata().GetLabels()
+	n.Taints = node.GetSpec().GetTaints()
+	n.Unschedulable = node.GetSpec().GetUnschedulable()
+	n.Ready = podutil.NodeIsReady(node)
 }
 
 // SetPods sets Pods and derives the affinity lists from it.
@@ -122,25 +140,24 @@ func NodeImageSizes(n *pb.Node) map[string]int64 {
 }
 
 // Name of the node.
-func (n *NodeInfo) Name() string { return n.Node.GetMetadata().GetName() }
+func (n *NodeInfo) Name() string { return n.name }
 
 // NewNodeInfo builds a NodeInfo for a node with nothing requested yet (tests, and the cache's base).
 func NewNodeInfo(n *pb.Node) *NodeInfo {
-	return &NodeInfo{Node: n, Allocatable: podutil.NodeAllocatable(n), Requested: &pb.Resources{}, ImageSizes: NodeImageSizes(n), Ready: podutil.NodeIsReady(n)}
+	ni := &NodeInfo{Allocatable: ResourceOf(podutil.NodeAllocatable(n)), ImageSizes: NodeImageSizes(n)}
+	ni.SetNode(n)
+	return ni
 }
 
 // WithPods returns a copy of n with pods placed on it (requests added) — tests and tools.
 func (n *NodeInfo) WithPods(pods ...*PlacedPod) *NodeInfo {
 	c := *n
-	req := &pb.Resources{}
-	podutil.Add(req, n.Requested)
 	for _, p := range pods {
-		podutil.Add(req, p.Requests)
+		c.Requested.Add(ResourceOf(p.Requests))
 		cpu, mem := NonZeroRequests(p.Requests)
 		c.NonZeroMilliCPU += cpu
 		c.NonZeroMemory += mem
 	}
-	c.Requested = req
 	c.SetPods(append(append([]*PlacedPod(nil), n.Pods...), pods...))
 	return &c
 }
@@ -156,20 +173,17 @@ func (n *NodeInfo) WithoutPods(uids ...string) *NodeInfo {
 		drop[u] = struct{}{}
 	}
 	c := *n
-	req := &pb.Resources{}
-	podutil.Add(req, n.Requested)
 	pods := make([]*PlacedPod, 0, len(n.Pods))
 	for _, p := range n.Pods {
 		if _, ok := drop[p.UID]; !ok {
 			pods = append(pods, p)
 			continue
 		}
-		podutil.Sub(req, p.Requests)
+		c.Requested.Sub(ResourceOf(p.Requests))
 		cpu, mem := NonZeroRequests(p.Requests)
 		c.NonZeroMilliCPU -= cpu
 		c.NonZeroMemory -= mem
 	}
-	c.Requested = req
 	c.SetPods(pods)
 	return &c
 }
@@ -193,10 +207,9 @@ func (n *NodeInfo) WithNominated(pod *PodInfo) *NodeInfo {
 		}
 		if out == n {
 			c := *n
-			c.Requested = proto.Clone(n.Requested).(*pb.Resources)
 			out = &c
 		}
-		podutil.Add(out.Requested, p.Requests)
+		out.Requested.Add(ResourceOf(p.Requests))
 		cpu, mem := NonZeroRequests(p.Requests)
 		out.NonZeroMilliCPU += cpu
 		out.NonZeroMemory += mem
@@ -218,19 +231,31 @@ func PodPriority(p *pb.Pod) int32 { return p.GetSpec().GetPriority() }
 
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
 type Snapshot struct {
-	nodes []*NodeInfo
+	nodes NodeList
 	// Nodes hosting pods with pod (anti-)affinity / required anti-affinity, so the inter-pod plugins
 	// visit only those (kube-scheduler's HavePodsWithAffinityList and HavePodsWithRequiredAntiAffinityList).
-	withAffinity, withRequiredAntiAffinity []*NodeInfo
+	withAffinity, withRequiredAntiAffinity NodeList
 	// imageNodes counts the nodes that hold each image (ImageLocality's spread).
 	imageNodes map[string]int
+	// The lists as slices, built on first use: most cycles (pods without inter-pod constraints)
+	// never need them.
+	flat, flatAffinity, flatAnti lazySlice
 }
 
-// SnapshotParts are what the cache maintains incrementally for a snapshot; all must not be modified
-// afterwards. Nodes must be sorted by name.
+type lazySlice struct {
+	once sync.Once
+	s    []*NodeInfo
+}
+
+func (l *lazySlice) get(src NodeList) []*NodeInfo {
+	l.once.Do(func() { l.s = src.Flatten() })
+	return l.s
+}
+
+// SnapshotParts are what the cache maintains incrementally for a snapshot.
 type SnapshotParts struct {
-	Nodes, WithAffinity, WithRequiredAntiAffinity []*NodeInfo
-	ImageNodes                                    map[string]int
+	Nodes, WithAffinity, WithRequiredAntiAffinity NodeList
+	ImageNodes                                    map[string]int // must not be modified afterwards
 }
 
 // NewSnapshotFromParts wraps parts without copying.
@@ -241,22 +266,24 @@ func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
 // NewSnapshot wraps nodes, which must be sorted by name and must not be modified afterwards, and derives
 // the affinity lists and image counts from them (O(nodes)).
 func NewSnapshot(nodes []*NodeInfo) *Snapshot {
-	s := &Snapshot{nodes: nodes}
+	var withAffinity, withAnti []*NodeInfo
+	var imageNodes map[string]int
 	for _, n := range nodes {
 		if len(n.PodsWithAffinity) > 0 {
-			s.withAffinity = append(s.withAffinity, n)
+			withAffinity = append(withAffinity, n)
 		}
 		if len(n.PodsWithRequiredAntiAffinity) > 0 {
-			s.withRequiredAntiAffinity = append(s.withRequiredAntiAffinity, n)
+			withAnti = append(withAnti, n)
 		}
 		for img := range n.ImageSizes {
-			if s.imageNodes == nil {
-				s.imageNodes = map[string]int{}
+			if imageNodes == nil {
+				imageNodes = map[string]int{}
 			}
-			s.imageNodes[img]++
+			imageNodes[img]++
 		}
 	}
-	return s
+	return NewSnapshotFromParts(SnapshotParts{Nodes: NodeListOf(nodes), WithAffinity: NodeListOf(withAffinity),
+		WithRequiredAntiAffinity: NodeListOf(withAnti), ImageNodes: imageNodes})
 }
 
 // SnapshotOf sorts a copy of nodes by name (tests and tools).
@@ -267,25 +294,25 @@ func SnapshotOf(nodes ...*NodeInfo) *Snapshot {
 }
 
 // HavePodsWithAffinity returns the nodes hosting a pod with pod (anti-)affinity, in name order.
-func (s *Snapshot) HavePodsWithAffinity() []*NodeInfo { return s.withAffinity }
+func (s *Snapshot) HavePodsWithAffinity() []*NodeInfo { return s.flatAffinity.get(s.withAffinity) }
 
 // HavePodsWithRequiredAntiAffinity returns the nodes hosting a pod with required anti-affinity.
-func (s *Snapshot) HavePodsWithRequiredAntiAffinity() []*NodeInfo { return s.withRequiredAntiAffinity }
+func (s *Snapshot) HavePodsWithRequiredAntiAffinity() []*NodeInfo {
+	return s.flatAnti.get(s.withRequiredAntiAffinity)
+}
 
 // ImageNumNodes returns how many nodes hold image (a normalised name).
 func (s *Snapshot) ImageNumNodes(image string) int { return s.imageNodes[image] }
 
-// Nodes returns the nodes in name order; callers must not modify the slice.
-func (s *Snapshot) Nodes() []*NodeInfo { return s.nodes }
+// Nodes returns the nodes in name order; callers must not modify the slice. The first call per
+// snapshot builds it: loops that visit only some nodes use NodesFrom.
+func (s *Snapshot) Nodes() []*NodeInfo { return s.flat.get(s.nodes) }
+
+// NodesFrom yields every node once, in name order from index start, wrapping around.
+func (s *Snapshot) NodesFrom(start int) iter.Seq[*NodeInfo] { return s.nodes.From(start) }
 
 // NumNodes is the number of nodes.
-func (s *Snapshot) NumNodes() int { return len(s.nodes) }
+func (s *Snapshot) NumNodes() int { return s.nodes.Len() }
 
 // Get returns the node called name, or nil.
-func (s *Snapshot) Get(name string) *NodeInfo {
-	i := sort.Search(len(s.nodes), func(i int) bool { return s.nodes[i].Name() >= name })
-	if i < len(s.nodes) && s.nodes[i].Name() == name {
-		return s.nodes[i]
-	}
-	return nil
-}
+func (s *Snapshot) Get(name string) *NodeInfo { return s.nodes.Get(name) }

@@ -83,7 +83,7 @@ func (w *NodeWrapper) Info() *framework.NodeInfo { return framework.NewNodeInfo(
 // InfoRequested returns a NodeInfo with req already requested on the node (as committed pods).
 func (w *NodeWrapper) InfoRequested(req *pb.Resources) *framework.NodeInfo {
 	ni := framework.NewNodeInfo(w.n)
-	ni.Requested = req
+	ni.Requested = framework.ResourceOf(req)
 	ni.NonZeroMilliCPU, ni.NonZeroMemory = req.GetMilliCpu(), req.GetMemory()
 	return ni
 }

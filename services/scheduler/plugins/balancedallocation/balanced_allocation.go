@@ -36,7 +36,7 @@ func (*BalancedAllocation) Name() string { return Name }
 
 // PreScore skips best-effort pods.
 func (*BalancedAllocation) PreScore(_ *framework.CycleState, pod *framework.PodInfo, _ []*framework.NodeInfo) *framework.Status {
-	if pod.Requests.GetMilliCpu() == 0 && pod.Requests.GetMemory() == 0 {
+	if pod.Request.MilliCPU == 0 && pod.Request.Memory == 0 {
 		return statusSkip
 	}
 	return nil
@@ -44,12 +44,12 @@ func (*BalancedAllocation) PreScore(_ *framework.CycleState, pod *framework.PodI
 
 // Score implements framework.ScorePlugin.
 func (*BalancedAllocation) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
-	cpuAlloc, memAlloc := node.Allocatable.GetMilliCpu(), node.Allocatable.GetMemory()
+	cpuAlloc, memAlloc := node.Allocatable.MilliCPU, node.Allocatable.Memory
 	if cpuAlloc == 0 || memAlloc == 0 {
 		return framework.MaxNodeScore, nil // at most one resource: std 0
 	}
-	fCPU := min(float64(node.Requested.GetMilliCpu()+pod.Requests.GetMilliCpu())/float64(cpuAlloc), 1)
-	fMem := min(float64(node.Requested.GetMemory()+pod.Requests.GetMemory())/float64(memAlloc), 1)
+	fCPU := min(float64(node.Requested.MilliCPU+pod.Request.MilliCPU)/float64(cpuAlloc), 1)
+	fMem := min(float64(node.Requested.Memory+pod.Request.Memory)/float64(memAlloc), 1)
 	std := math.Abs((fCPU - fMem) / 2)
 	return int64((1 - std) * float64(framework.MaxNodeScore)), nil
 }

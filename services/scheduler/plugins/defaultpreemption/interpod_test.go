@@ -108,15 +108,15 @@ func TestNodeViews(t *testing.T) {
 		existing("b", 1, "1", "app", "b"))
 	without := n.WithoutPods("a")
 	if len(without.Pods) != 1 || len(without.PodsWithAffinity) != 0 || len(without.PodsWithRequiredAntiAffinity) != 0 ||
-		without.Requested.GetMilliCpu() != 1000 || without.Requested.GetPods() != 1 {
+		without.Requested.MilliCPU != 1000 || without.Requested.Pods != 1 {
 		t.Errorf("without a: %d pods, %d with affinity, %d with anti-affinity, requested %v",
 			len(without.Pods), len(without.PodsWithAffinity), len(without.PodsWithRequiredAntiAffinity), without.Requested)
 	}
-	if len(n.Pods) != 2 || len(n.PodsWithRequiredAntiAffinity) != 1 || n.Requested.GetMilliCpu() != 2000 {
+	if len(n.Pods) != 2 || len(n.PodsWithRequiredAntiAffinity) != 1 || n.Requested.MilliCPU != 2000 {
 		t.Error("WithoutPods changed the original")
 	}
 	back := without.WithPod(n.Pods[0])
-	if len(back.Pods) != 2 || len(back.PodsWithRequiredAntiAffinity) != 1 || back.Requested.GetMilliCpu() != 2000 ||
+	if len(back.Pods) != 2 || len(back.PodsWithRequiredAntiAffinity) != 1 || back.Requested.MilliCPU != 2000 ||
 		back.NonZeroMilliCPU != n.NonZeroMilliCPU || back.NonZeroMemory != n.NonZeroMemory {
 		t.Errorf("a put back: %+v", back)
 	}

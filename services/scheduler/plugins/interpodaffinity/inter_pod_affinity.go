@@ -116,7 +116,7 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	// Existing pods' required anti-affinity (symmetry): only nodes hosting such pods.
 	var existing map[topologyPair]int64
 	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
-		nl := n.Node.GetMetadata().GetLabels()
+		nl := n.Labels
 		for _, ep := range n.PodsWithRequiredAntiAffinity {
 			for i := range ep.Affinity.RequiredAntiAffinity {
 				t := &ep.Affinity.RequiredAntiAffinity[i]
@@ -137,7 +137,7 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	s := &preFilterState{terms: terms, existingAntiAffinity: existing}
 	if len(req) > 0 || len(anti) > 0 {
 		for _, n := range snap.Nodes() {
-			nl := n.Node.GetMetadata().GetLabels()
+			nl := n.Labels
 			for _, ep := range n.Pods {
 				if matchesAll(req, ep.Namespace, ep.Labels) {
 					for i := range req {
@@ -169,7 +169,7 @@ func (s *preFilterState) Clone() framework.StateData {
 // updateWithPod adds (v=1) or removes (v=-1) placed's contribution on node to the counts, as
 // kube-scheduler's preFilterState.updateWithPod.
 func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo, v int64) {
-	nl := node.Node.GetMetadata().GetLabels()
+	nl := node.Labels
 	if placed.HasRequiredAntiAffinity() {
 		ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
 		for i := range placed.Affinity.RequiredAntiAffinity {
@@ -221,7 +221,7 @@ func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInf
 	if st != nil {
 		return st
 	}
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	if !satisfyAffinity(s, labels) {
 		return statusAffinity
 	}
@@ -299,7 +299,7 @@ func (*InterPodAffinity) PreScore(state *framework.CycleState, pod *framework.Po
 	}
 	var s scoreMap
 	for _, n := range nodes {
-		nl := n.Node.GetMetadata().GetLabels()
+		nl := n.Labels
 		if len(nl) == 0 {
 			continue
 		}
@@ -355,7 +355,7 @@ func (*InterPodAffinity) Score(state *framework.CycleState, _ *framework.PodInfo
 		return 0, st
 	}
 	var score int64
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	for k, values := range s.scores {
 		if v, ok := labels[k]; ok {
 			score += values[v]

@@ -29,11 +29,11 @@ func (*MostAllocated) Name() string { return Name }
 // Score implements framework.ScorePlugin.
 func (*MostAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	var sum, n int64
-	if a := node.Allocatable.GetMilliCpu(); a > 0 {
+	if a := node.Allocatable.MilliCPU; a > 0 {
 		sum += mostRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
 		n++
 	}
-	if a := node.Allocatable.GetMemory(); a > 0 {
+	if a := node.Allocatable.Memory; a > 0 {
 		sum += mostRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
 		n++
 	}

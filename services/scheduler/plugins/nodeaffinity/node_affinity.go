@@ -81,7 +81,7 @@ func (*NodeAffinity) Filter(state *framework.CycleState, _ *framework.PodInfo, n
 	if st != nil {
 		return st
 	}
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	for k, v := range s.nodeSelector {
 		if lv, ok := labels[k]; !ok || lv != v {
 			return statusMismatch
@@ -93,6 +93,19 @@ func (*NodeAffinity) Filter(state *framework.CycleState, _ *framework.PodInfo, n
 	return nil
 }
 
+// PreScore skips Score for pods without preferred terms (every node would score 0), as Kubernetes'
+// NodeAffinity does.
+func (*NodeAffinity) PreScore(state *framework.CycleState, _ *framework.PodInfo, _ []*framework.NodeInfo) *framework.Status {
+	s, st := readState(state)
+	if st != nil {
+		return st
+	}
+	if len(s.preferred) == 0 {
+		return statusSkip
+	}
+	return nil
+}
+
 // Score sums the weights of the preferred terms the node matches.
 func (*NodeAffinity) Score(state *framework.CycleState, _ *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	s, st := readState(state)
@@ -100,7 +113,7 @@ func (*NodeAffinity) Score(state *framework.CycleState, _ *framework.PodInfo, no
 		return 0, st
 	}
 	var score int64
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	for _, t := range s.preferred {
 		if t.term.matches(labels, node.Name()) {
 			score += t.weight

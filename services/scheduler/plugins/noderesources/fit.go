@@ -59,7 +59,7 @@ func (*Fit) Name() string { return FitName }
 // Filter rejects the node when any requested resource exceeds what is left (Unschedulable: removing
 // pods would help).
 func (f *Fit) Filter(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
-	short := podutil.Insufficient(node.Allocatable, node.Requested, pod.Requests)
+	short := framework.Insufficient(&node.Allocatable, &node.Requested, &pod.Request)
 	switch len(short) {
 	case 0:
 		return nil

@@ -26,11 +26,11 @@ func (*LeastAllocated) Name() string { return LeastAllocatedName }
 // Score implements framework.ScorePlugin.
 func (*LeastAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	var sum, n int64
-	if a := node.Allocatable.GetMilliCpu(); a > 0 {
+	if a := node.Allocatable.MilliCPU; a > 0 {
 		sum += leastRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
 		n++
 	}
-	if a := node.Allocatable.GetMemory(); a > 0 {
+	if a := node.Allocatable.Memory; a > 0 {
 		sum += leastRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
 		n++
 	}

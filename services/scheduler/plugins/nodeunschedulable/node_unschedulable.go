@@ -34,7 +34,7 @@ func (*NodeUnschedulable) Name() string { return Name }
 
 // Filter rejects unschedulable nodes for pods that do not tolerate it.
 func (*NodeUnschedulable) Filter(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
-	if !node.Node.GetSpec().GetUnschedulable() {
+	if !node.Unschedulable {
 		return nil
 	}
 	if framework.TolerationsTolerateTaint(pod.Pod.GetSpec().GetTolerations(), unschedulableTaint) {

@@ -179,7 +179,7 @@ func (s *preFilterState) setMin(i int) {
 // updateWithPod adds (v=1) or removes (v=-1) placed on node in the counts, for the constraints whose
 // domain the node is eligible for and whose selector placed matches.
 func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework.PlacedPod, node *framework.NodeInfo, v int) {
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	if placed.Namespace != pod.Pod.GetMetadata().GetNamespace() || !hasAllKeys(labels, s.constraints) {
 		return
 	}
@@ -230,7 +230,7 @@ func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.
 	}
 	ns := pod.Pod.GetMetadata().GetNamespace()
 	for _, n := range state.Snapshot().Nodes() {
-		labels := n.Node.GetMetadata().GetLabels()
+		labels := n.Labels
 		if !hasAllKeys(labels, cs) {
 			continue
 		}
@@ -254,7 +254,7 @@ func (*PodTopologySpread) Filter(state *framework.CycleState, pod *framework.Pod
 	if st != nil {
 		return st
 	}
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	podLabels := pod.Pod.GetMetadata().GetLabels()
 	for i := range s.constraints {
 		c := &s.constraints[i]
@@ -292,7 +292,7 @@ func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.P
 		s.counts[i] = map[string]int64{}
 	}
 	for _, n := range nodes {
-		labels := n.Node.GetMetadata().GetLabels()
+		labels := n.Labels
 		if !hasAllKeys(labels, cs) {
 			s.ignored[n] = true
 			continue
@@ -313,7 +313,7 @@ func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.P
 	req := nodeaffinity.GetRequired(pod.Pod)
 	ns := pod.Pod.GetMetadata().GetNamespace()
 	for _, n := range state.Snapshot().Nodes() {
-		labels := n.Node.GetMetadata().GetLabels()
+		labels := n.Labels
 		if !hasAllKeys(labels, cs) {
 			continue
 		}
@@ -344,7 +344,7 @@ func (*PodTopologySpread) Score(state *framework.CycleState, pod *framework.PodI
 	if s.ignored[node] {
 		return 0, nil
 	}
-	labels := node.Node.GetMetadata().GetLabels()
+	labels := node.Labels
 	var score float64
 	for i := range s.constraints {
 		c := &s.constraints[i]

@@ -45,7 +45,7 @@ func (*TaintToleration) Name() string { return Name }
 // Filter rejects the node if a NoSchedule or NoExecute taint is not tolerated.
 func (p *TaintToleration) Filter(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
 	tols := pod.Pod.GetSpec().GetTolerations()
-	for _, t := range node.Node.GetSpec().GetTaints() {
+	for _, t := range node.Taints {
 		e := t.GetEffect()
 		if e != framework.TaintEffectNoSchedule && e != framework.TaintEffectNoExecute {
 			continue
@@ -82,7 +82,7 @@ func (p *TaintToleration) status(t *pb.Taint) *framework.Status {
 func (*TaintToleration) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	var n int64
 	tols := pod.Pod.GetSpec().GetTolerations()
-	for _, t := range node.Node.GetSpec().GetTaints() {
+	for _, t := range node.Taints {
 		if t.GetEffect() != framework.TaintEffectPreferNoSchedule {
 			continue
 		}
