@@ -81,6 +81,18 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
+// sigkill kills the process without a goodbye (no drain, no acks, no unsubscribe) and reaps it.
+func (p *process) sigkill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", p.name, err)
+	}
+	err := p.cmd.Wait()
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("%s did not die of SIGKILL: %v", p.name, err)
+	}
+}
+
 // Every service as its own podbus process over TCP to one NATS server gives the same result as `up`.
 func TestServicesAsSeparateProcesses(t *testing.T) {
 	if testing.Short() {

@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -15,7 +20,6 @@ import (
 	"github.com/podbus/podbus/internal/schedsim"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/binder"
-	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/store"
 )
 
@@ -62,26 +66,27 @@ func scaleMix(t *testing.T) []string {
 	return mix
 }
 
-// Three scheduler replicas (each its own connection, cache and workers) and two binders share 2,000
-// pods on 50 nodes that hold 1,800: every pod ends bound exactly once or Unschedulable with a reason, no
-// node is over its allocatable, and the placement constraints hold. In the second round one scheduler
-// replica dies mid-run without a goodbye: the same outcome, and every pod decided within the
-// consumer's ack wait plus a margin after the kill.
+// Three scheduler replicas, each its own `podbus scheduler` process over TCP, and two binders share
+// 2,000 pods on 50 nodes that hold 1,800: every pod ends bound exactly once or Unschedulable with a
+// reason, no node is over its allocatable, and the placement constraints hold. In the second round one
+// scheduler process is SIGKILLed mid-run, holding the messages it pulled: the same outcome, and every
+// pod decided within the consumer's ack wait plus a margin after the kill.
 func TestThreeSchedulerReplicas(t *testing.T) {
 	if testing.Short() {
-		t.Skip("2,000 pods")
+		t.Skip("2,000 pods, builds the binary")
 	}
 	mix := scaleMix(t)
+	bin := buildPodbus(t)
 	for _, kill := range []bool{false, true} {
 		name := "all-replicas-live"
 		if kill {
 			name = "one-replica-killed"
 		}
-		t.Run(name, func(t *testing.T) { scaleRound(t, mix, kill) })
+		t.Run(name, func(t *testing.T) { scaleRound(t, bin, mix, kill) })
 	}
 }
 
-func scaleRound(t *testing.T, mix []string, kill bool) {
+func scaleRound(t *testing.T, bin string, mix []string, kill bool) {
 	srv, conn := bustest.Start(t)
 	url := srv.ClientURL()
 	ctx := context.Background()
@@ -113,40 +118,121 @@ func scaleRound(t *testing.T, mix []string, kill bool) {
 			return binder.New(binder.Config{ID: fmt.Sprintf("binder-%d", i)}, c)
 		})
 	}
-	scheds := make([]*proc, 3)
+	scheds := make([]*schedProc, 3)
 	for i := range scheds {
-		scheds[i] = startProc(t, url, fmt.Sprintf("sched-%d", i), func(c *bus.Conn) (interface{ Run(context.Context) error }, error) {
-			return scheduler.New(scheduler.Config{ID: fmt.Sprintf("sched-%d", i)}, c)
-		})
+		scheds[i] = startScheduler(t, bin, url, fmt.Sprintf("sched-%d", i))
+	}
+	// Every replica has its node cache before the first pod: /readyz says so.
+	for _, s := range scheds {
+		s.waitReady(t)
 	}
 
 	pods := make([]*pb.Pod, scalePods)
 	for i := range pods {
 		pods[i] = scalePod(i, mix[i%len(mix)])
 	}
-	decisions := bus.Counter("scheduler.decisions")
+	conflicts := bus.Counter("binder.conflicts")
 	start := time.Now()
 	if err := schedsim.Submit(ctx, bus.NewPublisher(conn.JS, "e2e"), pods, 256); err != nil {
 		t.Fatal(err)
 	}
 	deadline := 2 * time.Minute
 	if kill {
-		// Mid-run: once a quarter of the pods are decided, one replica dies holding pulled messages.
-		bustest.Eventually(t, time.Minute, func() bool {
-			return bus.Counter("scheduler.decisions")-decisions >= scalePods/4
-		}, "a quarter of the pods decided")
-		scheds[1].kill()
+		// Mid-run: once a quarter of the pods are bound, one replica dies holding pulled messages.
+		bustest.Eventually(t, time.Minute, func() bool { return boundSoFar(t, conn) >= scalePods/4 },
+			"a quarter of the pods bound")
+		scheds[1].sigkill(t)
 		killed := time.Now()
-		t.Logf("killed sched-1 after %s", killed.Sub(start).Round(time.Millisecond))
+		t.Logf("SIGKILLed sched-1 after %s", killed.Sub(start).Round(time.Millisecond))
 		deadline = scaleAckWait + 50*time.Second // the held messages come back after the ack wait
 	}
 	all := waitAll(t, conn, scalePods, time.Until(time.Now().Add(deadline)), func(p *pb.Pod) bool {
 		return p.GetSpec().GetNodeName() != "" || isUnschedulable(p)
 	})
-	t.Logf("%d pods decided in %s; so far in this test binary: conflicts %d, conflict requeues %d, cache waits %d", scalePods,
-		time.Since(start).Round(time.Millisecond), bus.Counter("binder.conflicts"),
-		bus.Counter("scheduler.conflict_requeues"), bus.Counter("scheduler.cache_waits"))
+	var requeues, waits int64
+	for _, s := range scheds {
+		if s.cmd.ProcessState == nil { // the killed one took its counters with it
+			c := s.counters(t)
+			requeues, waits = requeues+c["scheduler.conflict_requeues"], waits+c["scheduler.cache_waits"]
+		}
+	}
+	t.Logf("%d pods decided in %s: binder conflicts %d; live schedulers' conflict requeues %d, cache waits %d", scalePods,
+		time.Since(start).Round(time.Millisecond), bus.Counter("binder.conflicts")-conflicts, requeues, waits)
 	checkScale(t, conn, b, nodes, all)
+}
+
+// schedProc is a `podbus scheduler` process with its health address.
+type schedProc struct {
+	*process
+	health string // http://host:port
+}
+
+func startScheduler(t *testing.T, bin, url, id string) *schedProc {
+	t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	p := spawn(t, bin, id, "scheduler", "--nats", url, "--id", id, "--health-addr", addr)
+	return &schedProc{process: p, health: "http://" + addr}
+}
+
+var healthClient = &http.Client{Timeout: 5 * time.Second}
+
+// waitReady waits for /readyz: the process is connected and its node cache holds the nodes and allocations.
+func (s *schedProc) waitReady(t *testing.T) {
+	t.Helper()
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		resp, err := healthClient.Get(s.health + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "%s ready", s.name)
+}
+
+// counters reads the process's bus counters from /debug/vars.
+func (s *schedProc) counters(t *testing.T) map[string]int64 {
+	t.Helper()
+	resp, err := healthClient.Get(s.health + "/debug/vars")
+	if err != nil {
+		t.Errorf("%s counters: %v", s.name, err)
+		return nil
+	}
+	defer resp.Body.Close()
+	var vars struct {
+		Podbus map[string]json.RawMessage `json:"podbus"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&vars); err != nil {
+		t.Errorf("%s counters: %v", s.name, err)
+		return nil
+	}
+	out := map[string]int64{}
+	for k, v := range vars.Podbus {
+		var n int64
+		if json.Unmarshal(v, &n) == nil {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// boundSoFar counts the pod.bound messages in the pods stream: pods the binder has committed.
+func boundSoFar(t *testing.T, conn *bus.Conn) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := conn.JS.Stream(ctx, bus.StreamPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(bus.SubjPodBoundAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n
 }
 
 // scalePod is pod i of a kind; each kind has its own labels so the constraints can be checked.

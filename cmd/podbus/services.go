@@ -63,10 +63,21 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 	g.Go(func() error {
 		return health.Serve(gctx, c.healthAddr, func() bool { return ready.Load() && conn.NC.IsConnected() })
 	})
-	g.Go(func() error {
+	if r, ok := svc.(interface{ Ready() <-chan struct{} }); ok {
+		// A service that loads state before it works (the scheduler's node cache, the API's listener)
+		// is ready only once that is done, so that a probe does not send it work it would stall on.
+		g.Go(func() error {
+			select {
+			case <-r.Ready():
+				ready.Store(true)
+			case <-gctx.Done():
+			}
+			return nil
+		})
+	} else {
 		ready.Store(true)
-		return svc.Run(gctx)
-	})
+	}
+	g.Go(func() error { return svc.Run(gctx) })
 	return g.Wait()
 }
 

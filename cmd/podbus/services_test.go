@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+)
+
+// readyService runs until ctx ends and is ready when the test says so.
+type readyService struct{ ready chan struct{} }
+
+func (s *readyService) Ready() <-chan struct{} { return s.ready }
+
+func (s *readyService) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+
+// /readyz answers 503 until a service with a Ready channel closes it, then 200.
+func TestServeReadyzWaitsForService(t *testing.T) {
+	_, url := bustest.Server(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	svc := &readyService{ready: make(chan struct{})}
+	c := common{nats: url, id: "t", healthAddr: addr, replicas: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.serve(ctx, "test", func(*bus.Conn) (interface{ Run(context.Context) error }, error) { return svc, nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	status := func() int {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	bustest.Eventually(t, 30*time.Second, func() bool { return status() != 0 }, "health endpoint up")
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before the service is ready: %d, want 503", got)
+	}
+	close(svc.ready)
+	bustest.Eventually(t, 10*time.Second, func() bool { return status() == http.StatusOK }, "/readyz 200 once ready")
+}
