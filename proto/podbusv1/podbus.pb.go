@@ -4009,7 +4009,10 @@ type SchedulingDecision struct {
 	// Preemption (with unschedulable and nominated_node): the lower-priority pods on nominated_node that
 	// must go so the pod fits there. The binder marks them in alloc/<nominated_node>, records
 	// status.nominatedNodeName and asks the store to delete them with reason Preempted.
-	Victims       []*PreemptionVictim `protobuf:"bytes,16,rep,name=victims,proto3" json:"victims,omitempty"`
+	Victims []*PreemptionVictim `protobuf:"bytes,16,rep,name=victims,proto3" json:"victims,omitempty"`
+	// The pod as decided (at pod_revision), so the binder commits without reading it first; its
+	// compare-and-set on pod_revision still catches any change since. Absent: the binder reads it.
+	Pod           *Pod `protobuf:"bytes,17,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4152,6 +4155,13 @@ func (x *SchedulingDecision) GetNominatedNode() string {
 func (x *SchedulingDecision) GetVictims() []*PreemptionVictim {
 	if x != nil {
 		return x.Victims
+	}
+	return nil
+}
+
+func (x *SchedulingDecision) GetPod() *Pod {
+	if x != nil {
+		return x.Pod
 	}
 	return nil
 }
@@ -5304,7 +5314,7 @@ const file_podbus_proto_rawDesc = "" +
 	"PendingPod\x12 \n" +
 	"\x03pod\x18\x01 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\x93\x05\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xb5\x05\n" +
 	"\x12SchedulingDecision\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -5323,7 +5333,8 @@ const file_podbus_proto_rawDesc = "" +
 	"decided_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x18\n" +
 	"\aattempt\x18\x0e \x01(\x05R\aattempt\x12%\n" +
 	"\x0enominated_node\x18\x0f \x01(\tR\rnominatedNode\x125\n" +
-	"\avictims\x18\x10 \x03(\v2\x1b.podbus.v1.PreemptionVictimR\avictims\x1a:\n" +
+	"\avictims\x18\x10 \x03(\v2\x1b.podbus.v1.PreemptionVictimR\avictims\x12 \n" +
+	"\x03pod\x18\x11 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"r\n" +
@@ -5581,28 +5592,29 @@ var file_podbus_proto_depIdxs = []int32{
 	48,  // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
 	75,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
 	53,  // 87: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
-	5,   // 88: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	75,  // 89: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	75,  // 90: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
-	30,  // 91: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
-	57,  // 92: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
-	37,  // 93: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	75,  // 94: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	72,  // 95: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	48,  // 96: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	73,  // 97: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
-	48,  // 98: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	74,  // 99: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
-	26,  // 100: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
-	26,  // 101: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	75,  // 102: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	61,  // 103: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	61,  // 104: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	105, // [105:105] is the sub-list for method output_type
-	105, // [105:105] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	5,   // 88: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
+	5,   // 89: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
+	75,  // 90: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 91: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	30,  // 92: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
+	57,  // 93: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
+	37,  // 94: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
+	75,  // 95: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	72,  // 96: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	48,  // 97: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	73,  // 98: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	48,  // 99: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	74,  // 100: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	26,  // 101: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	26,  // 102: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	75,  // 103: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	61,  // 104: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	61,  // 105: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	106, // [106:106] is the sub-list for method output_type
+	106, // [106:106] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }

@@ -200,6 +200,24 @@ func (c *allocCache) put(node string, a *pb.NodeAllocation, rev uint64) {
 	c.m[node] = cachedAlloc{a: a, rev: rev}
 }
 
+// observe keeps a record seen on the alloc watch unless a newer one is held already (nil: deleted), so
+// the first decision for a node this replica never wrote costs no read either.
+func (c *allocCache) observe(node string, a *pb.NodeAllocation, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[node]; ok && e.rev >= rev {
+		return
+	}
+	if a == nil {
+		delete(c.m, node)
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]cachedAlloc{}
+	}
+	c.m[node] = cachedAlloc{a: a, rev: rev}
+}
+
 func (c *allocCache) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

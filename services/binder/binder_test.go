@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
@@ -547,5 +548,52 @@ func TestRestartMidRun(t *testing.T) {
 	defer mu.Unlock()
 	if calls < 2 {
 		t.Errorf("only %d reservations went through the crash seam", calls)
+	}
+}
+
+// A decision carries the pod as the scheduler saw it, which saves the binder a read. When the stored
+// pod changed since, the binder must act on the stored one: the pod's compare-and-set on the decided
+// revision fails and the next attempt reads it.
+func TestDecisionCarriesPod(t *testing.T) {
+	tests := []struct {
+		name     string
+		change   func(p *pb.Pod) // applied to the stored pod after the decision (nil: none)
+		wantNode string
+		wantUIDs map[string]bool
+	}{
+		{name: "unchanged: binds from the carried pod", wantNode: "n1", wantUIDs: map[string]bool{"u1": true}},
+		{name: "deleted since: not bound, reservation released", change: deleting, wantUIDs: map[string]bool{}},
+		{name: "labels changed since: binds the stored pod", change: func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"v": "2"} },
+			wantNode: "n1", wantUIDs: map[string]bool{"u1": true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t)
+			h.addNode(node("n1", "1", true))
+			decided := pod("u1", "web", "500m")
+			rev := h.addPod(decided)
+			if tt.change != nil {
+				stored := proto.Clone(decided).(*pb.Pod)
+				tt.change(stored)
+				if _, err := bus.Update(context.Background(), h.b.Pods, bus.PodKey("default", "web"), stored, rev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.run("b1")
+			d := decision("u1", "web", "n1")
+			d.PodRevision, d.Pod = rev, decided
+			h.publishDecision(d, "d1")
+			h.quiesce()
+			got := h.getPod("web")
+			if node := got.GetSpec().GetNodeName(); node != tt.wantNode {
+				t.Errorf("bound to %q, want %q", node, tt.wantNode)
+			}
+			if tt.change != nil && tt.wantNode != "" && got.GetMetadata().GetLabels()["v"] != "2" {
+				t.Errorf("the binding overwrote the change made after the decision: %v", got.GetMetadata().GetLabels())
+			}
+			if diff := cmp.Diff(tt.wantUIDs, h.allocPods("n1"), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("alloc/n1 (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -104,7 +104,9 @@ func (s *Service) watchView(ctx context.Context) error {
 			if e == nil {
 				allocDone = true
 			} else {
-				v.applyAlloc(e)
+				if name, a, ok := v.applyAlloc(e); ok {
+					s.alloc.observe(name, a, e.Revision())
+				}
 			}
 		}
 		if nodesDone && allocDone {
@@ -132,17 +134,19 @@ func (v *commitView) applyNode(e jetstream.KeyValueEntry) {
 	v.cache.UpsertNode(n, e.Revision())
 }
 
-func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) {
+// applyAlloc returns the node and its record (nil when deleted or unreadable).
+func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) (string, *pb.NodeAllocation, bool) {
 	name, ok := bus.Untoken(e.Key())
 	if !ok {
-		return
+		return "", nil, false
 	}
 	a := &pb.NodeAllocation{}
 	if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), a) != nil {
 		v.cache.RemoveAlloc(name, e.Revision())
-		return
+		return name, nil, true
 	}
 	v.cache.UpsertAlloc(name, a, e.Revision())
+	return name, a, true
 }
 
 // concerns reports whether inter-pod constraints concern pod's commit.

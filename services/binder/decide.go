@@ -76,11 +76,20 @@ func preBound(pod *pb.Pod) bool {
 // decide handles one decision; seq is its stream sequence (it names the conflict requeue).
 func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint64) error {
 	key := bus.PodKey(d.GetNamespace(), d.GetName())
-	for range maxAttempts {
-		pod, rev, err := s.pod(ctx, key)
-		if err != nil {
-			return err
+	for attempt := range maxAttempts {
+		var pod *pb.Pod
+		var rev uint64
+		if p := d.GetPod(); attempt == 0 && p != nil && d.GetPodRevision() > 0 {
+			// The pod as the scheduler saw it saves a read: if it changed since, the pod's
+			// compare-and-set below fails and the next attempt reads it.
+			pod, rev = p, d.GetPodRevision()
+		} else {
+			var err error
+			if pod, rev, err = s.pod(ctx, key); err != nil {
+				return err
+			}
 		}
+		var err error
 		switch judge(pod, d) {
 		case verdictRelease:
 			bus.Count("binder.stale_decisions", 1)

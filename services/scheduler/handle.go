@@ -162,6 +162,7 @@ func (s *Service) decision(pp *pb.PendingPod, seq uint64) *pb.SchedulingDecision
 		Namespace:   md.GetNamespace(),
 		Name:        md.GetName(),
 		PodRevision: pp.GetRevision(),
+		Pod:         pp.GetPod(),
 		Scheduler:   s.actor,
 		DecidedAt:   timestamppb.New(s.now()),
 		Attempt:     pp.GetPod().GetInternal().GetScheduleAttempts(),

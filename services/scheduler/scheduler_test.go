@@ -187,7 +187,7 @@ func TestScheduleUnschedulableAndRequeue(t *testing.T) {
 	dA := h.decision("uid-a", 1)
 	want := &pb.SchedulingDecision{
 		Uid: "uid-a", Namespace: "default", Name: "a", PodRevision: 7, Node: "n1", Scheduler: "scheduler/a",
-		NodesEvaluated: 1, Requests: &pb.Resources{MilliCpu: 1000, Memory: 1 << 30, Pods: 1},
+		NodesEvaluated: 1, Requests: &pb.Resources{MilliCpu: 1000, Memory: 1 << 30, Pods: 1}, Pod: podA,
 	}
 	got := proto.Clone(dA.dec).(*pb.SchedulingDecision)
 	if got.DecidedAt == nil || got.Score <= 0 {
