@@ -305,7 +305,7 @@ func basicOnce(ctx context.Context, cfg Config, schedulers int, ceiling bool) (b
 		}
 	}
 	out.counters = counterDelta(before, snapshotCounters())
-	out.cpuMsPerPod = float64((processCPU()-cpuBefore).Milliseconds()) / float64(cfg.Pods)
+	out.cpuMsPerPod = float64((processCPU() - cpuBefore).Milliseconds()) / float64(cfg.Pods)
 	obs.result(&out)
 	return out, nil
 }

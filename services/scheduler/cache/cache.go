@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
