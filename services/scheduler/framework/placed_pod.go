@@ -1,7 +1,12 @@
 package framework
 
 import (
+	"slices"
+	"strings"
 	"time"
+	"unique"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -15,6 +20,9 @@ type AffinityTerm struct {
 	NamespaceSelector *LabelSelector
 	Selector          *LabelSelector
 	TopologyKey       string
+	// Key is the same for equal terms of pods in the same namespace, so a cycle can match each
+	// distinct term once instead of once per pod holding it (zero: unknown, match every time).
+	Key unique.Handle[string]
 }
 
 // WeightedAffinityTerm is a compiled preferred term.
@@ -34,6 +42,9 @@ func (t *AffinityTerm) Matches(ns string, labels map[string]string) bool {
 
 func newAffinityTerm(ownNS string, t *pb.PodAffinityTerm) AffinityTerm {
 	at := AffinityTerm{Selector: CompileLabelSelector(t.GetLabelSelector()), TopologyKey: t.GetTopologyKey()}
+	if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(t); err == nil {
+		at.Key = unique.Make(ownNS + "\x00" + string(b))
+	}
 	if t.GetNamespaceSelector() != nil {
 		at.NamespaceSelector = CompileLabelSelector(t.GetNamespaceSelector())
 	}
@@ -77,6 +88,9 @@ func CompilePodAffinity(ns string, affinity, anti *pb.PodAffinity) *PodAffinityT
 type PlacedPod struct {
 	UID, Namespace, Name string
 	Labels               map[string]string
+	// LabelsKey is the same for pods with the same namespace and labels, so a cycle can match each
+	// distinct label set once against a term (zero: unknown, match every time).
+	LabelsKey unique.Handle[string]
 	Priority             int32
 	CreationTimestamp    time.Time
 	SchedulerName        string
@@ -106,6 +120,7 @@ func NewPlacedPod(uid string, a *pb.PodAllocation) *PlacedPod {
 		SchedulerName: a.GetSchedulerName(), Requests: a.GetRequests(),
 		Affinity:    CompilePodAffinity(a.GetNamespace(), a.GetPodAffinity(), a.GetPodAntiAffinity()),
 		PreemptedBy: a.GetPreemptedBy(),
+		LabelsKey:   LabelsKey(a.GetNamespace(), a.GetLabels()),
 	}
 	if p.Requests == nil {
 		p.Requests = &pb.Resources{}
@@ -126,4 +141,23 @@ func (p *PlacedPod) Committed(a *pb.PodAllocation) *PlacedPod {
 	c := *p
 	c.Assumed, c.PreemptedBy = false, a.GetPreemptedBy()
 	return &c
+}
+
+// LabelsKey interns a pod's namespace and labels (see PlacedPod.LabelsKey). Handles of label sets no
+// pod holds any more are collected.
+func LabelsKey(ns string, labels map[string]string) unique.Handle[string] {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(ns)
+	for _, k := range keys {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte(1) // neither keys nor values may hold control characters
+		b.WriteString(labels[k])
+	}
+	return unique.Make(b.String())
 }

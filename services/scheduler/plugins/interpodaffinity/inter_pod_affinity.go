@@ -19,6 +19,7 @@ package interpodaffinity
 import (
 	"maps"
 	"math"
+	"unique"
 
 	"github.com/podbus/podbus/services/scheduler/framework"
 )
@@ -109,18 +110,32 @@ func matchesAll(terms []framework.AffinityTerm, ns string, labels map[string]str
 	return true
 }
 
-// PreFilter counts, once per cycle, the topology pairs the filter needs.
+// PreFilter counts, once per cycle, the topology pairs the filter needs. Both loops visit every pod
+// that matters, but match each distinct term (existing pods) or label set (the pod's own terms) only
+// once: in a cluster, many pods share their labels and terms (replicas of one workload).
 func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
 	snap := state.Snapshot()
 	ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
 	// Existing pods' required anti-affinity (symmetry): only nodes hosting such pods.
 	var existing map[topologyPair]int64
+	var termMatches map[unique.Handle[string]]bool
+	zero := unique.Handle[string]{}
 	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
 		nl := n.Labels
 		for _, ep := range n.PodsWithRequiredAntiAffinity {
 			for i := range ep.Affinity.RequiredAntiAffinity {
 				t := &ep.Affinity.RequiredAntiAffinity[i]
-				if t.Matches(ns, labels) {
+				match, known := termMatches[t.Key]
+				if !known || t.Key == zero {
+					match = t.Matches(ns, labels)
+					if t.Key != zero {
+						if termMatches == nil {
+							termMatches = map[unique.Handle[string]]bool{}
+						}
+						termMatches[t.Key] = match
+					}
+				}
+				if match {
 					existing = update(existing, nl, t.TopologyKey, 1)
 				}
 			}
@@ -136,16 +151,32 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	}
 	s := &preFilterState{terms: terms, existingAntiAffinity: existing}
 	if len(req) > 0 || len(anti) > 0 {
+		// Per label set: whether it matches all required affinity terms, and which anti-affinity terms.
+		type verdict struct {
+			all  bool
+			anti []bool
+		}
+		memo := map[unique.Handle[string]]verdict{}
 		for _, n := range snap.Nodes() {
 			nl := n.Labels
 			for _, ep := range n.Pods {
-				if matchesAll(req, ep.Namespace, ep.Labels) {
+				v, known := memo[ep.LabelsKey]
+				if !known || ep.LabelsKey == zero {
+					v = verdict{all: matchesAll(req, ep.Namespace, ep.Labels), anti: make([]bool, len(anti))}
+					for i := range anti {
+						v.anti[i] = anti[i].Matches(ep.Namespace, ep.Labels)
+					}
+					if ep.LabelsKey != zero {
+						memo[ep.LabelsKey] = v
+					}
+				}
+				if v.all {
 					for i := range req {
 						s.affinity = update(s.affinity, nl, req[i].TopologyKey, 1)
 					}
 				}
-				for i := range anti {
-					if anti[i].Matches(ep.Namespace, ep.Labels) {
+				for i, m := range v.anti {
+					if m {
 						s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, 1)
 					}
 				}
