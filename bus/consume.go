@@ -130,6 +130,9 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	return cons, nil
 }
 
+// workerQueue is how many pulled messages may wait for each worker.
+const workerQueue = 16
+
 // Work handles messages of an existing consumer until ctx is cancelled.
 func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, spec ConsumerSpec, h Handler) error {
 	log := spec.Logger
@@ -151,7 +154,10 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	for i := range queues {
-		queues[i] = make(chan *Msg, batch)
+		// Short queues: a message waiting behind a slow handler ages toward its ack wait, and long
+		// queues (workers × batch) turned a slow stretch into a storm of redeliveries. With them full,
+		// the pull below stops taking messages.
+		queues[i] = make(chan *Msg, min(batch, workerQueue))
 		wg.Add(1)
 		go func(q <-chan *Msg) {
 			defer wg.Done()

@@ -251,12 +251,19 @@ func podAllocation(pod *pb.Pod, req *pb.Resources) *pb.PodAllocation {
 // It returns errRetry wrapped when the reservation is not that decision's tentative one any more.
 func (s *Service) settle(ctx context.Context, node, uid, tentative string, keep bool) error {
 	key := bus.NodeKey(node)
+	fresh := false
 	for range maxAttempts {
-		a, rev, err := s.allocation(ctx, node, true)
+		// The cached record (usually the one reserve just wrote) saves a read when it shows the
+		// reservation; a conclusion that it is gone is only drawn from the record itself.
+		a, rev, err := s.allocation(ctx, node, fresh)
 		if err != nil {
 			return err
 		}
 		e, ok := a.Pods[uid]
+		if (!ok || e.GetTentative() != tentative) && !fresh {
+			fresh = true
+			continue
+		}
 		if !ok || e.GetTentative() != tentative {
 			if !keep {
 				return nil // withdrawn already (a redelivery), or released by a deletion
@@ -273,6 +280,7 @@ func (s *Service) settle(ctx context.Context, node, uid, tentative string, keep 
 		if errors.Is(err, bus.ErrConflict) {
 			bus.Count("binder.cas_conflicts.alloc", 1)
 			s.alloc.forget(node)
+			fresh = true
 			continue
 		}
 		if err != nil {

@@ -57,6 +57,24 @@ type commitView struct {
 	fw    *framework.Framework
 	once  sync.Once
 	ready chan struct{} // closed after the initial values of both buckets
+	// applied is closed and replaced whenever an alloc entry is applied, so catchUp waits for the
+	// watch instead of polling it.
+	appliedMu sync.Mutex
+	applied   chan struct{}
+}
+
+// changed returns a channel closed at the next applied alloc entry.
+func (v *commitView) changed() <-chan struct{} {
+	v.appliedMu.Lock()
+	defer v.appliedMu.Unlock()
+	return v.applied
+}
+
+func (v *commitView) notify() {
+	v.appliedMu.Lock()
+	defer v.appliedMu.Unlock()
+	close(v.applied)
+	v.applied = make(chan struct{})
 }
 
 func newCommitView() (*commitView, error) {
@@ -67,7 +85,7 @@ func newCommitView() (*commitView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &commitView{cache: cache.New(cache.Options{}), fw: fw, ready: make(chan struct{})}, nil
+	return &commitView{cache: cache.New(cache.Options{}), fw: fw, ready: make(chan struct{}), applied: make(chan struct{})}, nil
 }
 
 // watchView feeds the view until ctx ends.
@@ -107,6 +125,7 @@ func (s *Service) watchView(ctx context.Context) error {
 				if name, a, ok := v.applyAlloc(e); ok {
 					s.alloc.observe(name, a, e.Revision())
 				}
+				v.notify()
 			}
 		}
 		if nodesDone && allocDone {
@@ -197,18 +216,19 @@ func (s *Service) catchUp(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("alloc stream info: %w", err)
 	}
 	last := st.CachedInfo().State.LastSeq
-	deadline := time.Now().Add(viewCatchUp)
+	deadline := time.NewTimer(viewCatchUp)
+	defer deadline.Stop()
 	for {
+		changed := s.view.changed() // before the check, so no entry applied in between is missed
 		if _, rev := s.view.cache.Revisions(); rev >= last {
 			return last, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%w: at alloc revision %d", errViewBehind, last)
 		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(time.Millisecond):
+		case <-deadline.C:
+			return 0, fmt.Errorf("%w: at alloc revision %d", errViewBehind, last)
+		case <-changed:
 		}
 	}
 }
