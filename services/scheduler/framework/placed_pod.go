@@ -90,11 +90,11 @@ type PlacedPod struct {
 	Labels               map[string]string
 	// LabelsKey is the same for pods with the same namespace and labels, so a cycle can match each
 	// distinct label set once against a term (zero: unknown, match every time).
-	LabelsKey unique.Handle[string]
-	Priority             int32
-	CreationTimestamp    time.Time
-	SchedulerName        string
-	Requests             *pb.Resources
+	LabelsKey         unique.Handle[string]
+	Priority          int32
+	CreationTimestamp time.Time
+	SchedulerName     string
+	Requests          *pb.Resources
 	// Affinity is nil when the pod has no pod affinity or anti-affinity terms.
 	Affinity *PodAffinityTerms
 	// PreemptedBy is the uid of the pod this one is being evicted for ("" when none), from the alloc

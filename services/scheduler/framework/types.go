@@ -54,7 +54,7 @@ func (p *PodInfo) Placed() *PlacedPod {
 	md := p.Pod.GetMetadata()
 	pp := &PlacedPod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Labels: md.GetLabels(),
 		LabelsKey: LabelsKey(md.GetNamespace(), md.GetLabels()),
-		Priority: p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
+		Priority:  p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
 		Requests: p.Requests, Affinity: p.Affinity, Assumed: true}
 	if ts := md.GetCreationTimestamp(); ts != nil {
 		pp.CreationTimestamp = ts.AsTime()
