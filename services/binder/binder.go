@@ -140,9 +140,18 @@ func (s *Service) open(ctx context.Context) error {
 }
 
 // decisionNode keys decisions by node, so one worker serializes a node's reservations in this replica.
+// keyChecked routes every decision for a pod with inter-pod constraints of its own to one worker, so
+// they are committed in the order the schedulers decided them (a scheduler publishes its decisions in
+// that order): each then finds committed exactly the pods its replica had assumed, and the commit check
+// refuses only what another replica's decisions changed. Checked commits are serial anyway.
+const keyChecked = "\x00inter-pod"
+
 func decisionNode(m *bus.Msg) string {
 	d := &pb.SchedulingDecision{}
 	_ = proto.Unmarshal(m.Data, d) // a malformed one is parked by the handler, whichever worker gets it
+	if p := d.GetPod(); p != nil && hasRequiredInterPod(p) {
+		return keyChecked
+	}
 	if d.GetNode() == "" {
 		return d.GetNominatedNode() // a preemption writes that node's record
 	}

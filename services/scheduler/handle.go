@@ -97,26 +97,39 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			}
 		}
 	}
-	// decidedAt is read inside the cycle: decisions are published concurrently and may reach the stream
-	// out of order, and a replay (podbus audit what-if) puts them back in the order they were made.
+	// decidedAt is read inside the cycle: a replay (podbus audit what-if) puts decisions back in the
+	// order they were made.
 	decidedAt := s.now()
-	s.cycle.Unlock()
 	d := s.decision(pp, m.StreamSeq)
 	d.DecidedAt = timestamppb.New(decidedAt)
 	d.Requests = pi.Requests
 	d.NodesEvaluated = int32(res.evaluated)
+	var sent jetstream.PubAckFuture
+	var sendErr error
+	if err == nil && assumeErr == nil {
+		d.Node, d.Score = res.node, res.score
+		// Sent before the cycle lock is released, so decisions reach the stream in the order they were
+		// made: the binder commits constrained pods in stream order, and each then finds committed
+		// exactly the pods this replica had assumed when it decided.
+		sent, sendErr = s.pub.PublishAsync(bus.SubjPodScheduled, d, decisionMeta(pod, d, m.StreamSeq))
+	}
+	s.cycle.Unlock()
 
 	var fit *framework.FitError
 	switch {
 	case err == nil:
-		d.Node, d.Score = res.node, res.score
 		if assumeErr != nil {
 			return fmt.Errorf("schedule %s: %w", d.GetName(), assumeErr)
 		}
-		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
+		if sendErr == nil {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			sendErr = bus.Wait(wctx, sent)
+			cancel()
+		}
+		if sendErr != nil {
 			algo.unreserve(c, pi, res.node) // undo: nobody will commit this assumption
 			s.cache.Forget(uid)
-			return err
+			return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), sendErr)
 		}
 		bus.Count("scheduler.decisions", 1)
 		return nil
@@ -174,15 +187,19 @@ func DecisionMsgID(uid string, pendingSeq uint64) string {
 	return "sched-" + uid + "-" + strconv.FormatUint(pendingSeq, 10)
 }
 
-func (s *Service) publishDecision(ctx context.Context, pod *pb.Pod, d *pb.SchedulingDecision, seq uint64) error {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	err := s.pub.Publish(pctx, bus.SubjPodScheduled, d, bus.Meta{
+func decisionMeta(pod *pb.Pod, d *pb.SchedulingDecision, seq uint64) bus.Meta {
+	return bus.Meta{
 		MsgID:       DecisionMsgID(d.GetUid(), seq),
 		Correlation: pod.GetInternal().GetCorrelationId(),
 		PodUID:      d.GetUid(),
 		Key:         d.GetNamespace() + "/" + d.GetName(),
-	})
+	}
+}
+
+func (s *Service) publishDecision(ctx context.Context, pod *pb.Pod, d *pb.SchedulingDecision, seq uint64) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := s.pub.Publish(pctx, bus.SubjPodScheduled, d, decisionMeta(pod, d, seq))
 	if err != nil {
 		return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), err)
 	}

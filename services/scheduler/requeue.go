@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -26,6 +27,7 @@ const (
 // publisher is what the scheduler needs of bus.Publisher.
 type publisher interface {
 	Publish(ctx context.Context, subject string, m proto.Message, meta bus.Meta) error
+	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
 }
 
 // requeuer remembers the pods this replica found unschedulable and sends them back to pod.pending

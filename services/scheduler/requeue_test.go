@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -48,6 +50,28 @@ func (f *fakePublisher) Publish(_ context.Context, subject string, m proto.Messa
 	f.msgs = append(f.msgs, m.(*pb.PendingPod))
 	return nil
 }
+
+// PublishAsync records like Publish and returns a future that is already settled.
+func (f *fakePublisher) PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error) {
+	err := f.Publish(context.Background(), subject, m, meta)
+	fut := &settledFuture{ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1), msg: &nats.Msg{Subject: subject}}
+	if err != nil {
+		fut.err <- err
+	} else {
+		fut.ok <- &jetstream.PubAck{}
+	}
+	return fut, nil
+}
+
+type settledFuture struct {
+	ok  chan *jetstream.PubAck
+	err chan error
+	msg *nats.Msg
+}
+
+func (f *settledFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *settledFuture) Err() <-chan error            { return f.err }
+func (f *settledFuture) Msg() *nats.Msg               { return f.msg }
 
 func (f *fakePublisher) take() []string {
 	f.mu.Lock()

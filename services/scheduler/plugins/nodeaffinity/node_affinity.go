@@ -295,11 +295,18 @@ func GetRequired(pod *pb.Pod) *Required {
 
 // Match reports whether node satisfies both.
 func (r *Required) Match(node *pb.Node) bool {
-	labels := node.GetMetadata().GetLabels()
+	return r.MatchLabels(node.GetMetadata().GetLabels(), node.GetMetadata().GetName())
+}
+
+// MatchLabels is Match on a node's labels and name (a NodeInfo's, read without touching the node).
+func (r *Required) MatchLabels(labels map[string]string, name string) bool {
+	if len(r.nodeSelector) == 0 && r.required == nil {
+		return true
+	}
 	for k, v := range r.nodeSelector {
 		if lv, ok := labels[k]; !ok || lv != v {
 			return false
 		}
 	}
-	return r.required == nil || r.required.matches(labels, node.GetMetadata().GetName())
+	return r.required == nil || r.required.matches(labels, name)
 }

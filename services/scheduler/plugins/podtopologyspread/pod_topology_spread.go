@@ -23,6 +23,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"unique"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -118,12 +119,12 @@ func hasAllKeys(labels map[string]string, cs []constraint) bool {
 }
 
 // included applies the node inclusion policies.
-func (c *constraint) included(pod *pb.Pod, node *pb.Node, req *nodeaffinity.Required) bool {
-	if c.honorAffinity && !req.Match(node) {
+func (c *constraint) included(pod *pb.Pod, node *framework.NodeInfo, req *nodeaffinity.Required) bool {
+	if c.honorAffinity && !req.MatchLabels(node.Labels, node.Name()) {
 		return false
 	}
 	if c.honorTaints {
-		for _, t := range node.GetSpec().GetTaints() {
+		for _, t := range node.Taints {
 			if e := t.GetEffect(); (e == framework.TaintEffectNoSchedule || e == framework.TaintEffectNoExecute) &&
 				!framework.TolerationsTolerateTaint(pod.GetSpec().GetTolerations(), t) {
 				return false
@@ -134,12 +135,26 @@ func (c *constraint) included(pod *pb.Pod, node *pb.Node, req *nodeaffinity.Requ
 }
 
 func countMatching(pods []*framework.PlacedPod, sel *framework.LabelSelector, ns string) int {
+	return countMatchingMemo(pods, sel, ns, nil)
+}
+
+// countMatchingMemo is countMatching remembering, per label set (PlacedPod.LabelsKey, which includes
+// the namespace), whether it matched: a cycle counts every placed pod, and many share their labels.
+func countMatchingMemo(pods []*framework.PlacedPod, sel *framework.LabelSelector, ns string, memo map[unique.Handle[string]]bool) int {
 	if sel.Empty() {
 		return 0
 	}
+	var zero unique.Handle[string]
 	n := 0
 	for _, p := range pods {
-		if p.Namespace == ns && sel.Matches(p.Labels) {
+		m, known := memo[p.LabelsKey]
+		if !known || p.LabelsKey == zero {
+			m = p.Namespace == ns && sel.Matches(p.Labels)
+			if memo != nil && p.LabelsKey != zero {
+				memo[p.LabelsKey] = m
+			}
+		}
+		if m {
 			n++
 		}
 	}
@@ -185,7 +200,7 @@ func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework
 	}
 	for i := range s.constraints {
 		c := &s.constraints[i]
-		if c.selector.Empty() || !c.selector.Matches(placed.Labels) || !c.included(pod.Pod, node.Node, s.nodeReq) {
+		if c.selector.Empty() || !c.selector.Matches(placed.Labels) || !c.included(pod.Pod, node, s.nodeReq) {
 			continue
 		}
 		s.counts[i][labels[c.key]] += v
@@ -217,6 +232,49 @@ func readPreFilter(state *framework.CycleState) (*preFilterState, *framework.Sta
 	return framework.ReadState[*preFilterState](state, preFilterKey)
 }
 
+// domainCounts adds up matching pods per domain: in a short list while there are few domains (zones),
+// which costs less per node than a map, and in a map beyond that (hostnames).
+type domainCounts struct {
+	vals []string
+	cnts []int
+	m    map[string]int
+}
+
+const maxListedDomains = 32
+
+func (d *domainCounts) add(v string, n int) {
+	if d.m != nil {
+		d.m[v] += n
+		return
+	}
+	for i, x := range d.vals {
+		if x == v {
+			d.cnts[i] += n
+			return
+		}
+	}
+	if len(d.vals) < maxListedDomains {
+		d.vals, d.cnts = append(d.vals, v), append(d.cnts, n)
+		return
+	}
+	d.m = make(map[string]int, 2*maxListedDomains)
+	for i, x := range d.vals {
+		d.m[x] = d.cnts[i]
+	}
+	d.vals, d.cnts = nil, nil
+	d.m[v] += n
+}
+
+// into adds the counts to m.
+func (d *domainCounts) into(m map[string]int) {
+	for i, v := range d.vals {
+		m[v] += d.cnts[i]
+	}
+	for v, c := range d.m {
+		m[v] += c
+	}
+}
+
 // PreFilter counts matching pods per domain over every eligible node, once per cycle.
 func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
 	cs := constraintsOf(pod.Pod, DoNotSchedule)
@@ -229,17 +287,31 @@ func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.
 		s.counts[i] = map[string]int{}
 	}
 	ns := pod.Pod.GetMetadata().GetNamespace()
+	memos := make([]map[unique.Handle[string]]bool, len(cs))
+	acc := make([]domainCounts, len(cs))
+	for i := range memos {
+		memos[i] = map[unique.Handle[string]]bool{}
+	}
+	vals := make([]string, len(cs))
+nodes:
 	for _, n := range state.Snapshot().Nodes() {
-		labels := n.Labels
-		if !hasAllKeys(labels, cs) {
-			continue
+		// One lookup per key and node: this loop runs over every node for every pod.
+		for i := range cs {
+			v, ok := n.Labels[cs[i].key]
+			if !ok {
+				continue nodes
+			}
+			vals[i] = v
 		}
 		for i := range cs {
-			if !cs[i].included(pod.Pod, n.Node, req) {
+			if !cs[i].included(pod.Pod, n, req) {
 				continue
 			}
-			s.counts[i][labels[cs[i].key]] += countMatching(n.Pods, cs[i].selector, ns)
+			acc[i].add(vals[i], countMatchingMemo(n.Pods, cs[i].selector, ns, memos[i]))
 		}
+	}
+	for i := range cs {
+		acc[i].into(s.counts[i])
 	}
 	for i := range cs {
 		s.setMin(i)
@@ -312,18 +384,22 @@ func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.P
 	}
 	req := nodeaffinity.GetRequired(pod.Pod)
 	ns := pod.Pod.GetMetadata().GetNamespace()
+	memos := make([]map[unique.Handle[string]]bool, len(cs))
+	for i := range memos {
+		memos[i] = map[unique.Handle[string]]bool{}
+	}
 	for _, n := range state.Snapshot().Nodes() {
 		labels := n.Labels
 		if !hasAllKeys(labels, cs) {
 			continue
 		}
 		for i := range cs {
-			if cs[i].key == LabelHostname || !cs[i].included(pod.Pod, n.Node, req) {
+			if cs[i].key == LabelHostname || !cs[i].included(pod.Pod, n, req) {
 				continue
 			}
 			v := labels[cs[i].key]
 			if _, ok := s.counts[i][v]; ok {
-				s.counts[i][v] += int64(countMatching(n.Pods, cs[i].selector, ns))
+				s.counts[i][v] += int64(countMatchingMemo(n.Pods, cs[i].selector, ns, memos[i]))
 			}
 		}
 	}
