@@ -79,17 +79,14 @@ func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint
 	for attempt := range maxAttempts {
 		var pod *pb.Pod
 		var rev uint64
+		var err error
 		if p := d.GetPod(); attempt == 0 && p != nil && d.GetPodRevision() > 0 {
 			// The pod as the scheduler saw it saves a read: if it changed since, the pod's
 			// compare-and-set below fails and the next attempt reads it.
 			pod, rev = p, d.GetPodRevision()
-		} else {
-			var err error
-			if pod, rev, err = s.pod(ctx, key); err != nil {
-				return err
-			}
+		} else if pod, rev, err = s.pod(ctx, key); err != nil {
+			return err
 		}
-		var err error
 		switch judge(pod, d) {
 		case verdictRelease:
 			bus.Count("binder.stale_decisions", 1)
