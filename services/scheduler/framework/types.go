@@ -2,9 +2,11 @@ package framework
 
 import (
 	"iter"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"unique"
 
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -89,6 +91,11 @@ type NodeInfo struct {
 	// (anti-)affinity term, PodsWithRequiredAntiAffinity those with a required anti-affinity term.
 	// The slices are shared between snapshots and must not be modified.
 	Pods, PodsWithAffinity, PodsWithRequiredAntiAffinity []*PlacedPod
+	// LabelSets groups Pods by LabelsKey, and RequiredAntiAffinityTerms groups the required
+	// anti-affinity terms of PodsWithRequiredAntiAffinity by Key: the inter-pod plugins visit every
+	// placed pod each cycle, and replicas of a workload on one node then cost one step.
+	LabelSets                 []PodGroup
+	RequiredAntiAffinityTerms []TermGroup
 	// ImageSizes maps the node's images (normalised names, see NormalizedImageName) to their sizes.
 	ImageSizes map[string]int64
 }
@@ -104,15 +111,44 @@ func (n *NodeInfo) SetNode(node *pb.Node) {
 	n.Ready = podutil.NodeIsReady(node)
 }
 
-// SetPods sets Pods and derives the affinity lists from it.
+// PodGroup is Count pods of a node with the same namespace and labels (Example is one of them).
+type PodGroup struct {
+	Example *PlacedPod
+	Count   int
+}
+
+// TermGroup is a required anti-affinity term held by Count pods of a node.
+type TermGroup struct {
+	Term  *AffinityTerm
+	Count int
+}
+
+// SetPods sets Pods and derives the affinity lists and groups from it.
 func (n *NodeInfo) SetPods(pods []*PlacedPod) {
 	n.Pods, n.PodsWithAffinity, n.PodsWithRequiredAntiAffinity = pods, nil, nil
+	n.LabelSets, n.RequiredAntiAffinityTerms = nil, nil
+	var zero unique.Handle[string]
 	for _, p := range pods {
 		if p.HasAffinity() {
 			n.PodsWithAffinity = append(n.PodsWithAffinity, p)
 		}
 		if p.HasRequiredAntiAffinity() {
 			n.PodsWithRequiredAntiAffinity = append(n.PodsWithRequiredAntiAffinity, p)
+			for i := range p.Affinity.RequiredAntiAffinity {
+				t := &p.Affinity.RequiredAntiAffinity[i]
+				j := slices.IndexFunc(n.RequiredAntiAffinityTerms, func(g TermGroup) bool { return t.Key != zero && g.Term.Key == t.Key })
+				if j < 0 {
+					n.RequiredAntiAffinityTerms = append(n.RequiredAntiAffinityTerms, TermGroup{Term: t, Count: 1})
+				} else {
+					n.RequiredAntiAffinityTerms[j].Count++
+				}
+			}
+		}
+		j := slices.IndexFunc(n.LabelSets, func(g PodGroup) bool { return p.LabelsKey != zero && g.Example.LabelsKey == p.LabelsKey })
+		if j < 0 {
+			n.LabelSets = append(n.LabelSets, PodGroup{Example: p, Count: 1})
+		} else {
+			n.LabelSets[j].Count++
 		}
 	}
 }

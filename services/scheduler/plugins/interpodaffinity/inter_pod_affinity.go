@@ -122,22 +122,20 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	zero := unique.Handle[string]{}
 	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
 		nl := n.Labels
-		for _, ep := range n.PodsWithRequiredAntiAffinity {
-			for i := range ep.Affinity.RequiredAntiAffinity {
-				t := &ep.Affinity.RequiredAntiAffinity[i]
-				match, known := termMatches[t.Key]
-				if !known || t.Key == zero {
-					match = t.Matches(ns, labels)
-					if t.Key != zero {
-						if termMatches == nil {
-							termMatches = map[unique.Handle[string]]bool{}
-						}
-						termMatches[t.Key] = match
+		for _, g := range n.RequiredAntiAffinityTerms {
+			t := g.Term
+			match, known := termMatches[t.Key]
+			if !known || t.Key == zero {
+				match = t.Matches(ns, labels)
+				if t.Key != zero {
+					if termMatches == nil {
+						termMatches = map[unique.Handle[string]]bool{}
 					}
+					termMatches[t.Key] = match
 				}
-				if match {
-					existing = update(existing, nl, t.TopologyKey, 1)
-				}
+			}
+			if match {
+				existing = update(existing, nl, t.TopologyKey, int64(g.Count))
 			}
 		}
 	}
@@ -159,7 +157,8 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 		memo := map[unique.Handle[string]]verdict{}
 		for _, n := range snap.Nodes() {
 			nl := n.Labels
-			for _, ep := range n.Pods {
+			for _, g := range n.LabelSets {
+				ep := g.Example
 				v, known := memo[ep.LabelsKey]
 				if !known || ep.LabelsKey == zero {
 					v = verdict{all: matchesAll(req, ep.Namespace, ep.Labels), anti: make([]bool, len(anti))}
@@ -172,12 +171,12 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 				}
 				if v.all {
 					for i := range req {
-						s.affinity = update(s.affinity, nl, req[i].TopologyKey, 1)
+						s.affinity = update(s.affinity, nl, req[i].TopologyKey, int64(g.Count))
 					}
 				}
 				for i, m := range v.anti {
 					if m {
-						s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, 1)
+						s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, int64(g.Count))
 					}
 				}
 			}

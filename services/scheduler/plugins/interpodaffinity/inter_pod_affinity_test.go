@@ -207,3 +207,51 @@ func TestScore(t *testing.T) {
 		})
 	}
 }
+
+// Replicas with the same labels and terms on one node are counted as a group: taking one of two away
+// (preemption's RemovePod) must leave the node blocked, taking both must free it, for the pod's own
+// anti-affinity and for the symmetric one of the placed pods.
+func TestGroupedPodsCountEach(t *testing.T) {
+	antiWeb := func(uid string) *st.PodWrapper { return web(uid).PodAntiAffinity(st.AffinityTerm(host, sel("app", "web"))) }
+	tests := []struct {
+		name string
+		pod  *st.PodWrapper
+	}{
+		{"the pod's own anti-affinity", antiWeb("p")},
+		{"the placed pods' anti-affinity (symmetry)", web("p")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nodes := []*st.NodeWrapper{node("n1", "a")}
+			snap := snapshot(nodes, map[string][]*st.PodWrapper{"n1": {antiWeb("w1"), antiWeb("w2")}})
+			n1 := snap.Get("n1")
+			if len(n1.LabelSets) != 1 || n1.LabelSets[0].Count != 2 || len(n1.RequiredAntiAffinityTerms) != 1 || n1.RequiredAntiAffinityTerms[0].Count != 2 {
+				t.Fatalf("groups: %+v / %+v, want one of 2 each", n1.LabelSets, n1.RequiredAntiAffinityTerms)
+			}
+			pl := New()
+			state := framework.NewCycleState()
+			state.SetSnapshot(snap)
+			pod := tt.pod.Info()
+			if s := pl.PreFilter(state, pod); !s.IsSuccess() {
+				t.Fatalf("prefilter: %v", s)
+			}
+			blocked := func() bool { return !pl.Filter(state, pod, n1).IsSuccess() }
+			if !blocked() {
+				t.Fatal("n1 fits with two matching pods on it")
+			}
+			placed := n1.Pods
+			if s := pl.RemovePod(state, pod, placed[0], n1); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if !blocked() {
+				t.Error("n1 fits with one of the two matching pods still on it")
+			}
+			if s := pl.RemovePod(state, pod, placed[1], n1); !s.IsSuccess() {
+				t.Fatal(s)
+			}
+			if blocked() {
+				t.Error("n1 still blocked with both matching pods removed")
+			}
+		})
+	}
+}
