@@ -212,7 +212,9 @@ func TestScore(t *testing.T) {
 // (preemption's RemovePod) must leave the node blocked, taking both must free it, for the pod's own
 // anti-affinity and for the symmetric one of the placed pods.
 func TestGroupedPodsCountEach(t *testing.T) {
-	antiWeb := func(uid string) *st.PodWrapper { return web(uid).PodAntiAffinity(st.AffinityTerm(host, sel("app", "web"))) }
+	antiWeb := func(uid string) *st.PodWrapper {
+		return web(uid).PodAntiAffinity(st.AffinityTerm(host, sel("app", "web")))
+	}
 	tests := []struct {
 		name string
 		pod  *st.PodWrapper
