@@ -57,12 +57,6 @@ func (l NodeList) Len() int {
 	return l.starts[len(l.starts)-1]
 }
 
-// At returns node i (0 <= i < Len).
-func (l NodeList) At(i int) *NodeInfo {
-	c := sortSearchInts(l.starts, i)
-	return &l.chunks[c][i-l.starts[c]]
-}
-
 // sortSearchInts returns the chunk holding index i: the last c with starts[c] <= i.
 func sortSearchInts(starts []int, i int) int {
 	lo, hi := 0, len(starts)-1

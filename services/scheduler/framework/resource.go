@@ -60,7 +60,8 @@ func (r *Resource) add(o Resource, sign int64) {
 }
 
 // Insufficient names the resources (podutil's names) for which req does not fit in alloc after used,
-// in podutil.Insufficient's order; nil when it fits. A zero request always fits, and ephemeral
+// in podutil.Insufficient's order (a copy on values: the filter must not allocate for a full node,
+// which converting to call podutil would); nil when it fits. A zero request always fits, and ephemeral
 // storage is checked only on nodes that report it.
 func Insufficient(alloc, used, req *Resource) []string {
 	// The common case, everything fits, without building anything.
