@@ -70,6 +70,10 @@ type Cache struct {
 	sorted, withAffinity, withAnti framework.NodeListBuilder
 	imageNodes                     map[string]int // nodes per image
 	imagesShared                   bool
+	// affinity counts the placed pods' inter-pod terms; topology is shared by the snapshots until a
+	// node is added, removed or relabelled (nil: start a new one).
+	affinity framework.AffinityRegistry
+	topology *framework.TopologyIndex
 	snap                           *framework.Snapshot // nil when stale
 
 	nodesRev, allocRev uint64 // highest revision applied per bucket
@@ -128,8 +132,9 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 	if c.snap == nil {
 		c.snap = framework.NewSnapshotFromParts(framework.SnapshotParts{
 			Nodes: c.sorted.List(), WithAffinity: c.withAffinity.List(), WithRequiredAntiAffinity: c.withAnti.List(),
-			ImageNodes: c.imageNodes,
+			ImageNodes: c.imageNodes, Topology: c.topology, Affinity: &c.affinity,
 		})
+		c.topology = c.snap.Topology()
 		c.imagesShared = true
 	}
 	return c.snap, c.changes
@@ -204,6 +209,9 @@ func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
 	c.nodesRev = max(c.nodesRev, rev)
 	ns := c.state(name)
 	changed := ns.node == nil || schedulingChanged(ns.node, n, ns.allocatable, alloc)
+	if ns.node == nil || !maps.Equal(ns.node.GetMetadata().GetLabels(), n.GetMetadata().GetLabels()) {
+		c.topology = nil
+	}
 	ns.node, ns.allocatable = n, alloc
 	if imgs := n.GetStatus().GetImages(); len(imgs) > 0 || ns.images != nil {
 		c.setImages(ns, framework.NodeImageSizes(n))
@@ -221,6 +229,9 @@ func (c *Cache) RemoveNode(name string, rev uint64) {
 	defer c.mu.Unlock()
 	c.nodesRev = max(c.nodesRev, rev)
 	if ns := c.nodes[name]; ns != nil {
+		if ns.node != nil {
+			c.topology = nil
+		}
 		ns.node, ns.allocatable = nil, framework.Resource{}
 		c.setImages(ns, nil)
 		c.refresh(ns)
@@ -404,6 +415,7 @@ func (c *Cache) refresh(ns *nodeState) {
 			c.sorted.Set(ns.name, nil)
 			c.withAffinity.Set(ns.name, nil)
 			c.withAnti.Set(ns.name, nil)
+			c.affinity.Update(ns.info, nil)
 			ns.info = nil
 		}
 		if ns.alloc == nil && len(ns.assumed) == 0 {
@@ -437,6 +449,7 @@ func (c *Cache) refresh(ns *nodeState) {
 	c.sorted.Set(ns.name, info)
 	c.withAffinity.Set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))
 	c.withAnti.Set(ns.name, infoIf(info, len(info.PodsWithRequiredAntiAffinity) > 0))
+	c.affinity.Update(ns.info, info)
 	ns.info = info
 }
 

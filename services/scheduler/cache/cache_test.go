@@ -334,3 +334,59 @@ func TestPreemptionFields(t *testing.T) {
 		t.Errorf("a dropped nomination gave trigger %q, want a resources-freed one", tr)
 	}
 }
+
+// The snapshots' topology domains follow node additions, removals and relabels, and the registry of
+// placed pods' anti-affinity terms follows the alloc records; an older snapshot keeps what it saw.
+func TestTopologyAndAffinityRegistry(t *testing.T) {
+	c, _ := newTestCache()
+	c.UpsertNode(st.Node("n1").Label("zone", "z1").Obj(), 1)
+	c.UpsertNode(st.Node("n2").Label("zone", "z1").Obj(), 2)
+	c.UpsertNode(st.Node("n3").Label("zone", "z2").Obj(), 3)
+	domain := func(s *framework.Snapshot, zone string) []string {
+		var out []string
+		for _, i := range s.Domains("zone")[zone] {
+			out = append(out, s.NodeAt(int(i)).Name())
+		}
+		return out
+	}
+	s1, _ := c.Snapshot()
+	if diff := cmp.Diff([][]string{{"n1", "n2"}, {"n3"}}, [][]string{domain(s1, "z1"), domain(s1, "z2")}); diff != "" {
+		t.Errorf("domains (-want +got):\n%s", diff)
+	}
+	if terms, complete := s1.RequiredAntiAffinityTerms(); len(terms) != 0 || !complete || s1.HasScoringAffinity() {
+		t.Errorf("empty cluster: terms %d complete %v scoring %v", len(terms), complete, s1.HasScoringAffinity())
+	}
+
+	// A pod change keeps the index; a relabel and a new node replace it.
+	a := alloc("n3", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}})
+	for _, uid := range []string{"x", "y"} {
+		a.Pods[uid].PodAntiAffinity = &pb.PodAffinity{Required: []*pb.PodAffinityTerm{st.AffinityTerm("zone", st.Selector([]string{"app", "db"}))}}
+	}
+	a.Pods["y"].PodAffinity = &pb.PodAffinity{Required: []*pb.PodAffinityTerm{st.AffinityTerm("zone", st.Selector([]string{"app", "web"}))}}
+	c.UpsertAlloc("n3", a, 1)
+	s2, _ := c.Snapshot()
+	if s2.Topology() != s1.Topology() {
+		t.Error("an alloc change replaced the topology index")
+	}
+	if terms, complete := s2.RequiredAntiAffinityTerms(); len(terms) != 1 || !complete || !s2.HasScoringAffinity() {
+		t.Errorf("two pods, one distinct term: terms %d complete %v scoring %v", len(terms), complete, s2.HasScoringAffinity())
+	}
+	c.UpsertNode(st.Node("n2").Label("zone", "z2").Obj(), 4)
+	c.UpsertNode(st.Node("n0").Label("zone", "z2").Obj(), 5)
+	s3, _ := c.Snapshot()
+	if diff := cmp.Diff([][]string{{"n1"}, {"n0", "n2", "n3"}}, [][]string{domain(s3, "z1"), domain(s3, "z2")}); diff != "" {
+		t.Errorf("domains after relabel and add (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"n1", "n2"}, domain(s1, "z1")); diff != "" {
+		t.Errorf("old snapshot's domain changed (-want +got):\n%s", diff)
+	}
+	c.UpsertAlloc("n3", alloc("n3", nil), 2)
+	c.RemoveNode("n1", 6)
+	s4, _ := c.Snapshot()
+	if terms, _ := s4.RequiredAntiAffinityTerms(); len(terms) != 0 || s4.HasScoringAffinity() || len(domain(s4, "z1")) != 0 {
+		t.Errorf("after the pods left and n1 went: terms %d scoring %v z1 %v", len(terms), s4.HasScoringAffinity(), domain(s4, "z1"))
+	}
+	if terms, _ := s2.RequiredAntiAffinityTerms(); len(terms) != 1 {
+		t.Error("old snapshot's terms changed")
+	}
+}

@@ -95,6 +95,12 @@ func (l NodeList) From(start int) iter.Seq[*NodeInfo] {
 	}
 }
 
+// At returns the node at index i.
+func (l NodeList) At(i int) *NodeInfo {
+	c := sortSearchInts(l.starts, i)
+	return &l.chunks[c][i-l.starts[c]]
+}
+
 // Flatten returns the nodes as one new slice.
 func (l NodeList) Flatten() []*NodeInfo {
 	out := make([]*NodeInfo, 0, l.Len())

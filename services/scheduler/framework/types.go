@@ -274,6 +274,12 @@ type Snapshot struct {
 	withAffinity, withRequiredAntiAffinity NodeList
 	// imageNodes counts the nodes that hold each image (ImageLocality's spread).
 	imageNodes map[string]int
+	// topology: the nodes of each topology domain; antiTerms, antiUnkeyed and scoringPods: see
+	// AffinityRegistry.
+	topology    *TopologyIndex
+	antiTerms   []*AffinityTerm
+	antiUnkeyed bool
+	scoringPods bool
 	// The lists as slices, built on first use: most cycles (pods without inter-pod constraints)
 	// never need them.
 	flat, flatAffinity, flatAnti lazySlice
@@ -293,11 +299,22 @@ func (l *lazySlice) get(src NodeList) []*NodeInfo {
 type SnapshotParts struct {
 	Nodes, WithAffinity, WithRequiredAntiAffinity NodeList
 	ImageNodes                                    map[string]int // must not be modified afterwards
+	// Topology must stay valid for Nodes' labels (nil: a new one); Affinity must not change afterwards.
+	Topology *TopologyIndex
+	Affinity *AffinityRegistry
 }
 
 // NewSnapshotFromParts wraps parts without copying.
 func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
-	return &Snapshot{nodes: p.Nodes, withAffinity: p.WithAffinity, withRequiredAntiAffinity: p.WithRequiredAntiAffinity, imageNodes: p.ImageNodes}
+	s := &Snapshot{nodes: p.Nodes, withAffinity: p.WithAffinity, withRequiredAntiAffinity: p.WithRequiredAntiAffinity,
+		imageNodes: p.ImageNodes, topology: p.Topology}
+	if s.topology == nil {
+		s.topology = NewTopologyIndex()
+	}
+	if r := p.Affinity; r != nil {
+		s.antiTerms, s.antiUnkeyed, s.scoringPods = r.Terms(), r.unkeyed > 0, r.scoring > 0
+	}
+	return s
 }
 
 // NewSnapshot wraps nodes, which must be sorted by name and must not be modified afterwards, and derives
@@ -305,7 +322,9 @@ func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
 func NewSnapshot(nodes []*NodeInfo) *Snapshot {
 	var withAffinity, withAnti []*NodeInfo
 	var imageNodes map[string]int
+	var reg AffinityRegistry
 	for _, n := range nodes {
+		reg.Update(nil, n)
 		if len(n.PodsWithAffinity) > 0 {
 			withAffinity = append(withAffinity, n)
 		}
@@ -320,7 +339,7 @@ func NewSnapshot(nodes []*NodeInfo) *Snapshot {
 		}
 	}
 	return NewSnapshotFromParts(SnapshotParts{Nodes: NodeListOf(nodes), WithAffinity: NodeListOf(withAffinity),
-		WithRequiredAntiAffinity: NodeListOf(withAnti), ImageNodes: imageNodes})
+		WithRequiredAntiAffinity: NodeListOf(withAnti), ImageNodes: imageNodes, Affinity: &reg})
 }
 
 // SnapshotOf sorts a copy of nodes by name (tests and tools).

@@ -9,16 +9,21 @@
 //     of the existing pods (preferred terms, and required affinity terms at hardPodAffinityWeight 1),
 //     summed per topology pair once per cycle in PreScore, then min-max normalised to 0..100.
 //
-// Counts are built once per cycle in PreFilter/PreScore, as kube-scheduler does: topology pair ->
-// matching pods, over all nodes only when the pod has terms of its own, otherwise only over the nodes
-// hosting pods with (anti-)affinity. Namespaces: a term without namespaces and namespaceSelector
-// means the owning pod's namespace; a namespaceSelector is matched against the namespace's
-// kubernetes.io/metadata.name label (podbus keeps no other namespace labels).
+// Counts: the pod's required affinity is counted over every node in PreFilter, as kube-scheduler
+// does. Anti-affinity, the pod's own and the existing pods' (symmetry), is counted per topology
+// domain the first time Filter needs it, over the domain's nodes only (the snapshot's topology
+// index), and PreFilter learns which existing terms concern the pod from the snapshot's registry of
+// distinct terms: a cycle visits a fraction of the nodes, and with topologyKey hostname a domain is
+// one node. PreScore runs over the nodes hosting pods with (anti-)affinity, and over every node only
+// when the pod has preferred terms of its own. Namespaces: a term without namespaces and
+// namespaceSelector means the owning pod's namespace; a namespaceSelector is matched against the
+// namespace's // kubernetes.io/metadata.name label (podbus keeps no other namespace labels).
 package interpodaffinity
 
 import (
 	"maps"
 	"math"
+	"slices"
 	"unique"
 
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -73,13 +78,35 @@ type topologyPair struct{ key, value string }
 
 type preFilterState struct {
 	terms *framework.PodAffinityTerms
-	// existingAntiAffinity: pairs where an existing pod's required anti-affinity term matches the pod.
-	existingAntiAffinity map[topologyPair]int64
-	// affinity: pairs with pods matching all of the pod's required affinity terms (per term's key);
-	// antiAffinity: pairs with pods matching one of its required anti-affinity terms.
-	affinity, antiAffinity map[topologyPair]int64
+	// affinity: pairs with pods matching all of the pod's required affinity terms (per term's key),
+	// counted over every node in PreFilter.
+	affinity map[topologyPair]int64
 	// selfMatch: the pod matches all its own required affinity terms (the first pod of a group).
 	selfMatch bool
+
+	// The anti-affinity counts are taken per topology domain when Filter first needs one (a pair not
+	// yet in a memo): a cycle visits a fraction of the nodes, and for topologyKey hostname a domain is
+	// one node, where counting over the cluster up front visited every node holding pods.
+	//
+	// existingTerms: the distinct required anti-affinity terms of placed pods that match the pod, to
+	// the index of their topology key in existingKeys; existingAntiAffinity, when not nil, holds the counts of pairs
+	// where such a term is held (taken over every node in PreFilter because some term has no Key).
+	existingTerms        map[unique.Handle[string]]int
+	existingKeys         []string
+	existingAntiAffinity map[topologyPair]int64
+	// Per pair: pods holding a matching existing term (existingMemo), pods matching one of the pod's
+	// own required anti-affinity terms of that key (antiMemo); shared by clones, Filter runs one node
+	// at a time. labelMemo: per label set, which own anti-affinity terms it matches.
+	lazy *lazyCounts
+	// Changes since the snapshot (AddPod/RemovePod during preemption), added to the memos' counts.
+	existingDelta, antiDelta map[topologyPair]int64
+}
+
+type lazyCounts struct {
+	snap                   *framework.Snapshot
+	domains                map[string]map[string][]int32 // per topology key: see Snapshot.Domains
+	existingMemo, antiMemo map[topologyPair]int64
+	labelMemo              map[unique.Handle[string]][]bool
 }
 
 func update(m map[topologyPair]int64, labels map[string]string, key string, v int64) map[topologyPair]int64 {
@@ -110,73 +137,58 @@ func matchesAll(terms []framework.AffinityTerm, ns string, labels map[string]str
 	return true
 }
 
-// PreFilter counts, once per cycle, the topology pairs the filter needs. Both loops visit every pod
-// that matters, but match each distinct term (existing pods) or label set (the pod's own terms) only
-// once: in a cluster, many pods share their labels and terms (replicas of one workload).
+// PreFilter finds which existing terms concern the pod (once per distinct term) and counts, over every
+// node, the pods its required affinity terms match (once per distinct label set). The anti-affinity
+// counts are left to Filter, per domain.
 func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
 	snap := state.Snapshot()
 	ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
-	// Existing pods' required anti-affinity (symmetry): only nodes hosting such pods.
-	var existing map[topologyPair]int64
-	var termMatches map[unique.Handle[string]]bool
-	zero := unique.Handle[string]{}
-	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
-		nl := n.Labels
-		for _, g := range n.RequiredAntiAffinityTerms {
-			t := g.Term
-			match, known := termMatches[t.Key]
-			if !known || t.Key == zero {
-				match = t.Matches(ns, labels)
-				if t.Key != zero {
-					if termMatches == nil {
-						termMatches = map[unique.Handle[string]]bool{}
-					}
-					termMatches[t.Key] = match
-				}
-			}
-			if match {
-				existing = update(existing, nl, t.TopologyKey, int64(g.Count))
-			}
-		}
-	}
 	terms := pod.Affinity
 	if terms == nil {
 		terms = emptyTerms
 	}
 	req, anti := terms.RequiredAffinity, terms.RequiredAntiAffinity
-	if len(existing) == 0 && len(req) == 0 && len(anti) == 0 {
-		return statusSkip // nothing to check: no state, no allocation
-	}
-	s := &preFilterState{terms: terms, existingAntiAffinity: existing}
-	if len(req) > 0 || len(anti) > 0 {
-		// Per label set: whether it matches all required affinity terms, and which anti-affinity terms.
-		type verdict struct {
-			all  bool
-			anti []bool
+	s := &preFilterState{terms: terms, lazy: &lazyCounts{snap: snap}}
+	// Existing pods' required anti-affinity (symmetry).
+	distinct, complete := snap.RequiredAntiAffinityTerms()
+	if complete {
+		for _, t := range distinct {
+			if t.Matches(ns, labels) {
+				if s.existingTerms == nil {
+					s.existingTerms = map[unique.Handle[string]]int{}
+				}
+				k := slices.Index(s.existingKeys, t.TopologyKey)
+				if k < 0 {
+					k = len(s.existingKeys)
+					s.existingKeys = append(s.existingKeys, t.TopologyKey)
+				}
+				s.existingTerms[t.Key] = k
+			}
 		}
-		memo := map[unique.Handle[string]]verdict{}
+	} else {
+		s.existingAntiAffinity = existingCounts(snap, ns, labels)
+	}
+	if len(s.existingTerms) == 0 && len(s.existingAntiAffinity) == 0 && len(req) == 0 && len(anti) == 0 {
+		return statusSkip // nothing to check: no state
+	}
+	if len(req) > 0 {
+		// Per label set: whether it matches all required affinity terms.
+		memo := map[unique.Handle[string]]bool{}
+		zero := unique.Handle[string]{}
 		for _, n := range snap.Nodes() {
 			nl := n.Labels
 			for _, g := range n.LabelSets {
 				ep := g.Example
-				v, known := memo[ep.LabelsKey]
+				all, known := memo[ep.LabelsKey]
 				if !known || ep.LabelsKey == zero {
-					v = verdict{all: matchesAll(req, ep.Namespace, ep.Labels), anti: make([]bool, len(anti))}
-					for i := range anti {
-						v.anti[i] = anti[i].Matches(ep.Namespace, ep.Labels)
-					}
+					all = matchesAll(req, ep.Namespace, ep.Labels)
 					if ep.LabelsKey != zero {
-						memo[ep.LabelsKey] = v
+						memo[ep.LabelsKey] = all
 					}
 				}
-				if v.all {
+				if all {
 					for i := range req {
 						s.affinity = update(s.affinity, nl, req[i].TopologyKey, int64(g.Count))
-					}
-				}
-				for i, m := range v.anti {
-					if m {
-						s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, int64(g.Count))
 					}
 				}
 			}
@@ -187,12 +199,117 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	return nil
 }
 
-// Clone copies the counts (preemption changes them in a cycle-state clone).
+// existingCounts counts, over the nodes hosting pods with required anti-affinity, the pairs where a
+// term matching the pod is held.
+func existingCounts(snap *framework.Snapshot, ns string, labels map[string]string) map[topologyPair]int64 {
+	var existing map[topologyPair]int64
+	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
+		for _, g := range n.RequiredAntiAffinityTerms {
+			if g.Term.Matches(ns, labels) {
+				existing = update(existing, n.Labels, g.Term.TopologyKey, int64(g.Count))
+			}
+		}
+	}
+	if existing == nil {
+		existing = map[topologyPair]int64{} // not nil: the counts are taken
+	}
+	return existing
+}
+
+// domain returns the positions of the nodes in the pair's domain.
+func (l *lazyCounts) domain(p topologyPair) []int32 {
+	d, ok := l.domains[p.key]
+	if !ok {
+		if l.domains == nil {
+			l.domains = map[string]map[string][]int32{}
+		}
+		d = l.snap.Domains(p.key)
+		l.domains[p.key] = d
+	}
+	return d[p.value]
+}
+
+// count returns the memo's count for p, or else counts it over the domain's nodes with fn (and keeps
+// it when the domain has more than one node: one node is counted faster than a memo is filled).
+func (l *lazyCounts) count(memo *map[topologyPair]int64, p topologyPair, fn func(*framework.NodeInfo) int64) int64 {
+	nodes := l.domain(p)
+	if len(nodes) > 1 {
+		if c, ok := (*memo)[p]; ok {
+			return c
+		}
+	}
+	var c int64
+	for _, i := range nodes {
+		c += fn(l.snap.NodeAt(int(i)))
+	}
+	if len(nodes) > 1 {
+		if *memo == nil {
+			*memo = map[topologyPair]int64{}
+		}
+		(*memo)[p] = c
+	}
+	return c
+}
+
+// existingCount is how many placed pods in the domain of existingKeys[k]=value hold a required
+// anti-affinity term with that topology key that matches the pod.
+func (s *preFilterState) existingCount(k int, value string) int64 {
+	p := topologyPair{s.existingKeys[k], value}
+	if s.existingAntiAffinity != nil {
+		return s.existingAntiAffinity[p]
+	}
+	c := s.lazy.count(&s.lazy.existingMemo, p, func(n *framework.NodeInfo) (c int64) {
+		for _, g := range n.RequiredAntiAffinityTerms {
+			if tk, ok := s.existingTerms[g.Term.Key]; ok && tk == k {
+				c += int64(g.Count)
+			}
+		}
+		return c
+	})
+	return c + s.existingDelta[p]
+}
+
+// antiCount is how many placed pods in the pair's domain match one of the pod's own required
+// anti-affinity terms with the pair's topology key.
+func (s *preFilterState) antiCount(p topologyPair) int64 {
+	anti := s.terms.RequiredAntiAffinity
+	c := s.lazy.count(&s.lazy.antiMemo, p, func(n *framework.NodeInfo) (c int64) {
+		var zero unique.Handle[string]
+		for _, g := range n.LabelSets {
+			ep := g.Example
+			v, known := s.lazy.labelMemo[ep.LabelsKey]
+			if !known || ep.LabelsKey == zero {
+				v = make([]bool, len(anti))
+				for i := range anti {
+					v[i] = anti[i].Matches(ep.Namespace, ep.Labels)
+				}
+				if ep.LabelsKey != zero {
+					if s.lazy.labelMemo == nil {
+						s.lazy.labelMemo = map[unique.Handle[string]][]bool{}
+					}
+					s.lazy.labelMemo[ep.LabelsKey] = v
+				}
+			}
+			for i, m := range v {
+				if m && anti[i].TopologyKey == p.key {
+					c += int64(g.Count)
+				}
+			}
+		}
+		return c
+	})
+	return c + s.antiDelta[p]
+}
+
+// Clone copies the counts (preemption changes them in a cycle-state clone); the memos of the
+// snapshot's counts are shared.
 func (s *preFilterState) Clone() framework.StateData {
 	c := *s
 	c.existingAntiAffinity = maps.Clone(s.existingAntiAffinity)
 	c.affinity = maps.Clone(s.affinity)
-	c.antiAffinity = maps.Clone(s.antiAffinity)
+	c.existingKeys = slices.Clone(s.existingKeys)
+	c.existingDelta = maps.Clone(s.existingDelta)
+	c.antiDelta = maps.Clone(s.antiDelta)
 	return &c
 }
 
@@ -204,7 +321,14 @@ func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework
 		ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
 		for i := range placed.Affinity.RequiredAntiAffinity {
 			if t := &placed.Affinity.RequiredAntiAffinity[i]; t.Matches(ns, labels) {
-				s.existingAntiAffinity = update(s.existingAntiAffinity, nl, t.TopologyKey, v)
+				if s.existingAntiAffinity != nil {
+					s.existingAntiAffinity = update(s.existingAntiAffinity, nl, t.TopologyKey, v)
+					continue
+				}
+				s.existingDelta = update(s.existingDelta, nl, t.TopologyKey, v)
+				if !slices.Contains(s.existingKeys, t.TopologyKey) {
+					s.existingKeys = append(s.existingKeys, t.TopologyKey)
+				}
 			}
 		}
 	}
@@ -216,7 +340,7 @@ func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework
 	}
 	for i := range anti {
 		if anti[i].Matches(placed.Namespace, placed.Labels) {
-			s.antiAffinity = update(s.antiAffinity, nl, anti[i].TopologyKey, v)
+			s.antiDelta = update(s.antiDelta, nl, anti[i].TopologyKey, v)
 		}
 	}
 }
@@ -255,19 +379,23 @@ func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInf
 	if !satisfyAffinity(s, labels) {
 		return statusAffinity
 	}
-	if len(s.antiAffinity) > 0 {
-		for i := range s.terms.RequiredAntiAffinity {
-			k := s.terms.RequiredAntiAffinity[i].TopologyKey
-			if v, ok := labels[k]; ok && s.antiAffinity[topologyPair{k, v}] > 0 {
-				return statusAntiAffinity
-			}
+	for i := range s.terms.RequiredAntiAffinity {
+		k := s.terms.RequiredAntiAffinity[i].TopologyKey
+		if v, ok := labels[k]; ok && s.antiCount(topologyPair{k, v}) > 0 {
+			return statusAntiAffinity
 		}
 	}
-	if len(s.existingAntiAffinity) > 0 {
+	if s.existingAntiAffinity != nil {
 		for k, v := range labels {
 			if s.existingAntiAffinity[topologyPair{k, v}] > 0 {
 				return statusExistingAntiAff
 			}
+		}
+		return nil
+	}
+	for i, k := range s.existingKeys {
+		if v, ok := labels[k]; ok && s.existingCount(i, v) > 0 {
+			return statusExistingAntiAff
 		}
 	}
 	return nil
@@ -323,6 +451,9 @@ func (*InterPodAffinity) PreScore(state *framework.CycleState, pod *framework.Po
 	ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
 	terms := pod.Affinity
 	hasOwn := terms != nil && (len(terms.PreferredAffinity) > 0 || len(terms.PreferredAntiAffinity) > 0)
+	if !hasOwn && !snap.HasScoringAffinity() {
+		return statusSkip // no term on either side scores
+	}
 	nodes := snap.HavePodsWithAffinity()
 	if hasOwn {
 		nodes = snap.Nodes()

@@ -1,0 +1,134 @@
+package framework
+
+import (
+	"slices"
+	"sync"
+	"unique"
+)
+
+// TopologyIndex maps a node label key and value to the positions, in the snapshot's name-ordered
+// node list, of the nodes carrying it (a topology domain), built per key on first use. Nodes' labels change far less often than their pods, so the
+// cache shares one index between the snapshots of an unchanged set of node labels and starts a new
+// one when a node is added, removed or relabelled (positions change only then): the inter-pod plugins then visit the domain of a
+// node instead of every node in the cluster.
+type TopologyIndex struct {
+	mu   sync.Mutex
+	keys map[string]map[string][]int32
+}
+
+// NewTopologyIndex returns an empty index.
+func NewTopologyIndex() *TopologyIndex { return &TopologyIndex{keys: map[string]map[string][]int32{}} }
+
+func (t *TopologyIndex) domains(key string, nodes NodeList) map[string][]int32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.keys[key]; ok {
+		return m
+	}
+	m := map[string][]int32{}
+	i := int32(0)
+	for n := range nodes.From(0) {
+		if v, ok := n.Labels[key]; ok {
+			m[v] = append(m[v], i)
+		}
+		i++
+	}
+	t.keys[key] = m
+	return m
+}
+
+// Domains returns, for a node label key, the positions (see NodeAt) of the nodes carrying each of its
+// values (the topology domains of key), in name order. Callers must not modify it.
+func (s *Snapshot) Domains(key string) map[string][]int32 { return s.topology.domains(key, s.nodes) }
+
+// NodeAt returns the node at position i of the name-ordered list.
+func (s *Snapshot) NodeAt(i int) *NodeInfo { return s.nodes.At(i) }
+
+// AffinityRegistry counts, over every node, the placed pods' required anti-affinity terms by Key, and
+// the placed pods with terms that score (required affinity, preferred affinity or anti-affinity). The
+// inter-pod plugins read them from the snapshot to learn, without visiting every node, which existing
+// terms may concern a pod and whether any existing pod scores.
+type AffinityRegistry struct {
+	terms   map[unique.Handle[string]]*termCount
+	unkeyed int // terms without a Key: they cannot be told apart
+	scoring int
+	list    []*AffinityTerm // nil when the set of terms changed since the last Terms
+}
+
+type termCount struct {
+	term  *AffinityTerm
+	count int
+}
+
+// Update replaces a node's contribution: old (nil for a new node) by cur (nil for a removed one).
+func (r *AffinityRegistry) Update(old, cur *NodeInfo) {
+	if old != nil {
+		r.add(old, -1)
+	}
+	if cur != nil {
+		r.add(cur, 1)
+	}
+}
+
+func (r *AffinityRegistry) add(n *NodeInfo, sign int) {
+	var zero unique.Handle[string]
+	for _, g := range n.RequiredAntiAffinityTerms {
+		if g.Term.Key == zero {
+			r.unkeyed += sign * g.Count
+			continue
+		}
+		tc := r.terms[g.Term.Key]
+		if tc == nil {
+			if r.terms == nil {
+				r.terms = map[unique.Handle[string]]*termCount{}
+			}
+			tc = &termCount{term: g.Term}
+			r.terms[g.Term.Key] = tc
+			r.list = nil
+		}
+		if tc.count += sign * g.Count; tc.count <= 0 {
+			delete(r.terms, g.Term.Key)
+			r.list = nil
+		}
+	}
+	for _, p := range n.PodsWithAffinity {
+		if a := p.Affinity; len(a.RequiredAffinity)+len(a.PreferredAffinity)+len(a.PreferredAntiAffinity) > 0 {
+			r.scoring += sign
+		}
+	}
+}
+
+// Terms returns the distinct keyed terms, in no particular order. The slice is shared with snapshots:
+// callers must not modify it.
+func (r *AffinityRegistry) Terms() []*AffinityTerm {
+	if r.list == nil {
+		r.list = make([]*AffinityTerm, 0, len(r.terms))
+		for _, tc := range r.terms {
+			r.list = append(r.list, tc.term)
+		}
+		// A stable order, so that cycles over the same cache contents do the same work.
+		slices.SortFunc(r.list, func(a, b *AffinityTerm) int {
+			switch x, y := a.Key.Value(), b.Key.Value(); {
+			case x < y:
+				return -1
+			case x > y:
+				return 1
+			}
+			return 0
+		})
+	}
+	return r.list
+}
+
+// RequiredAntiAffinityTerms returns the distinct required anti-affinity terms of the placed pods, and
+// whether they are complete: false when some term has no Key, and callers must visit the nodes.
+func (s *Snapshot) RequiredAntiAffinityTerms() ([]*AffinityTerm, bool) {
+	return s.antiTerms, !s.antiUnkeyed
+}
+
+// HasScoringAffinity reports whether a placed pod has required affinity or preferred (anti-)affinity
+// terms, which InterPodAffinity's score weighs for every incoming pod.
+func (s *Snapshot) HasScoringAffinity() bool { return s.scoringPods }
+
+// Topology returns the snapshot's topology index (the cache hands it to the next snapshot).
+func (s *Snapshot) Topology() *TopologyIndex { return s.topology }
