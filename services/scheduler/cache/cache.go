@@ -74,7 +74,7 @@ type Cache struct {
 	// node is added, removed or relabelled (nil: start a new one).
 	affinity framework.AffinityRegistry
 	topology *framework.TopologyIndex
-	snap                           *framework.Snapshot // nil when stale
+	snap     *framework.Snapshot // nil when stale
 
 	nodesRev, allocRev uint64 // highest revision applied per bucket
 	changes            uint64 // count of requeue-worthy changes

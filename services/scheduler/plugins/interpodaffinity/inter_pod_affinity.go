@@ -17,7 +17,7 @@
 // one node. PreScore runs over the nodes hosting pods with (anti-)affinity, and over every node only
 // when the pod has preferred terms of its own. Namespaces: a term without namespaces and
 // namespaceSelector means the owning pod's namespace; a namespaceSelector is matched against the
-// namespace's // kubernetes.io/metadata.name label (podbus keeps no other namespace labels).
+// namespace's kubernetes.io/metadata.name label (podbus keeps no other namespace labels).
 package interpodaffinity
 
 import (
