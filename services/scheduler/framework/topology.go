@@ -132,3 +132,8 @@ func (s *Snapshot) HasScoringAffinity() bool { return s.scoringPods }
 
 // Topology returns the snapshot's topology index (the cache hands it to the next snapshot).
 func (s *Snapshot) Topology() *TopologyIndex { return s.topology }
+
+// NodeChunks returns the name-ordered node list in its chunks. A chunk never changes, and a change to
+// a node comes in a new chunk, so callers may remember what they computed over a chunk by its first
+// element. Callers must not modify them.
+func (s *Snapshot) NodeChunks() [][]NodeInfo { return s.nodes.chunks }

@@ -1,6 +1,8 @@
 package interpodaffinity
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -255,5 +257,106 @@ func TestGroupedPodsCountEach(t *testing.T) {
 				t.Error("n1 still blocked with both matching pods removed")
 			}
 		})
+	}
+}
+
+// Required anti-affinity counted per domain on demand agrees with the rule read directly (every placed
+// pod of the node's domain against the pod's terms, and every placed pod's terms against the pod),
+// on random clusters with zones of several nodes, nodes without a zone, and hostname domains; and
+// after a RemovePod, as preemption calls it.
+func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	apps := []string{"a", "b", "c"}
+	keys := []string{zone, host}
+	mkPod := func(uid string) *st.PodWrapper {
+		p := st.Pod(uid, uid).Labels("app", apps[rng.IntN(len(apps))])
+		if rng.IntN(2) == 0 {
+			p.PodAntiAffinity(st.AffinityTerm(keys[rng.IntN(2)], sel("app", apps[rng.IntN(len(apps))])))
+		}
+		return p
+	}
+	for round := range 50 {
+		var nodes []*st.NodeWrapper
+		existing := map[string][]*st.PodWrapper{}
+		for i := range 12 {
+			name, z := fmt.Sprintf("n%02d", i), fmt.Sprintf("z%d", rng.IntN(3))
+			if rng.IntN(6) == 0 {
+				z = ""
+			}
+			nodes = append(nodes, node(name, z))
+			for j := range rng.IntN(3) {
+				existing[name] = append(existing[name], mkPod(fmt.Sprintf("%s-%d", name, j)))
+			}
+		}
+		snap := snapshot(nodes, existing)
+		pod := mkPod("new").Info()
+		// The rule, read directly; victim (if not nil) is left out, as after RemovePod.
+		rule := func(n *framework.NodeInfo, victim *framework.PlacedPod) string {
+			ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
+			var own, sym bool
+			for _, m := range snap.Nodes() {
+				for _, q := range m.Pods {
+					if q == victim {
+						continue
+					}
+					if pod.Affinity != nil {
+						for _, term := range pod.Affinity.RequiredAntiAffinity {
+							v, ok := n.Labels[term.TopologyKey]
+							if ok && m.Labels[term.TopologyKey] == v && term.Matches(q.Namespace, q.Labels) {
+								own = true
+							}
+						}
+					}
+					if q.Affinity != nil {
+						for _, term := range q.Affinity.RequiredAntiAffinity {
+							v, ok := m.Labels[term.TopologyKey]
+							if ok && n.Labels[term.TopologyKey] == v && term.Matches(ns, labels) {
+								sym = true
+							}
+						}
+					}
+				}
+			}
+			switch {
+			case own:
+				return ErrReasonAntiAffinityRulesNotMatch
+			case sym:
+				return ErrReasonExistingAntiAffinityRulesNotMatch
+			}
+			return ""
+		}
+		p := New()
+		state := framework.NewCycleState()
+		state.SetSnapshot(snap)
+		skipped := p.PreFilter(state, pod).Code() == framework.Skip
+		// A victim: one placed pod, taken out of a clone of the state.
+		var victim *framework.PlacedPod
+		var victimNode *framework.NodeInfo
+		for _, m := range snap.Nodes() {
+			if len(m.Pods) > 0 {
+				victim, victimNode = m.Pods[0], m
+			}
+		}
+		var after *framework.CycleState
+		if !skipped && victim != nil {
+			after = state.Clone()
+			if st := p.RemovePod(after, pod, victim, victimNode); !st.IsSuccess() {
+				t.Fatal(st.Message())
+			}
+		}
+		for _, n := range snap.Nodes() {
+			got := ""
+			if !skipped {
+				got = p.Filter(state, pod, n).Message()
+			}
+			if want := rule(n, nil); got != want {
+				t.Fatalf("round %d, node %s: Filter %q, the rule %q", round, n.Name(), got, want)
+			}
+			if after != nil {
+				if got, want := p.Filter(after, pod, n).Message(), rule(n, victim); got != want {
+					t.Fatalf("round %d, node %s, without %s: Filter %q, the rule %q", round, n.Name(), victim.Name, got, want)
+				}
+			}
+		}
 	}
 }

@@ -298,6 +298,9 @@ func (r *Required) Match(node *pb.Node) bool {
 	return r.MatchLabels(node.GetMetadata().GetLabels(), node.GetMetadata().GetName())
 }
 
+// Constrains reports whether r may exclude a node.
+func (r *Required) Constrains() bool { return len(r.nodeSelector) > 0 || r.required != nil }
+
 // MatchLabels is Match on a node's labels and name (a NodeInfo's, read without touching the node).
 func (r *Required) MatchLabels(labels map[string]string, name string) bool {
 	if len(r.nodeSelector) == 0 && r.required == nil {

@@ -23,7 +23,11 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
+	"sync"
 	"unique"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -59,8 +63,12 @@ var (
 	statusSkip         = framework.NewStatus(framework.Skip)
 )
 
-// PodTopologySpread is the plugin.
-type PodTopologySpread struct{}
+// PodTopologySpread is the plugin. It remembers the counts of each chunk of the snapshot's node list
+// (see chunkMemo): cycles share most chunks, and a pod's cycle then counts over the few nodes that
+// changed since instead of over every node.
+type PodTopologySpread struct {
+	memo chunkMemo
+}
 
 var (
 	_ framework.PreFilterPlugin      = &PodTopologySpread{}
@@ -78,6 +86,9 @@ func New() *PodTopologySpread { return &PodTopologySpread{} }
 func (*PodTopologySpread) Name() string { return Name }
 
 type constraint struct {
+	// sig identifies what the counts depend on besides the namespace and the inclusion policies: the
+	// topology key and the selector (with matchLabelKeys merged).
+	sig           string
 	maxSkew       int32
 	key           string
 	selector      *framework.LabelSelector
@@ -99,7 +110,16 @@ func constraintsOf(pod *pb.Pod, action string) []constraint {
 				sel = sel.With(k, v)
 			}
 		}
-		tc := constraint{maxSkew: c.GetMaxSkew(), key: c.GetTopologyKey(), selector: sel, minDomains: 1,
+		sig := c.GetTopologyKey() + "\x00"
+		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(c.GetLabelSelector()); err == nil {
+			sig += string(b)
+		}
+		for _, k := range c.GetMatchLabelKeys() {
+			if v, ok := labels[k]; ok {
+				sig += "\x00" + k + "=" + v
+			}
+		}
+		tc := constraint{sig: sig, maxSkew: c.GetMaxSkew(), key: c.GetTopologyKey(), selector: sel, minDomains: 1,
 			honorAffinity: c.GetNodeAffinityPolicy() != PolicyIgnore, honorTaints: c.GetNodeTaintsPolicy() == PolicyHonor}
 		if c.MinDomains != nil {
 			tc.minDomains = c.GetMinDomains()
@@ -165,6 +185,7 @@ type preFilterState struct {
 	constraints []constraint
 	counts      []map[string]int // per constraint: domain -> matching pods
 	minMatch    []int            // per constraint: the least count over the eligible domains
+	self        []int            // per constraint: 1 if the pod matches its selector
 	nodeReq     *nodeaffinity.Required
 }
 
@@ -265,6 +286,16 @@ func (d *domainCounts) add(v string, n int) {
 	d.m[v] += n
 }
 
+// addTo adds the counts to o.
+func (d *domainCounts) addTo(o *domainCounts) {
+	for i, v := range d.vals {
+		o.add(v, d.cnts[i])
+	}
+	for v, c := range d.m {
+		o.add(v, c)
+	}
+}
+
 // into adds the counts to m.
 func (d *domainCounts) into(m map[string]int) {
 	for i, v := range d.vals {
@@ -275,49 +306,154 @@ func (d *domainCounts) into(m map[string]int) {
 	}
 }
 
-// PreFilter counts matching pods per domain over every eligible node, once per cycle.
-func (*PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
+// PreFilter counts matching pods per domain over every eligible node, once per cycle, taking the counts
+// of unchanged chunks of nodes from the memo when they depend only on the constraints and the namespace.
+func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
 	cs := constraintsOf(pod.Pod, DoNotSchedule)
 	if len(cs) == 0 {
 		return statusSkip
 	}
 	req := nodeaffinity.GetRequired(pod.Pod)
-	s := &preFilterState{constraints: cs, counts: make([]map[string]int, len(cs)), minMatch: make([]int, len(cs)), nodeReq: req}
-	for i := range cs {
-		s.counts[i] = map[string]int{}
-	}
+	s := &preFilterState{constraints: cs, counts: make([]map[string]int, len(cs)), minMatch: make([]int, len(cs)),
+		self: make([]int, len(cs)), nodeReq: req}
 	ns := pod.Pod.GetMetadata().GetNamespace()
+	for i := range cs {
+		if cs[i].selector.Matches(pod.Pod.GetMetadata().GetLabels()) {
+			s.self[i] = 1
+		}
+	}
+	// The inclusion policies depend on the pod's node affinity and tolerations: counts that applied
+	// one are not shared.
+	sig, shared := "", !req.Constrains()
+	if shared {
+		var b strings.Builder
+		b.WriteString(ns)
+		for i := range cs {
+			if cs[i].honorTaints {
+				shared = false
+			}
+			b.WriteString("\x01")
+			b.WriteString(cs[i].sig)
+		}
+		sig = b.String()
+	}
 	memos := make([]map[unique.Handle[string]]bool, len(cs))
-	acc := make([]domainCounts, len(cs))
 	for i := range memos {
 		memos[i] = map[unique.Handle[string]]bool{}
 	}
+	acc := make([]domainCounts, len(cs))
+	for _, chunk := range state.Snapshot().NodeChunks() {
+		var counts []domainCounts
+		key := chunkKey{first: &chunk[0], n: len(chunk), sig: sig}
+		if shared {
+			counts = p.memo.get(key)
+		}
+		if counts == nil {
+			counts = countChunk(chunk, pod.Pod, cs, req, ns, memos)
+			if shared {
+				p.memo.put(key, counts, len(state.Snapshot().NodeChunks()))
+			}
+		}
+		for i := range cs {
+			counts[i].addTo(&acc[i])
+		}
+	}
+	for i := range cs {
+		s.counts[i] = map[string]int{}
+		acc[i].into(s.counts[i])
+		s.setMin(i)
+	}
+	state.Write(preFilterKey, s)
+	return nil
+}
+
+// countChunk counts matching pods per domain, per constraint, over a chunk's eligible nodes.
+func countChunk(chunk []framework.NodeInfo, pod *pb.Pod, cs []constraint, req *nodeaffinity.Required, ns string, memos []map[unique.Handle[string]]bool) []domainCounts {
+	out := make([]domainCounts, len(cs))
 	vals := make([]string, len(cs))
 nodes:
-	for _, n := range state.Snapshot().Nodes() {
-		// One lookup per key and node: this loop runs over every node for every pod.
+	for j := range chunk {
+		n := &chunk[j]
+		// One lookup per key and node.
 		for i := range cs {
 			v, ok := n.Labels[cs[i].key]
 			if !ok {
 				continue nodes
 			}
-			vals[i] = v
+			// Interned: merging the chunks' counts compares values, and equal strings at one
+			// address compare at once.
+			vals[i] = unique.Make(v).Value()
 		}
 		for i := range cs {
-			if !cs[i].included(pod.Pod, n, req) {
+			if !cs[i].included(pod, n, req) {
 				continue
 			}
-			acc[i].add(vals[i], countMatchingMemo(n.Pods, cs[i].selector, ns, memos[i]))
+			out[i].add(vals[i], countMatchingGroups(n.LabelSets, cs[i].selector, ns, memos[i]))
 		}
 	}
-	for i := range cs {
-		acc[i].into(s.counts[i])
+	return out
+}
+
+// countMatchingGroups is countMatchingMemo over a node's pods grouped by label set.
+func countMatchingGroups(groups []framework.PodGroup, sel *framework.LabelSelector, ns string, memo map[unique.Handle[string]]bool) int {
+	if sel.Empty() {
+		return 0
 	}
-	for i := range cs {
-		s.setMin(i)
+	var zero unique.Handle[string]
+	n := 0
+	for _, g := range groups {
+		p := g.Example
+		m, known := memo[p.LabelsKey]
+		if !known || p.LabelsKey == zero {
+			m = p.Namespace == ns && sel.Matches(p.Labels)
+			if p.LabelsKey != zero {
+				memo[p.LabelsKey] = m
+			}
+		}
+		if m {
+			n += g.Count
+		}
 	}
-	state.Write(preFilterKey, s)
+	return n
+}
+
+// chunkMemo keeps the per-chunk counts of recent cycles. A snapshot's chunks never change (a changed
+// node makes a new chunk), so a chunk's first element identifies its contents; holding it keeps the
+// chunk from being reused. Two generations bound the memory: when the current one is full it becomes
+// the previous, whose entries move back to the current one as cycles use them.
+type chunkMemo struct {
+	mu        sync.Mutex
+	cur, prev map[chunkKey][]domainCounts
+}
+
+type chunkKey struct {
+	first *framework.NodeInfo
+	n     int
+	sig   string
+}
+
+func (m *chunkMemo) get(k chunkKey) []domainCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.cur[k]; ok {
+		return v
+	}
+	if v, ok := m.prev[k]; ok {
+		delete(m.prev, k)
+		m.cur[k] = v
+		return v
+	}
 	return nil
+}
+
+// put keeps v; chunks is the snapshot's chunk count, which sizes a generation.
+func (m *chunkMemo) put(k chunkKey, v []domainCounts, chunks int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil || len(m.cur) >= 2*chunks+64 {
+		m.prev, m.cur = m.cur, make(map[chunkKey][]domainCounts, 2*chunks+64)
+	}
+	m.cur[k] = v
 }
 
 // Filter checks every DoNotSchedule constraint's skew.
@@ -327,18 +463,13 @@ func (*PodTopologySpread) Filter(state *framework.CycleState, pod *framework.Pod
 		return st
 	}
 	labels := node.Labels
-	podLabels := pod.Pod.GetMetadata().GetLabels()
 	for i := range s.constraints {
 		c := &s.constraints[i]
 		tv, ok := labels[c.key]
 		if !ok {
 			return statusMissingLabel
 		}
-		self := 0
-		if c.selector.Matches(podLabels) {
-			self = 1
-		}
-		if s.counts[i][tv]+self-s.minMatch[i] > int(c.maxSkew) {
+		if s.counts[i][tv]+s.self[i]-s.minMatch[i] > int(c.maxSkew) {
 			return statusNotMatch
 		}
 	}

@@ -1,6 +1,9 @@
 package podtopologyspread
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -193,5 +196,61 @@ func TestScore(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// One plugin kept across snapshots that share chunks (as the cache hands them out) decides as a fresh
+// plugin does on each: the chunk memo follows every change to a node, and is not shared between pods
+// whose counts differ (another namespace or selector, or a node affinity that excludes nodes).
+func TestChunkMemoFollowsChanges(t *testing.T) {
+	var b framework.NodeListBuilder
+	pods := map[string][]*framework.PlacedPod{}
+	infos := map[string]*framework.NodeInfo{}
+	var names []string
+	for i := range 100 { // several chunks
+		name := fmt.Sprintf("n%03d", i)
+		names = append(names, name)
+		infos[name] = node(name, fmt.Sprintf("z%d", i%4)).Info()
+		b.Set(name, infos[name])
+	}
+	kept := New()
+	candidates := []*st.PodWrapper{
+		foo("p").Spread(spread(zone, 1, DoNotSchedule)),
+		foo("q").Namespace("other").Spread(spread(zone, 1, DoNotSchedule)),
+		foo("r").Spread(spread(zone, 1, DoNotSchedule)).NodeSelector(zone, "z1"),
+		st.Pod("s", "s").Labels("app", "x").Spread(&pb.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: zone,
+			WhenUnsatisfiable: DoNotSchedule, LabelSelector: st.Selector([]string{"app", "x"})}),
+	}
+	decide := func(p *PodTopologySpread, snap *framework.Snapshot, pod *framework.PodInfo) map[string]string {
+		state := framework.NewCycleState()
+		state.SetSnapshot(snap)
+		got := map[string]string{}
+		if st := p.PreFilter(state, pod); st.Code() == framework.Skip {
+			return got
+		}
+		for _, n := range snap.Nodes() {
+			got[n.Name()] = p.Filter(state, pod, n).Message()
+		}
+		return got
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 200 {
+		// Place a pod of some kind on a random node, or take one away.
+		name := names[rng.IntN(len(names))]
+		switch c := candidates[rng.IntN(len(candidates))]; {
+		case rng.IntN(4) == 0 && len(pods[name]) > 0:
+			pods[name] = slices.Clone(pods[name][1:])
+		default:
+			w := *c
+			pods[name] = append(slices.Clone(pods[name]), w.Placed())
+		}
+		b.Set(name, infos[name].WithPods(pods[name]...))
+		snap := framework.NewSnapshotFromParts(framework.SnapshotParts{Nodes: b.List()})
+		for _, c := range candidates {
+			pod := c.Info()
+			if diff := cmp.Diff(decide(New(), snap, pod), decide(kept, snap, pod)); diff != "" {
+				t.Fatalf("step %d, pod %s: kept plugin differs from a fresh one (-fresh +kept):\n%s", step, pod.Pod.GetMetadata().GetName(), diff)
+			}
+		}
 	}
 }
