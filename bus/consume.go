@@ -43,7 +43,15 @@ type Msg struct {
 	StreamSeq uint64
 	Time      time.Time // when the stream stored it
 	raw       jetstream.Msg
+	kept      proto.Message
 }
+
+// Keep holds a payload the consumer's Key function decoded, so that the handler need not decode it
+// again (the handler runs after Key, on the same Msg).
+func (m *Msg) Keep(v proto.Message) { m.kept = v }
+
+// Kept returns what Keep held, or nil.
+func (m *Msg) Kept() proto.Message { return m.kept }
 
 // Decode unmarshals the payload; a failure wraps ErrMalformed.
 func (m *Msg) Decode(into proto.Message) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -21,14 +22,24 @@ func TestConsumeAcksParksAndRetries(t *testing.T) {
 	pub := bus.NewPublisher(c.JS, "test/1")
 
 	malformedBefore := bus.Counter("malformed.t") // counters are process-wide; -count=N reruns the test
-	var handled, attempts atomic.Int64
+	var handled, attempts, keptWrong atomic.Int64
 	done := make(chan error, 1)
 	go func() {
 		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "t", Filters: []string{bus.SubjPodDeleted}, Workers: 3,
-			Key: func(m *bus.Msg) string { return m.Meta.PodUID }}, func(ctx context.Context, m *bus.Msg) error {
+			Key: func(m *bus.Msg) string {
+				// What the key function decoded reaches the handler.
+				var d pb.PodDeleted
+				if proto.Unmarshal(m.Data, &d) == nil {
+					m.Keep(&d)
+				}
+				return m.Meta.PodUID
+			}}, func(ctx context.Context, m *bus.Msg) error {
 			var d pb.PodDeleted
 			if err := m.Decode(&d); err != nil {
 				return err
+			}
+			if k, ok := m.Kept().(*pb.PodDeleted); !ok || k.GetUid() != d.GetUid() {
+				keptWrong.Add(1)
 			}
 			if d.GetUid() == "flaky" && attempts.Add(1) < 3 {
 				return bus.RetryAfter(10*time.Millisecond, errors.New("not yet"))
@@ -53,6 +64,9 @@ func TestConsumeAcksParksAndRetries(t *testing.T) {
 	bustest.Eventually(t, 10*time.Second, func() bool { return handled.Load() == 3 }, "handled %d of 3", handled.Load())
 	if attempts.Load() < 3 {
 		t.Errorf("flaky message handled after %d attempts, want 3", attempts.Load())
+	}
+	if keptWrong.Load() != 0 {
+		t.Errorf("%d deliveries did not carry what the key function kept", keptWrong.Load())
 	}
 
 	// The garbage and the panicking message are parked on dead.<subject> with a reason.

@@ -148,7 +148,9 @@ const keyChecked = "\x00inter-pod"
 
 func decisionNode(m *bus.Msg) string {
 	d := &pb.SchedulingDecision{}
-	_ = proto.Unmarshal(m.Data, d) // a malformed one is parked by the handler, whichever worker gets it
+	if err := proto.Unmarshal(m.Data, d); err == nil {
+		m.Keep(d)
+	} // a malformed one is parked by the handler, whichever worker gets it
 	if p := d.GetPod(); p != nil && hasRequiredInterPod(p) {
 		return keyChecked
 	}
@@ -169,9 +171,12 @@ func deletedNode(m *bus.Msg) string {
 
 // handleDecision handles one pod.scheduled message.
 func (s *Service) handleDecision(ctx context.Context, m *bus.Msg) error {
-	d := &pb.SchedulingDecision{}
-	if err := m.Decode(d); err != nil {
-		return err
+	d, ok := m.Kept().(*pb.SchedulingDecision) // decoded by decisionNode
+	if !ok {
+		d = &pb.SchedulingDecision{}
+		if err := m.Decode(d); err != nil {
+			return err
+		}
 	}
 	if d.GetUid() == "" || d.GetNamespace() == "" || d.GetName() == "" {
 		return fmt.Errorf("%w: decision without pod uid/namespace/name", bus.ErrMalformed)
