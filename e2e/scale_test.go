@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -30,7 +31,7 @@ const (
 	scaleNodeCPU  = "3600m"
 	scalePodCPU   = "100m"
 	scaleZones    = 3
-	scaleAntiSets = 5 // anti-affinity groups of 40 pods, each needing 40 distinct hosts
+	scaleAntiSets = 10 // anti-affinity groups of 40 pods (with the full mix), each needing 40 distinct hosts
 	scaleAckWait  = 10 * time.Second
 	labelDisk     = "disktype"
 	labelAnti     = "anti"
@@ -245,7 +246,8 @@ func scalePod(i int, kind string) *pb.Pod {
 	case kindTolerate:
 		p.Spec.Tolerations = []*pb.Toleration{{Key: taintKey, Operator: "Equal", Value: "infra", Effect: "NoSchedule"}}
 	case kindAnti:
-		g := fmt.Sprintf("g%d", i%scaleAntiSets)
+		// By i/5, not i: with the five kinds of the full mix, i%5 is the same for every pod of a kind.
+		g := fmt.Sprintf("g%d", i/5%scaleAntiSets)
 		labels[labelAnti] = g
 		p.Spec.Affinity = &pb.Affinity{PodAntiAffinity: &pb.PodAffinity{Required: []*pb.PodAffinityTerm{{
 			LabelSelector: &pb.LabelSelector{MatchLabels: map[string]string{labelAnti: g}},
@@ -328,6 +330,9 @@ func checkScale(t *testing.T, conn *bus.Conn, b bus.Buckets, nodes []*pb.Node, a
 		if p.GetMetadata().GetLabels()[labelSpread] != "" {
 			spreadIn[labels[schedsim.LabelZone]]++
 		}
+	}
+	if len(antiOn) == 1 {
+		t.Errorf("every bound anti-affinity pod is in one group %v: the constraint is checked on one group only", slices.Collect(maps.Keys(antiOn)))
 	}
 	if len(spreadIn) > 0 {
 		lo, hi := scalePods, 0
