@@ -154,33 +154,6 @@ func (c *constraint) included(pod *pb.Pod, node *framework.NodeInfo, req *nodeaf
 	return true
 }
 
-func countMatching(pods []*framework.PlacedPod, sel *framework.LabelSelector, ns string) int {
-	return countMatchingMemo(pods, sel, ns, nil)
-}
-
-// countMatchingMemo is countMatching remembering, per label set (PlacedPod.LabelsKey, which includes
-// the namespace), whether it matched: a cycle counts every placed pod, and many share their labels.
-func countMatchingMemo(pods []*framework.PlacedPod, sel *framework.LabelSelector, ns string, memo map[unique.Handle[string]]bool) int {
-	if sel.Empty() {
-		return 0
-	}
-	var zero unique.Handle[string]
-	n := 0
-	for _, p := range pods {
-		m, known := memo[p.LabelsKey]
-		if !known || p.LabelsKey == zero {
-			m = p.Namespace == ns && sel.Matches(p.Labels)
-			if memo != nil && p.LabelsKey != zero {
-				memo[p.LabelsKey] = m
-			}
-		}
-		if m {
-			n++
-		}
-	}
-	return n
-}
-
 type preFilterState struct {
 	constraints []constraint
 	counts      []map[string]int // per constraint: domain -> matching pods
@@ -388,14 +361,16 @@ nodes:
 			if !cs[i].included(pod, n, req) {
 				continue
 			}
-			out[i].add(vals[i], countMatchingGroups(n.LabelSets, cs[i].selector, ns, memos[i]))
+			out[i].add(vals[i], countMatching(n.LabelSets, cs[i].selector, ns, memos[i]))
 		}
 	}
 	return out
 }
 
-// countMatchingGroups is countMatchingMemo over a node's pods grouped by label set.
-func countMatchingGroups(groups []framework.PodGroup, sel *framework.LabelSelector, ns string, memo map[unique.Handle[string]]bool) int {
+// countMatching counts the pods of a node's label-set groups that are in namespace ns and match sel,
+// remembering per label set (PlacedPod.LabelsKey, which includes the namespace) in memo, if not nil,
+// whether it matched: a cycle counts every placed pod, and many share their labels.
+func countMatching(groups []framework.PodGroup, sel *framework.LabelSelector, ns string, memo map[unique.Handle[string]]bool) int {
 	if sel.Empty() {
 		return 0
 	}
@@ -406,7 +381,7 @@ func countMatchingGroups(groups []framework.PodGroup, sel *framework.LabelSelect
 		m, known := memo[p.LabelsKey]
 		if !known || p.LabelsKey == zero {
 			m = p.Namespace == ns && sel.Matches(p.Labels)
-			if p.LabelsKey != zero {
+			if memo != nil && p.LabelsKey != zero {
 				memo[p.LabelsKey] = m
 			}
 		}
@@ -530,7 +505,7 @@ func (*PodTopologySpread) PreScore(state *framework.CycleState, pod *framework.P
 			}
 			v := labels[cs[i].key]
 			if _, ok := s.counts[i][v]; ok {
-				s.counts[i][v] += int64(countMatchingMemo(n.Pods, cs[i].selector, ns, memos[i]))
+				s.counts[i][v] += int64(countMatching(n.LabelSets, cs[i].selector, ns, memos[i]))
 			}
 		}
 	}
@@ -561,7 +536,7 @@ func (*PodTopologySpread) Score(state *framework.CycleState, pod *framework.PodI
 		}
 		var cnt int64
 		if c.key == LabelHostname {
-			cnt = int64(countMatching(node.Pods, c.selector, pod.Pod.GetMetadata().GetNamespace()))
+			cnt = int64(countMatching(node.LabelSets, c.selector, pod.Pod.GetMetadata().GetNamespace(), nil))
 		} else {
 			cnt = s.counts[i][tv]
 		}
