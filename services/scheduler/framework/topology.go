@@ -2,15 +2,16 @@ package framework
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"unique"
 )
 
-// TopologyIndex maps a node label key and value to the positions, in the snapshot's name-ordered
-// node list, of the nodes carrying it (a topology domain), built per key on first use. Nodes' labels change far less often than their pods, so the
-// cache shares one index between the snapshots of an unchanged set of node labels and starts a new
-// one when a node is added, removed or relabelled (positions change only then): the inter-pod plugins then visit the domain of a
-// node instead of every node in the cluster.
+// TopologyIndex maps a node label key and value to the positions, in the snapshot's name-ordered node
+// list, of the nodes carrying it (a topology domain), built per key on first use. Nodes' labels change
+// far less often than their pods, so the cache shares one index between the snapshots of an unchanged
+// set of node labels and starts a new one when a node is added, removed or relabelled (positions
+// change only then): the inter-pod plugins then visit the domain of a node instead of every node.
 type TopologyIndex struct {
 	mu   sync.Mutex
 	keys map[string]map[string][]int32
@@ -98,24 +99,15 @@ func (r *AffinityRegistry) add(n *NodeInfo, sign int) {
 	}
 }
 
-// Terms returns the distinct keyed terms, in no particular order. The slice is shared with snapshots:
-// callers must not modify it.
+// Terms returns the distinct keyed terms, in Key order (cycles over the same cache contents then do the
+// same work). The slice is shared with snapshots: callers must not modify it.
 func (r *AffinityRegistry) Terms() []*AffinityTerm {
 	if r.list == nil {
 		r.list = make([]*AffinityTerm, 0, len(r.terms))
 		for _, tc := range r.terms {
 			r.list = append(r.list, tc.term)
 		}
-		// A stable order, so that cycles over the same cache contents do the same work.
-		slices.SortFunc(r.list, func(a, b *AffinityTerm) int {
-			switch x, y := a.Key.Value(), b.Key.Value(); {
-			case x < y:
-				return -1
-			case x > y:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(r.list, func(a, b *AffinityTerm) int { return strings.Compare(a.Key.Value(), b.Key.Value()) })
 	}
 	return r.list
 }

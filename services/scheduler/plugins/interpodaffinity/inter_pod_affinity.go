@@ -89,8 +89,9 @@ type preFilterState struct {
 	// one node, where counting over the cluster up front visited every node holding pods.
 	//
 	// existingTerms: the distinct required anti-affinity terms of placed pods that match the pod, to
-	// the index of their topology key in existingKeys; existingAntiAffinity, when not nil, holds the counts of pairs
-	// where such a term is held (taken over every node in PreFilter because some term has no Key).
+	// the index of their topology key in existingKeys. existingAntiAffinity, when not nil, holds the
+	// counts of pairs where such a term is held (taken over every node in PreFilter because some
+	// term has no Key).
 	existingTerms        map[unique.Handle[string]]int
 	existingKeys         []string
 	existingAntiAffinity map[topologyPair]int64
