@@ -147,10 +147,11 @@ func (s *Service) open(ctx context.Context) error {
 const keyChecked = "\x00inter-pod"
 
 func decisionNode(m *bus.Msg) string {
+	// A malformed one is parked by the handler, whichever worker gets it; a decoded one is kept for it.
 	d := &pb.SchedulingDecision{}
 	if err := proto.Unmarshal(m.Data, d); err == nil {
 		m.Keep(d)
-	} // a malformed one is parked by the handler, whichever worker gets it
+	}
 	if p := d.GetPod(); p != nil && hasRequiredInterPod(p) {
 		return keyChecked
 	}

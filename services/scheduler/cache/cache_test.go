@@ -353,8 +353,8 @@ func TestTopologyAndAffinityRegistry(t *testing.T) {
 	if diff := cmp.Diff([][]string{{"n1", "n2"}, {"n3"}}, [][]string{domain(s1, "z1"), domain(s1, "z2")}); diff != "" {
 		t.Errorf("domains (-want +got):\n%s", diff)
 	}
-	if terms, complete := s1.RequiredAntiAffinityTerms(); len(terms) != 0 || !complete || s1.HasScoringAffinity() {
-		t.Errorf("empty cluster: terms %d complete %v scoring %v", len(terms), complete, s1.HasScoringAffinity())
+	if terms := s1.RequiredAntiAffinityTerms(); len(terms) != 0 || s1.HasScoringAffinity() {
+		t.Errorf("empty cluster: terms %d scoring %v", len(terms), s1.HasScoringAffinity())
 	}
 
 	// A pod change keeps the index; a relabel and a new node replace it.
@@ -368,8 +368,8 @@ func TestTopologyAndAffinityRegistry(t *testing.T) {
 	if s2.Topology() != s1.Topology() {
 		t.Error("an alloc change replaced the topology index")
 	}
-	if terms, complete := s2.RequiredAntiAffinityTerms(); len(terms) != 1 || !complete || !s2.HasScoringAffinity() {
-		t.Errorf("two pods, one distinct term: terms %d complete %v scoring %v", len(terms), complete, s2.HasScoringAffinity())
+	if terms := s2.RequiredAntiAffinityTerms(); len(terms) != 1 || !s2.HasScoringAffinity() {
+		t.Errorf("two pods, one distinct term: terms %d scoring %v", len(terms), s2.HasScoringAffinity())
 	}
 	c.UpsertNode(st.Node("n2").Label("zone", "z2").Obj(), 4)
 	c.UpsertNode(st.Node("n0").Label("zone", "z2").Obj(), 5)
@@ -383,10 +383,10 @@ func TestTopologyAndAffinityRegistry(t *testing.T) {
 	c.UpsertAlloc("n3", alloc("n3", nil), 2)
 	c.RemoveNode("n1", 6)
 	s4, _ := c.Snapshot()
-	if terms, _ := s4.RequiredAntiAffinityTerms(); len(terms) != 0 || s4.HasScoringAffinity() || len(domain(s4, "z1")) != 0 {
+	if terms := s4.RequiredAntiAffinityTerms(); len(terms) != 0 || s4.HasScoringAffinity() || len(domain(s4, "z1")) != 0 {
 		t.Errorf("after the pods left and n1 went: terms %d scoring %v z1 %v", len(terms), s4.HasScoringAffinity(), domain(s4, "z1"))
 	}
-	if terms, _ := s2.RequiredAntiAffinityTerms(); len(terms) != 1 {
+	if terms := s2.RequiredAntiAffinityTerms(); len(terms) != 1 {
 		t.Error("old snapshot's terms changed")
 	}
 }

@@ -1,8 +1,10 @@
 package framework
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -10,6 +12,9 @@ import (
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
+
+// unkeyedTerms numbers the compiled terms whose Key could not come from their contents.
+var unkeyedTerms atomic.Uint64
 
 // AffinityTerm is a compiled PodAffinityTerm, as kube-scheduler's framework.AffinityTerm.
 type AffinityTerm struct {
@@ -21,7 +26,8 @@ type AffinityTerm struct {
 	Selector          *LabelSelector
 	TopologyKey       string
 	// Key is the same for equal terms of pods in the same namespace, so a cycle can match each
-	// distinct term once instead of once per pod holding it (zero: unknown, match every time).
+	// distinct term once instead of once per pod holding it, and the cache can list the distinct
+	// terms (AffinityRegistry). It is never zero for a compiled term.
 	Key unique.Handle[string]
 }
 
@@ -44,6 +50,9 @@ func newAffinityTerm(ownNS string, t *pb.PodAffinityTerm) AffinityTerm {
 	at := AffinityTerm{Selector: CompileLabelSelector(t.GetLabelSelector()), TopologyKey: t.GetTopologyKey()}
 	if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(t); err == nil {
 		at.Key = unique.Make(ownNS + "\x00" + string(b))
+	} else {
+		// Not expected for a decoded message; a key of its own keeps the term apart from every other.
+		at.Key = unique.Make(fmt.Sprintf("%s\x01%d", ownNS, unkeyedTerms.Add(1)))
 	}
 	if t.GetNamespaceSelector() != nil {
 		at.NamespaceSelector = CompileLabelSelector(t.GetNamespaceSelector())

@@ -51,7 +51,6 @@ func (s *Snapshot) NodeAt(i int) *NodeInfo { return s.nodes.At(i) }
 // terms may concern a pod and whether any existing pod scores.
 type AffinityRegistry struct {
 	terms   map[unique.Handle[string]]*termCount
-	unkeyed int // terms without a Key: they cannot be told apart
 	scoring int
 	list    []*AffinityTerm // nil when the set of terms changed since the last Terms
 }
@@ -72,12 +71,7 @@ func (r *AffinityRegistry) Update(old, cur *NodeInfo) {
 }
 
 func (r *AffinityRegistry) add(n *NodeInfo, sign int) {
-	var zero unique.Handle[string]
 	for _, g := range n.RequiredAntiAffinityTerms {
-		if g.Term.Key == zero {
-			r.unkeyed += sign * g.Count
-			continue
-		}
 		tc := r.terms[g.Term.Key]
 		if tc == nil {
 			if r.terms == nil {
@@ -112,11 +106,8 @@ func (r *AffinityRegistry) Terms() []*AffinityTerm {
 	return r.list
 }
 
-// RequiredAntiAffinityTerms returns the distinct required anti-affinity terms of the placed pods, and
-// whether they are complete: false when some term has no Key, and callers must visit the nodes.
-func (s *Snapshot) RequiredAntiAffinityTerms() ([]*AffinityTerm, bool) {
-	return s.antiTerms, !s.antiUnkeyed
-}
+// RequiredAntiAffinityTerms returns the distinct required anti-affinity terms of the placed pods.
+func (s *Snapshot) RequiredAntiAffinityTerms() []*AffinityTerm { return s.antiTerms }
 
 // HasScoringAffinity reports whether a placed pod has required affinity or preferred (anti-)affinity
 // terms, which InterPodAffinity's score weighs for every incoming pod.

@@ -274,11 +274,9 @@ type Snapshot struct {
 	withAffinity, withRequiredAntiAffinity NodeList
 	// imageNodes counts the nodes that hold each image (ImageLocality's spread).
 	imageNodes map[string]int
-	// topology: the nodes of each topology domain; antiTerms, antiUnkeyed and scoringPods: see
-	// AffinityRegistry.
+	// topology: the nodes of each topology domain; antiTerms and scoringPods: see AffinityRegistry.
 	topology    *TopologyIndex
 	antiTerms   []*AffinityTerm
-	antiUnkeyed bool
 	scoringPods bool
 	// The lists as slices, built on first use: most cycles (pods without inter-pod constraints)
 	// never need them.
@@ -312,7 +310,7 @@ func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
 		s.topology = NewTopologyIndex()
 	}
 	if r := p.Affinity; r != nil {
-		s.antiTerms, s.antiUnkeyed, s.scoringPods = r.Terms(), r.unkeyed > 0, r.scoring > 0
+		s.antiTerms, s.scoringPods = r.Terms(), r.scoring > 0
 	}
 	return s
 }

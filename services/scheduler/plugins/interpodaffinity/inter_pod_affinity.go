@@ -89,12 +89,9 @@ type preFilterState struct {
 	// one node, where counting over the cluster up front visited every node holding pods.
 	//
 	// existingTerms: the distinct required anti-affinity terms of placed pods that match the pod, to
-	// the index of their topology key in existingKeys. existingAntiAffinity, when not nil, holds the
-	// counts of pairs where such a term is held (taken over every node in PreFilter because some
-	// term has no Key).
-	existingTerms        map[unique.Handle[string]]int
-	existingKeys         []string
-	existingAntiAffinity map[topologyPair]int64
+	// the index of their topology key in existingKeys.
+	existingTerms map[unique.Handle[string]]int
+	existingKeys  []string
 	// Per pair: pods holding a matching existing term (existingMemo), pods matching one of the pod's
 	// own required anti-affinity terms of that key (antiMemo); shared by clones, Filter runs one node
 	// at a time. labelMemo: per label set, which own anti-affinity terms it matches.
@@ -151,25 +148,20 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	req, anti := terms.RequiredAffinity, terms.RequiredAntiAffinity
 	s := &preFilterState{terms: terms, lazy: &lazyCounts{snap: snap}}
 	// Existing pods' required anti-affinity (symmetry).
-	distinct, complete := snap.RequiredAntiAffinityTerms()
-	if complete {
-		for _, t := range distinct {
-			if t.Matches(ns, labels) {
-				if s.existingTerms == nil {
-					s.existingTerms = map[unique.Handle[string]]int{}
-				}
-				k := slices.Index(s.existingKeys, t.TopologyKey)
-				if k < 0 {
-					k = len(s.existingKeys)
-					s.existingKeys = append(s.existingKeys, t.TopologyKey)
-				}
-				s.existingTerms[t.Key] = k
+	for _, t := range snap.RequiredAntiAffinityTerms() {
+		if t.Matches(ns, labels) {
+			if s.existingTerms == nil {
+				s.existingTerms = map[unique.Handle[string]]int{}
 			}
+			k := slices.Index(s.existingKeys, t.TopologyKey)
+			if k < 0 {
+				k = len(s.existingKeys)
+				s.existingKeys = append(s.existingKeys, t.TopologyKey)
+			}
+			s.existingTerms[t.Key] = k
 		}
-	} else {
-		s.existingAntiAffinity = existingCounts(snap, ns, labels)
 	}
-	if len(s.existingTerms) == 0 && len(s.existingAntiAffinity) == 0 && len(req) == 0 && len(anti) == 0 {
+	if len(s.existingTerms) == 0 && len(req) == 0 && len(anti) == 0 {
 		return statusSkip // nothing to check: no state
 	}
 	if len(req) > 0 {
@@ -198,23 +190,6 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	}
 	state.Write(preFilterKey, s)
 	return nil
-}
-
-// existingCounts counts, over the nodes hosting pods with required anti-affinity, the pairs where a
-// term matching the pod is held.
-func existingCounts(snap *framework.Snapshot, ns string, labels map[string]string) map[topologyPair]int64 {
-	var existing map[topologyPair]int64
-	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
-		for _, g := range n.RequiredAntiAffinityTerms {
-			if g.Term.Matches(ns, labels) {
-				existing = update(existing, n.Labels, g.Term.TopologyKey, int64(g.Count))
-			}
-		}
-	}
-	if existing == nil {
-		existing = map[topologyPair]int64{} // not nil: the counts are taken
-	}
-	return existing
 }
 
 // domain returns the positions of the nodes in the pair's domain.
@@ -256,9 +231,6 @@ func (l *lazyCounts) count(memo *map[topologyPair]int64, p topologyPair, fn func
 // anti-affinity term with that topology key that matches the pod.
 func (s *preFilterState) existingCount(k int, value string) int64 {
 	p := topologyPair{s.existingKeys[k], value}
-	if s.existingAntiAffinity != nil {
-		return s.existingAntiAffinity[p]
-	}
 	c := s.lazy.count(&s.lazy.existingMemo, p, func(n *framework.NodeInfo) (c int64) {
 		for _, g := range n.RequiredAntiAffinityTerms {
 			if tk, ok := s.existingTerms[g.Term.Key]; ok && tk == k {
@@ -306,7 +278,6 @@ func (s *preFilterState) antiCount(p topologyPair) int64 {
 // snapshot's counts are shared.
 func (s *preFilterState) Clone() framework.StateData {
 	c := *s
-	c.existingAntiAffinity = maps.Clone(s.existingAntiAffinity)
 	c.affinity = maps.Clone(s.affinity)
 	c.existingKeys = slices.Clone(s.existingKeys)
 	c.existingDelta = maps.Clone(s.existingDelta)
@@ -322,10 +293,6 @@ func (s *preFilterState) updateWithPod(pod *framework.PodInfo, placed *framework
 		ns, labels := pod.Pod.GetMetadata().GetNamespace(), pod.Pod.GetMetadata().GetLabels()
 		for i := range placed.Affinity.RequiredAntiAffinity {
 			if t := &placed.Affinity.RequiredAntiAffinity[i]; t.Matches(ns, labels) {
-				if s.existingAntiAffinity != nil {
-					s.existingAntiAffinity = update(s.existingAntiAffinity, nl, t.TopologyKey, v)
-					continue
-				}
 				s.existingDelta = update(s.existingDelta, nl, t.TopologyKey, v)
 				if !slices.Contains(s.existingKeys, t.TopologyKey) {
 					s.existingKeys = append(s.existingKeys, t.TopologyKey)
@@ -385,14 +352,6 @@ func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInf
 		if v, ok := labels[k]; ok && s.antiCount(topologyPair{k, v}) > 0 {
 			return statusAntiAffinity
 		}
-	}
-	if s.existingAntiAffinity != nil {
-		for k, v := range labels {
-			if s.existingAntiAffinity[topologyPair{k, v}] > 0 {
-				return statusExistingAntiAff
-			}
-		}
-		return nil
 	}
 	for i, k := range s.existingKeys {
 		if v, ok := labels[k]; ok && s.existingCount(i, v) > 0 {

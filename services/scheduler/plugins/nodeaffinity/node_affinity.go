@@ -303,7 +303,7 @@ func (r *Required) Constrains() bool { return len(r.nodeSelector) > 0 || r.requi
 
 // MatchLabels is Match on a node's labels and name (a NodeInfo's, read without touching the node).
 func (r *Required) MatchLabels(labels map[string]string, name string) bool {
-	if len(r.nodeSelector) == 0 && r.required == nil {
+	if !r.Constrains() {
 		return true
 	}
 	for k, v := range r.nodeSelector {
