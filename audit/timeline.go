@@ -200,7 +200,7 @@ func mergeWindows(ws [][2]time.Time) [][2]time.Time {
 func findByUID(ctx context.Context, js jetstream.JetStream, o TimelineOptions) (string, string, error) {
 	var key string
 	errFound := fmt.Errorf("found")
-	err := Scan(ctx, js, ScanOptions{Stream: o.Stream, Filters: []string{bus.SubjPodCreate, bus.SubjPodPending}}, func(r *Record) error {
+	err := Scan(ctx, js, ScanOptions{Stream: o.Stream, Filters: []string{bus.SubjPodCreate, bus.SubjPodPendingAll}}, func(r *Record) error {
 		if r.UID() == o.UID {
 			key = r.Header.Get(bus.HdrKey)
 			return errFound

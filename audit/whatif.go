@@ -169,7 +169,7 @@ type event struct {
 // in the node object instead (nodeTime), and bucket records of pods and allocations are not used.
 func readWhatIfEvents(ctx context.Context, js jetstream.JetStream, stream string) ([]*event, error) {
 	var evs []*event
-	filters := []string{bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodScheduled, bus.SubjPodPending, bus.SubjPodDeleted}
+	filters := []string{bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodScheduled, bus.SubjPodPendingAll, bus.SubjPodDeleted}
 	err := Scan(ctx, js, ScanOptions{Stream: stream, Filters: filters}, func(r *Record) error {
 		e := &event{time: r.Time}
 		if _, key, ok := r.Bucket(); ok {

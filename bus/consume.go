@@ -87,6 +87,11 @@ type ConsumerSpec struct {
 	Key func(m *Msg) string
 	// Batch is how many messages one pull asks for (default 256).
 	Batch int
+	// PinnedGroup, when set, makes the consumer pinned (PriorityPolicyPinned) with this priority group:
+	// the server delivers to one client at a time, and moves to another one PinnedTTL after the pinned
+	// client stopped pulling (it died or left).
+	PinnedGroup string
+	PinnedTTL   time.Duration // default 5s; keep it below AckWait
 	// DeliverNew starts a newly created consumer at the end of the stream instead of the beginning.
 	DeliverNew bool
 	Logger     *slog.Logger
@@ -117,6 +122,11 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	}
 	if spec.DeliverNew {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	if spec.PinnedGroup != "" {
+		cfg.PriorityPolicy = jetstream.PriorityPolicyPinned
+		cfg.PriorityGroups = []string{spec.PinnedGroup}
+		cfg.PinnedTTL = spec.pinnedTTL()
 	}
 	if len(spec.Filters) == 1 {
 		cfg.FilterSubject = spec.Filters[0]
@@ -149,7 +159,7 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	}
 	workers := orInt(spec.Workers, 1)
 	batch := orInt(spec.Batch, 256)
-	it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second))
+	it, err := pull(cons, spec, batch)
 	if err != nil {
 		return fmt.Errorf("pull %s: %w", spec.Durable, err)
 	}
@@ -244,7 +254,7 @@ func resume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, batc
 	for {
 		cons, err := EnsureConsumer(ctx, js, spec)
 		if err == nil {
-			it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second))
+			it, err := pull(cons, spec, batch)
 			if err == nil {
 				return it, nil
 			}
@@ -256,6 +266,18 @@ func resume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, batc
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+func (spec ConsumerSpec) pinnedTTL() time.Duration { return orDuration(spec.PinnedTTL, 5*time.Second) }
+
+// pull starts the continuous pull of a consumer. A pinned client renews its pulls well within the pin
+// TTL, so that a live client keeps its pin.
+func pull(cons jetstream.Consumer, spec ConsumerSpec, batch int) (jetstream.MessagesContext, error) {
+	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5 * time.Second)}
+	if spec.PinnedGroup != "" {
+		opts = append(opts, jetstream.PullPriorityGroup(spec.PinnedGroup), jetstream.PullExpiry(max(time.Second, spec.pinnedTTL()/3)))
+	}
+	return cons.Messages(opts...)
 }
 
 type worker struct {

@@ -225,3 +225,50 @@ func TestConsumeResumesAfterConsumerLoss(t *testing.T) {
 		t.Fatal("Consume did not return")
 	}
 }
+
+// A pinned consumer delivers to one puller at a time; when that one stops, another takes over.
+func TestPinnedConsumerServesOnePullerAndFailsOver(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	pub := bus.NewPublisher(c.JS, "test/1")
+	spec := bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "pinned", Filters: []string{bus.SubjPodDeleted},
+		PinnedGroup: "g", PinnedTTL: 2 * time.Second, Workers: 2}
+	var got [2]atomic.Int64
+	var cancels [2]context.CancelFunc
+	var dones [2]chan error
+	for i := range 2 {
+		cctx, cancel := context.WithCancel(ctx)
+		cancels[i], dones[i] = cancel, make(chan error, 1)
+		defer cancel()
+		go func() {
+			dones[i] <- bus.Consume(cctx, c.JS, spec, func(context.Context, *bus.Msg) error { got[i].Add(1); return nil })
+		}()
+	}
+	publish := func(n int) {
+		t.Helper()
+		for i := range n {
+			if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "u" + string(rune('a'+i))}, bus.Meta{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(20)
+	bustest.Eventually(t, 10*time.Second, func() bool { return got[0].Load()+got[1].Load() >= 20 }, "first batch handled")
+	pinned := 0
+	if got[1].Load() > 0 {
+		pinned = 1
+	}
+	if other := got[1-pinned].Load(); other != 0 || got[pinned].Load() != 20 {
+		t.Fatalf("both pullers got messages: %d and %d, want all 20 on one", got[0].Load(), got[1].Load())
+	}
+
+	cancels[pinned]()
+	if err := <-dones[pinned]; err != nil {
+		t.Fatal(err)
+	}
+	publish(20)
+	bustest.Eventually(t, 15*time.Second, func() bool { return got[1-pinned].Load() >= 20 }, "the other puller took over: %d", got[1-pinned].Load())
+	if got[pinned].Load() != 20 {
+		t.Fatalf("the stopped puller handled %d, want 20", got[pinned].Load())
+	}
+}

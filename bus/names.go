@@ -5,15 +5,16 @@
 // The pod pipeline (every arrow is a JetStream subject on a limits-retention stream, so the whole
 // history can be replayed):
 //
-//	kubectl ─HTTP─▶ admission ─pod.cmd.*─▶ store ─pod.pending─▶ scheduler(s) ─pod.scheduled─▶ binder
-//	                    ▲  (reply: core NATS)   │ KV create/CAS                                  │ CAS alloc + pod
-//	                    └──────────────────────┘                                                 ▼
+//	kubectl ─HTTP─▶ admission ─pod.cmd.*─▶ store ─pod.pending.*─▶ scheduler(s) ─pod.scheduled─▶ binder
+//	                    ▲  (reply: core NATS)   │ KV create/CAS                                    │ CAS alloc + pod
+//	                    └──────────────────────┘                                                   ▼
 //	status ◀─status.pod.<node>, node.heartbeat.<node>── agent(<node>) ◀──pod.bound.<node>, pod.terminate.<node>
 //	  │ CAS pod/node status, delete gone pods ─pod.deleted─▶ binder (release), scheduler (requeue)
 //	  └─event.<ns>.<name> (every service records Kubernetes events)
 package bus
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -40,11 +41,15 @@ const HdrKVOperation = "KV-Operation"
 
 // Subjects. Node, namespace and pod names inside subjects always go through Token.
 const (
-	SubjPodCreate      = "pod.cmd.create"
-	SubjPodUpdate      = "pod.cmd.update"
-	SubjPodDelete      = "pod.cmd.delete"
-	SubjPodCommands    = "pod.cmd.*"
-	SubjPodPending     = "pod.pending"
+	SubjPodCreate   = "pod.cmd.create"
+	SubjPodUpdate   = "pod.cmd.update"
+	SubjPodDelete   = "pod.cmd.delete"
+	SubjPodCommands = "pod.cmd.*"
+	// SubjPodPending carries pods without inter-pod constraints, shared by every scheduler replica;
+	// a pod that has them goes to SubjPodPendingGroup (see PendingSubject).
+	SubjPodPending     = "pod.pending.any"
+	SubjPodPendingAll  = "pod.pending.>"
+	subjPodPendingPref = "pod.pending.g"
 	SubjPodScheduled   = "pod.scheduled"
 	SubjPodDeleted     = "pod.deleted"
 	subjPodBoundPrefix = "pod.bound."
@@ -77,13 +82,17 @@ const (
 
 // Durable consumer names. Consumers with the same name are shared by all replicas of a service.
 const (
-	ConsumerStore         = "store"
-	ConsumerScheduler     = "scheduler"
-	ConsumerBinder        = "binder"
-	ConsumerBinderDeleted = "binder-deleted"
-	ConsumerStatus        = "status"
-	ConsumerHeartbeats    = "status-heartbeats"
-	consumerAgentPrefix   = "agent-"
+	ConsumerStore     = "store"
+	ConsumerScheduler = "scheduler"
+	// ConsumerSchedulerGroup + partition: the consumer of one partition of constrained pods. Its priority
+	// group PriorityGroupScheduler is pinned, so one replica at a time serves the partition.
+	ConsumerSchedulerGroup = "scheduler-g"
+	PriorityGroupScheduler = "schedulers"
+	ConsumerBinder         = "binder"
+	ConsumerBinderDeleted  = "binder-deleted"
+	ConsumerStatus         = "status"
+	ConsumerHeartbeats     = "status-heartbeats"
+	consumerAgentPrefix    = "agent-"
 )
 
 // Headers carried by every pipeline message.
@@ -107,6 +116,41 @@ const SubjReplyPrefix = "podbus.reply."
 
 // SubjLogsPrefix is the request/reply subject prefix for a node agent's container logs.
 const SubjLogsPrefix = "podbus.logs."
+
+// PendingPartitions is how many partitions the pending pods with inter-pod constraints are spread over.
+// Every replica consumes every partition, but each partition's consumer is pinned to one replica at a
+// time: pods whose constraints concern each other (same group) are then decided by one replica, in
+// order, against its own assumptions, instead of racing each other's commits at the binder.
+const PendingPartitions = 8
+
+// PendingSubject is where a pending pod is published: group is podutil.ConstraintGroup of the pod, ""
+// for a pod without inter-pod constraints.
+func PendingSubject(group string) string {
+	if group == "" {
+		return SubjPodPending
+	}
+	return SubjPodPendingGroup(PendingPartition(group))
+}
+
+// PendingPartition is the partition of a constraint group.
+func PendingPartition(group string) int {
+	h := uint32(2166136261) // FNV-1a: stable across processes and versions
+	for i := 0; i < len(group); i++ {
+		h ^= uint32(group[i])
+		h *= 16777619
+	}
+	return int(h % PendingPartitions)
+}
+
+// SubjPodPendingGroup is the subject of one partition of constrained pending pods.
+func SubjPodPendingGroup(partition int) string {
+	return subjPodPendingPref + strconv.Itoa(partition)
+}
+
+// ConsumerSchedulerPartition is the durable consumer of one partition of constrained pending pods.
+func ConsumerSchedulerPartition(partition int) string {
+	return ConsumerSchedulerGroup + strconv.Itoa(partition)
+}
 
 // SubjPodBound is the subject on which the binder hands a pod to a node's agent.
 func SubjPodBound(node string) string { return subjPodBoundPrefix + Token(node) }

@@ -1,6 +1,10 @@
 package bus
 
-import "testing"
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
 
 func TestTokenRoundTrip(t *testing.T) {
 	tests := []struct {
@@ -60,4 +64,47 @@ func TestSubjectsAndKeys(t *testing.T) {
 	if !ok || ns != "default" || name != "web.v1" {
 		t.Fatalf("SplitPodKey = %q %q %v", ns, name, ok)
 	}
+}
+
+func TestPendingSubjects(t *testing.T) {
+	if got := PendingSubject(""); got != SubjPodPending {
+		t.Errorf("unconstrained pod on %q, want %q", got, SubjPodPending)
+	}
+	seen := map[string]bool{}
+	for i := range 200 {
+		g := "ns\x00group-" + strconv.Itoa(i)
+		s := PendingSubject(g)
+		if s != PendingSubject(g) || s != SubjPodPendingGroup(PendingPartition(g)) {
+			t.Fatalf("group %q: subject %q is not stable", g, s)
+		}
+		if p := PendingPartition(g); p < 0 || p >= PendingPartitions {
+			t.Fatalf("partition %d out of range", p)
+		}
+		seen[s] = true
+	}
+	if len(seen) != PendingPartitions {
+		t.Errorf("200 groups used %d of %d partitions", len(seen), PendingPartitions)
+	}
+	for p := range PendingPartitions {
+		if !subjectMatches(SubjPodPendingAll, SubjPodPendingGroup(p)) || subjectMatches(SubjPodPending, SubjPodPendingGroup(p)) {
+			t.Errorf("partition %d subject %q", p, SubjPodPendingGroup(p))
+		}
+	}
+	if !subjectMatches(SubjPodPendingAll, SubjPodPending) {
+		t.Errorf("%q does not match %q", SubjPodPendingAll, SubjPodPending)
+	}
+}
+
+// subjectMatches is NATS subject matching for the patterns used here (* and trailing >).
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
 }

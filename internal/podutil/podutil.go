@@ -5,6 +5,7 @@ package podutil
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -218,3 +219,25 @@ func IsTerminal(p *pb.Pod) bool {
 // or by nodepool.Register (kwok-style, no agent) keeps the status it was given until an agent heartbeats
 // for it.
 const AnnotationAgent = "podbus.io/agent"
+
+// ConstraintGroup names the pods whose scheduling constraints concern each other: pods of one namespace
+// with the same inter-pod affinity, anti-affinity and topology spread constraints, as the replicas of one
+// workload have. "" for a pod without such constraints. Schedulers use it to decide a group's pods in
+// one replica (see bus.PendingSubject); pods of different groups that still concern each other are
+// caught by the binder's commit check.
+func ConstraintGroup(p *pb.Pod) string {
+	spec := p.GetSpec()
+	aff := spec.GetAffinity()
+	if len(spec.GetTopologySpreadConstraints()) == 0 && aff.GetPodAffinity() == nil && aff.GetPodAntiAffinity() == nil {
+		return ""
+	}
+	key := &pb.PodSpec{TopologySpreadConstraints: spec.GetTopologySpreadConstraints()}
+	if aff.GetPodAffinity() != nil || aff.GetPodAntiAffinity() != nil {
+		key.Affinity = &pb.Affinity{PodAffinity: aff.GetPodAffinity(), PodAntiAffinity: aff.GetPodAntiAffinity()}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(key)
+	if err != nil {
+		return p.GetMetadata().GetNamespace() // still one group per namespace
+	}
+	return p.GetMetadata().GetNamespace() + "\x00" + string(b)
+}

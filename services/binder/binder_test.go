@@ -258,7 +258,7 @@ func TestDecide(t *testing.T) {
 				}
 			}
 
-			pending := h.msgs(bus.StreamPods, bus.SubjPodPending)
+			pending := h.msgs(bus.StreamPods, bus.SubjPodPendingAll)
 			if gotQueue := len(pending) > 0; gotQueue != tt.wantQueue {
 				t.Errorf("requeued = %v, want %v", gotQueue, tt.wantQueue)
 			}

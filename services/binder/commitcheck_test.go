@@ -106,7 +106,7 @@ func TestCommitCheckUnderConcurrentDecisions(t *testing.T) {
 			if len(bound) != tc.want {
 				t.Errorf("bound %v; want %d pod(s) bound", bound, tc.want)
 			}
-			if got := len(h.msgs(bus.StreamPods, bus.SubjPodPending)); got != len(pods)-tc.want {
+			if got := len(h.msgs(bus.StreamPods, bus.SubjPodPendingAll)); got != len(pods)-tc.want {
 				t.Errorf("%d refusals; want %d", got, len(pods)-tc.want)
 			}
 		})

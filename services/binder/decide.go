@@ -285,7 +285,7 @@ func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.S
 	if (why == reservationNoRoom || why == reservationConstraint) && allocRev > 0 {
 		m.Trigger = "a" + strconv.FormatUint(allocRev, 10)
 	}
-	if err := s.pub.Publish(ctx, bus.SubjPodPending, msg, m); err != nil {
+	if err := s.pub.Publish(ctx, bus.PendingSubject(podutil.ConstraintGroup(pod)), msg, m); err != nil {
 		return fmt.Errorf("requeue pod %s: %w", uid, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/cache"
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -226,7 +227,7 @@ func (r *requeuer) publish(ctx context.Context, uid string, p *parkedPod) error 
 	md := p.pod.GetMetadata()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := r.pub.Publish(pctx, bus.SubjPodPending, &pb.PendingPod{Pod: p.pod, Revision: p.rev, Cause: CauseNodeChanged}, bus.Meta{
+	err := r.pub.Publish(pctx, bus.PendingSubject(podutil.ConstraintGroup(p.pod)), &pb.PendingPod{Pod: p.pod, Revision: p.rev, Cause: CauseNodeChanged}, bus.Meta{
 		MsgID:       retryMsgID(uid, p.trigger),
 		Correlation: p.pod.GetInternal().GetCorrelationId(),
 		PodUID:      uid,

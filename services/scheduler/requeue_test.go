@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/scheduler/framework"
 	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
@@ -43,7 +44,7 @@ func (f *fakePublisher) Publish(_ context.Context, subject string, m proto.Messa
 		f.decisions = append(f.decisions, m.(*pb.SchedulingDecision))
 		return nil
 	}
-	if subject != bus.SubjPodPending {
+	if pp, ok := m.(*pb.PendingPod); !ok || subject != bus.PendingSubject(podutil.ConstraintGroup(pp.GetPod())) {
 		return errors.New("unexpected subject " + subject)
 	}
 	f.ids = append(f.ids, meta.MsgID)

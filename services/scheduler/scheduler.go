@@ -50,6 +50,10 @@ type Config struct {
 	Workers int
 	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
 	RequeueBackoff time.Duration
+	// PinnedTTL: after a replica stops pulling (it died), how long until its partitions of constrained
+	// pods move to another replica (default 5s; below the consumers' ack wait, 10s, so a killed replica
+	// delays no pod by more than the ack wait).
+	PinnedTTL time.Duration
 	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
 	AssumeTTL time.Duration
 	// Profile changes scoring (zero: the default plugins, LeastAllocated); used when Profiles is empty.
@@ -215,15 +219,43 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 
-	err = bus.Consume(ctx, s.conn.JS, bus.ConsumerSpec{
+	// Pods without inter-pod constraints are shared by all replicas through one consumer. Each partition
+	// of constrained pods has a consumer pinned to one replica at a time (see bus.PendingPartitions).
+	specs := []bus.ConsumerSpec{{
 		Stream:  bus.StreamPods,
 		Durable: bus.ConsumerScheduler,
 		Filters: []string{bus.SubjPodPending},
 		Workers: s.cfg.Workers,
-		Key:     func(m *bus.Msg) string { return m.Meta.PodUID },
-		Logger:  s.log,
-	}, s.handlePending)
-	return err
+	}}
+	for p := range bus.PendingPartitions {
+		specs = append(specs, bus.ConsumerSpec{
+			Stream:      bus.StreamPods,
+			Durable:     bus.ConsumerSchedulerPartition(p),
+			Filters:     []string{bus.SubjPodPendingGroup(p)},
+			Workers:     s.cfg.Workers,
+			PinnedGroup: bus.PriorityGroupScheduler,
+			PinnedTTL:   s.cfg.PinnedTTL,
+		})
+	}
+	errs := make(chan error, len(specs))
+	for _, spec := range specs {
+		spec.Key = func(m *bus.Msg) string { return m.Meta.PodUID }
+		spec.Logger = s.log
+		goFn(func() {
+			err := bus.Consume(ctx, s.conn.JS, spec, s.handlePending)
+			if err != nil {
+				cancel() // a replica that lost one of its consumers stops, to be restarted whole
+			}
+			errs <- err
+		})
+	}
+	var first error
+	for range specs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // watch applies a bucket's entries to the cache; synced is closed after the initial values.

@@ -55,7 +55,7 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, url: srv.ClientURL(), conn: conn, buckets: b, store: bus.NewPublisher(conn.JS, "store/test"),
 		decisions: map[string][]recorded{}, pending: map[string][]recorded{}}
 	cons, err := conn.JS.OrderedConsumer(ctx, bus.StreamPods, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.SubjPodScheduled, bus.SubjPodPending},
+		FilterSubjects: []string{bus.SubjPodScheduled, bus.SubjPodPendingAll},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -190,7 +190,7 @@ func TestCreate(t *testing.T) {
 			if tt.existing == nil && !proto.Equal(stored, tt.cmd.GetPod()) {
 				t.Errorf("stored pod differs from the command's")
 			}
-			pending := h.msgs(bus.StreamPods, bus.SubjPodPending)
+			pending := h.msgs(bus.StreamPods, bus.SubjPodPendingAll)
 			if len(pending) != tt.wantPending {
 				t.Fatalf("pod.pending messages = %d, want %d", len(pending), tt.wantPending)
 			}
@@ -230,7 +230,7 @@ func TestCreateTwiceIsIdempotent(t *testing.T) {
 	if first.GetRevision() != second.GetRevision() {
 		t.Errorf("revisions = %d, %d; want equal", first.GetRevision(), second.GetRevision())
 	}
-	if n := len(h.msgs(bus.StreamPods, bus.SubjPodPending)); n != 1 {
+	if n := len(h.msgs(bus.StreamPods, bus.SubjPodPendingAll)); n != 1 {
 		t.Errorf("pod.pending messages = %d, want 1", n)
 	}
 }
