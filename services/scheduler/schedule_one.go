@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 
 	"github.com/podbus/podbus/services/scheduler/framework"
@@ -51,6 +52,7 @@ type algorithm struct {
 	// percentage is percentageOfNodesToScore (0: adaptive).
 	percentage int
 	pool       sync.Pool
+	fullScan   bool // filter every node even when a plugin names candidates (tests compare both)
 }
 
 func newAlgorithm(fw *framework.Framework, percentageOfNodesToScore int) *algorithm {
@@ -65,6 +67,7 @@ type cycle struct {
 	pcg       *rand.PCG
 	rng       *rand.Rand
 	skip      []bool
+	skipOn    []bool // filters to skip on a plugin's candidate nodes
 	skipScore []bool
 	feasible  []*framework.NodeInfo
 	rejected  []framework.NodeStatus // kept for PostFilter, only when the framework has one
@@ -79,6 +82,7 @@ func newCycle(fw *framework.Framework) *cycle {
 		pcg:       pcg,
 		rng:       rand.New(pcg),
 		skip:      make([]bool, fw.NumFilters()),
+		skipOn:    make([]bool, fw.NumFilters()),
 		skipScore: make([]bool, fw.NumScores()),
 		perPlugin: make([][]framework.NodeScore, fw.NumScores()),
 	}
@@ -187,6 +191,13 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	feasible := c.feasible[:0]
 	clear(c.rejected)
 	c.rejected = c.rejected[:0]
+	if cand, ok := a.fw.RunCandidatePlugins(c.state, pod, c.skip, c.skipOn); ok && !a.fullScan {
+		feasible, evaluated, err := a.filterCandidates(c, snap, pod, cand, start, want)
+		if err != nil || len(feasible) > 0 {
+			return feasible, evaluated, nil, err
+		}
+		// No candidate fits: the full scan below says why, node by node, and feeds preemption.
+	}
 	keepRejected := a.fw.HasPostFilterPlugins()
 	var reasons map[string]int32
 	evaluated := 0
@@ -216,6 +227,32 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	}
 	c.feasible = feasible
 	return feasible, evaluated, reasons, nil
+}
+
+// filterCandidates is findNodesThatFit over the candidate positions only (ascending; every other node
+// fails a filter): in the same wrapped order from start, so it finds the nodes a full scan finds, and
+// it reports as evaluated the nodes a full scan would have visited.
+func (a *algorithm) filterCandidates(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo, cand []int32, start, want int) ([]*framework.NodeInfo, int, error) {
+	n := snap.NumNodes()
+	feasible := c.feasible[:0]
+	defer func() { c.feasible = feasible }()
+	first, _ := slices.BinarySearch(cand, int32(start))
+	for k := range cand {
+		i := int(cand[(first+k)%len(cand)])
+		node := snap.NodeAt(i)
+		st := a.fw.RunFilterPlugins(c.state, pod, node.WithNominated(pod), c.skipOn)
+		if st.IsSuccess() {
+			feasible = append(feasible, node)
+			if len(feasible) >= want {
+				return feasible, (i-start+n)%n + 1, nil
+			}
+			continue
+		}
+		if err := st.AsError(); err != nil {
+			return nil, 0, err
+		}
+	}
+	return feasible, n, nil
 }
 
 // prioritizeNodes returns the weighted total score of every feasible node.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -244,5 +245,68 @@ func BenchmarkScheduleConstrained(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Filtering only the candidates a plugin names must decide exactly as filtering every node: same node,
+// score, feasible and evaluated counts, and the same reasons when the pod fits nowhere.
+func TestCandidateNodesDecideAsTheFullScan(t *testing.T) {
+	const labelZone = "topology.kubernetes.io/zone"
+	rng := rand.New(rand.NewPCG(7, 11))
+	narrowed := 0
+	for round := range 60 {
+		zones := 2 + rng.IntN(8)
+		nodes := 20 + rng.IntN(300)
+		var infos []*framework.NodeInfo
+		for i := range nodes {
+			name := fmt.Sprintf("node-%04d", i)
+			n := st.Node(name).Capacity("2", "8Gi", 110).Ready().Label("kubernetes.io/hostname", name)
+			if rng.IntN(20) > 0 { // a few nodes lack the zone label
+				n = n.Label(labelZone, fmt.Sprintf("zone-%d", rng.IntN(zones)))
+			}
+			if rng.IntN(4) == 0 {
+				n = n.Label("disk", "ssd")
+			}
+			var pods []*framework.PlacedPod
+			for j := range rng.IntN(4) {
+				uid := fmt.Sprintf("%s-%d", name, j)
+				pods = append(pods, st.Pod(uid, uid).Req("500m", "64Mi").Labels("app", fmt.Sprintf("a%d", rng.IntN(2))).Placed())
+			}
+			infos = append(infos, n.Info().WithPods(pods...))
+		}
+		snap := framework.SnapshotOf(infos...)
+		for k := range 10 {
+			uid := fmt.Sprintf("r%d-p%d", round, k)
+			p := st.Pod("p", uid).Req(fmt.Sprintf("%dm", 100+rng.IntN(1800)), "64Mi").Labels("app", "a0").
+				Spread(&pb.TopologySpreadConstraint{MaxSkew: int32(1 + rng.IntN(2)), TopologyKey: labelZone,
+					WhenUnsatisfiable: "DoNotSchedule", LabelSelector: st.Selector([]string{"app", "a0"})})
+			if rng.IntN(3) == 0 {
+				p = p.NodeSelector("disk", "ssd")
+			}
+			if rng.IntN(4) == 0 {
+				p = p.Spread(&pb.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+					WhenUnsatisfiable: "DoNotSchedule", LabelSelector: st.Selector([]string{"app", "a1"})})
+			}
+			pod := p.Info()
+			fast := testAlgorithm(t)
+			full := testAlgorithm(t)
+			full.fullScan = true
+			got, gotErr := fast.schedule(snap, pod)
+			want, wantErr := full.schedule(snap, pod)
+			if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("round %d pod %d: candidates decided %+v (%v), the full scan %+v (%v)", round, k, got, gotErr, want, wantErr)
+			}
+			c := fast.pool.Get().(*cycle)
+			c.state.SetSnapshot(snap)
+			clear(c.skip)
+			if fast.fw.RunPreFilterPlugins(c.state, pod, c.skip).IsSuccess() {
+				if _, ok := fast.fw.RunCandidatePlugins(c.state, pod, c.skip, c.skipOn); ok {
+					narrowed++
+				}
+			}
+		}
+	}
+	if narrowed < 100 {
+		t.Errorf("only %d of 600 cycles were narrowed down: the test does not exercise the candidates", narrowed)
 	}
 }

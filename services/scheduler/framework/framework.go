@@ -155,6 +155,28 @@ func (f *Framework) RunFilterPlugins(state *CycleState, pod *PodInfo, node *Node
 	return nil
 }
 
+// RunCandidatePlugins returns the fewest candidate nodes any filter not skipped names (see
+// CandidatePlugin), and in skipOn the filters to skip on them: skip plus that filter when its
+// candidates are exact. ok=false when none narrows them down.
+func (f *Framework) RunCandidatePlugins(state *CycleState, pod *PodInfo, skip, skipOn []bool) (positions []int32, ok bool) {
+	best := -1
+	var bestExact bool
+	for i, p := range f.filters {
+		cp, is := p.(CandidatePlugin)
+		if !is || skip[i] {
+			continue
+		}
+		if c, exact, narrowed := cp.CandidateNodes(state, pod); narrowed && (!ok || len(c) < len(positions)) {
+			positions, ok, best, bestExact = c, true, i, exact
+		}
+	}
+	if ok {
+		copy(skipOn, skip)
+		skipOn[best] = bestExact
+	}
+	return positions, ok
+}
+
 // RunPreScorePlugins runs every PreScore with the feasible nodes. skip (len NumScores) is set for
 // score plugins to skip this cycle. An error stops at the first plugin that returns it; a rejection
 // is an error too (PreScore cannot reject a pod).

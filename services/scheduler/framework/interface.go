@@ -49,6 +49,16 @@ type FilterPlugin interface {
 	Filter(state *CycleState, pod *PodInfo, node *NodeInfo) *Status
 }
 
+// CandidatePlugin is a FilterPlugin that can tell, after its PreFilter, the only nodes its Filter may
+// pass: the snapshot positions (see Snapshot.NodeAt) in ascending order, ok=false when it cannot narrow
+// the nodes down. Every node left out must fail its Filter; exact says every node named passes it too,
+// so the scheduler need not run it on them. Callers must not modify positions (it may be the
+// snapshot's own topology index).
+type CandidatePlugin interface {
+	FilterPlugin
+	CandidateNodes(state *CycleState, pod *PodInfo) (positions []int32, exact, ok bool)
+}
+
 // PreScorePlugin runs once per pod with the nodes that passed every filter, before any Score. It
 // computes what Score needs (over the whole snapshot if it must). Returning Skip skips the plugin's own
 // Score for this cycle (every node scores 0 for it).
