@@ -67,7 +67,8 @@ var (
 // (see chunkMemo): cycles share most chunks, and a pod's cycle then counts over the few nodes that
 // changed since instead of over every node.
 type PodTopologySpread struct {
-	memo chunkMemo
+	memo   chunkMemo
+	totals runningTotals
 }
 
 var (
@@ -314,30 +315,122 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 	for i := range memos {
 		memos[i] = map[unique.Handle[string]]bool{}
 	}
-	acc := make([]domainCounts, len(cs))
-	for _, chunk := range state.Snapshot().NodeChunks() {
-		var counts []domainCounts
+	chunks := state.Snapshot().NodeChunks()
+	countOf := func(chunk []framework.NodeInfo) []domainCounts {
 		key := chunkKey{first: &chunk[0], n: len(chunk), sig: sig}
 		if shared {
-			counts = p.memo.get(key)
+			if counts := p.memo.get(key); counts != nil {
+				return counts
+			}
 		}
-		if counts == nil {
-			counts = countChunk(chunk, pod.Pod, cs, req, ns, memos)
-			if shared {
-				p.memo.put(key, counts, len(state.Snapshot().NodeChunks()))
+		counts := countChunk(chunk, pod.Pod, cs, req, ns, memos)
+		if shared {
+			p.memo.put(key, counts, len(chunks))
+		}
+		return counts
+	}
+	if shared {
+		p.totals.update(sig, len(cs), chunks, countOf, s.counts)
+	} else {
+		acc := make([]domainCounts, len(cs))
+		for _, chunk := range chunks {
+			counts := countOf(chunk)
+			for i := range cs {
+				counts[i].addTo(&acc[i])
 			}
 		}
 		for i := range cs {
-			counts[i].addTo(&acc[i])
+			s.counts[i] = map[string]int{}
+			acc[i].into(s.counts[i])
 		}
 	}
 	for i := range cs {
-		s.counts[i] = map[string]int{}
-		acc[i].into(s.counts[i])
 		s.setMin(i)
 	}
 	state.Write(preFilterKey, s)
 	return nil
+}
+
+// runningTotals keeps, per counts signature, the domain counts summed over the chunks of the last
+// snapshot seen, with each chunk's share. A later snapshot differs from it in the few chunks where pods
+// were placed or removed since, so the totals follow by taking out those chunks' old shares and adding
+// their new ones, instead of summing every chunk again.
+type runningTotals struct {
+	mu    sync.Mutex
+	bySig map[string]*running
+}
+
+type running struct {
+	firsts []*framework.NodeInfo // each chunk's first element: its identity
+	lens   []int
+	shares [][]domainCounts // per chunk, per constraint
+	// per constraint: domain -> {matching pods, chunks listing the domain}; a domain exists while some
+	// chunk lists it (an eligible node carries it), even with no matching pod.
+	sums []map[string]*[2]int
+}
+
+// maxRunningSigs bounds the signatures kept (workloads with spread constraints being scheduled).
+const maxRunningSigs = 64
+
+// update brings sig's totals to chunks and writes them, per constraint, into out.
+func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInfo, countOf func([]framework.NodeInfo) []domainCounts, out []map[string]int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.bySig[sig]
+	if r == nil || len(r.firsts) != len(chunks) {
+		if t.bySig == nil || len(t.bySig) >= maxRunningSigs {
+			t.bySig = map[string]*running{}
+		}
+		r = &running{firsts: make([]*framework.NodeInfo, len(chunks)), lens: make([]int, len(chunks)),
+			shares: make([][]domainCounts, len(chunks)), sums: make([]map[string]*[2]int, ncs)}
+		for i := range r.sums {
+			r.sums[i] = map[string]*[2]int{}
+		}
+		t.bySig[sig] = r
+	}
+	for j, chunk := range chunks {
+		if r.firsts[j] == &chunk[0] && r.lens[j] == len(chunk) {
+			continue
+		}
+		if r.shares[j] != nil {
+			r.apply(r.shares[j], -1)
+		}
+		counts := countOf(chunk)
+		r.apply(counts, 1)
+		r.firsts[j], r.lens[j], r.shares[j] = &chunk[0], len(chunk), counts
+	}
+	for i, m := range r.sums {
+		out[i] = make(map[string]int, len(m))
+		for v, c := range m {
+			out[i][v] = c[0]
+		}
+	}
+}
+
+// apply adds (sign 1) or takes out (sign -1) one chunk's share.
+func (r *running) apply(share []domainCounts, sign int) {
+	for i := range share {
+		sums := r.sums[i]
+		one := func(v string, n int) {
+			c := sums[v]
+			if c == nil {
+				c = &[2]int{}
+				sums[v] = c
+			}
+			c[0] += sign * n
+			c[1] += sign
+			if c[1] == 0 {
+				delete(sums, v)
+			}
+		}
+		d := &share[i]
+		for k, v := range d.vals {
+			one(v, d.cnts[k])
+		}
+		for v, n := range d.m {
+			one(v, n)
+		}
+	}
 }
 
 // countChunk counts matching pods per domain, per constraint, over a chunk's eligible nodes.

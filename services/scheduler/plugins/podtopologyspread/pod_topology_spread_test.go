@@ -245,6 +245,13 @@ func TestChunkMemoFollowsChanges(t *testing.T) {
 			pods[name] = append(slices.Clone(pods[name]), w.Placed())
 		}
 		b.Set(name, infos[name].WithPods(pods[name]...))
+		if step%3 == 0 {
+			// Relabel one of a few nodes: into zone z5, which only they have, out of it, or out of any
+			// zone, so that a domain comes and goes while the number of chunks stays.
+			r := names[rng.IntN(3)*37]
+			infos[r] = node(r, []string{"z0", "z5", ""}[rng.IntN(3)]).Info()
+			b.Set(r, infos[r].WithPods(pods[r]...))
+		}
 		snap := framework.NewSnapshotFromParts(framework.SnapshotParts{Nodes: b.List()})
 		for _, c := range candidates {
 			pod := c.Info()
