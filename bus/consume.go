@@ -273,11 +273,11 @@ func (spec ConsumerSpec) pinnedTTL() time.Duration { return orDuration(spec.Pinn
 // pull starts the continuous pull of a consumer. A pinned client renews its pulls well within the pin
 // TTL, so that a live client keeps its pin.
 func pull(cons jetstream.Consumer, spec ConsumerSpec, batch int) (jetstream.MessagesContext, error) {
-	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5 * time.Second)}
-	if spec.PinnedGroup != "" {
-		opts = append(opts, jetstream.PullPriorityGroup(spec.PinnedGroup), jetstream.PullExpiry(max(time.Second, spec.pinnedTTL()/3)))
+	if spec.PinnedGroup == "" {
+		return cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second))
 	}
-	return cons.Messages(opts...)
+	return cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullPriorityGroup(spec.PinnedGroup),
+		jetstream.PullExpiry(max(time.Second, spec.pinnedTTL()/3)))
 }
 
 type worker struct {

@@ -14,6 +14,7 @@
 package bus
 
 import (
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -134,12 +135,9 @@ func PendingSubject(group string) string {
 
 // PendingPartition is the partition of a constraint group.
 func PendingPartition(group string) int {
-	h := uint32(2166136261) // FNV-1a: stable across processes and versions
-	for i := 0; i < len(group); i++ {
-		h ^= uint32(group[i])
-		h *= 16777619
-	}
-	return int(h % PendingPartitions)
+	h := fnv.New32a() // stable across processes and versions
+	_, _ = h.Write([]byte(group))
+	return int(h.Sum32() % PendingPartitions)
 }
 
 // SubjPodPendingGroup is the subject of one partition of constrained pending pods.
