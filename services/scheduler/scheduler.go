@@ -45,8 +45,8 @@ import (
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
-	// Workers handle pending pods concurrently, per pending consumer (default 4): the scheduling cycle itself is
-	// serialized, the publishing of decisions overlaps. Messages of one pod go to one worker.
+	// Workers handle pending pods concurrently, per pending consumer (default 4): the scheduling cycle
+	// itself is serialized, the publishing of decisions overlaps. Messages of one pod go to one worker.
 	Workers int
 	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
 	RequeueBackoff time.Duration
