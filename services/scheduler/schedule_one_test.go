@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -229,14 +230,27 @@ func BenchmarkScheduleConstrained(b *testing.B) {
 		infos[i] = n.Info().WithPods(pods...)
 	}
 	snap := framework.SnapshotOf(infos...)
+	// The same cluster with one more spread pod on every node outside zone-0: the pod may then only go to
+	// zone-0, a tenth of the nodes, which the filter names as candidates.
+	skewed := make([]*framework.NodeInfo, nodes)
+	for i, n := range infos {
+		skewed[i] = n
+		if i%zones != 0 {
+			uid := n.Name() + "-x"
+			skewed[i] = n.WithPods(append(slices.Clone(n.Pods), spread(st.Pod(uid, uid).Req("100m", "64Mi")).Placed())...)
+		}
+	}
 	for _, tt := range []struct {
 		name string
+		snap *framework.Snapshot
 		pod  *framework.PodInfo
 	}{
-		{"anti-affinity", anti(st.Pod("p", "u").Req("100m", "64Mi"), "g3").Info()},
-		{"spread", spread(st.Pod("p", "u").Req("100m", "64Mi")).Info()},
+		{"anti-affinity", snap, anti(st.Pod("p", "u").Req("100m", "64Mi"), "g3").Info()},
+		{"spread", snap, spread(st.Pod("p", "u").Req("100m", "64Mi")).Info()},
+		{"spread-skewed", framework.SnapshotOf(skewed...), spread(st.Pod("p", "u").Req("100m", "64Mi")).Info()},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
+			snap := tt.snap
 			a := testAlgorithm(b)
 			b.ReportAllocs()
 			for b.Loop() {
