@@ -13,34 +13,49 @@ import (
 // set of node labels and starts a new one when a node is added, removed or relabelled (positions
 // change only then): the inter-pod plugins then visit the domain of a node instead of every node.
 type TopologyIndex struct {
-	mu   sync.Mutex
-	keys map[string]map[string][]int32
+	mu      sync.Mutex
+	keys    map[string]map[string][]int32
+	singles map[string]bool // per indexed key: every value is carried by one node
 }
 
 // NewTopologyIndex returns an empty index.
-func NewTopologyIndex() *TopologyIndex { return &TopologyIndex{keys: map[string]map[string][]int32{}} }
+func NewTopologyIndex() *TopologyIndex {
+	return &TopologyIndex{keys: map[string]map[string][]int32{}, singles: map[string]bool{}}
+}
 
-func (t *TopologyIndex) domains(key string, nodes NodeList) map[string][]int32 {
+func (t *TopologyIndex) domains(key string, nodes NodeList) (map[string][]int32, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if m, ok := t.keys[key]; ok {
-		return m
+		return m, t.singles[key]
 	}
 	m := map[string][]int32{}
 	i := int32(0)
+	single := true
 	for n := range nodes.From(0) {
 		if v, ok := n.Labels[key]; ok {
 			m[v] = append(m[v], i)
+			single = single && len(m[v]) == 1
 		}
 		i++
 	}
-	t.keys[key] = m
-	return m
+	t.keys[key], t.singles[key] = m, single
+	return m, single
 }
 
 // Domains returns, for a node label key, the positions (see NodeAt) of the nodes carrying each of its
 // values (the topology domains of key), in name order. Callers must not modify it.
-func (s *Snapshot) Domains(key string) map[string][]int32 { return s.topology.domains(key, s.nodes) }
+func (s *Snapshot) Domains(key string) map[string][]int32 {
+	m, _ := s.topology.domains(key, s.nodes)
+	return m
+}
+
+// DomainsAreNodes reports whether every domain of key is a single node (kubernetes.io/hostname): the
+// domain of a node carrying key is then the node itself.
+func (s *Snapshot) DomainsAreNodes(key string) bool {
+	_, single := s.topology.domains(key, s.nodes)
+	return single
+}
 
 // NodeAt returns the node at position i of the name-ordered list.
 func (s *Snapshot) NodeAt(i int) *NodeInfo { return s.nodes.At(i) }

@@ -103,6 +103,7 @@ type preFilterState struct {
 type lazyCounts struct {
 	snap                   *framework.Snapshot
 	domains                map[string]map[string][]int32 // per topology key: see Snapshot.Domains
+	singles                map[string]bool               // per topology key: see Snapshot.DomainsAreNodes
 	existingMemo, antiMemo map[topologyPair]int64
 	labelMemo              map[unique.Handle[string]][]bool
 }
@@ -193,6 +194,18 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 }
 
 // domain returns the positions of the nodes in the pair's domain.
+func (l *lazyCounts) domainsAreNodes(key string) bool {
+	single, ok := l.singles[key]
+	if !ok {
+		if l.singles == nil {
+			l.singles = map[string]bool{}
+		}
+		single = l.snap.DomainsAreNodes(key)
+		l.singles[key] = single
+	}
+	return single
+}
+
 func (l *lazyCounts) domain(p topologyPair) []int32 {
 	d, ok := l.domains[p.key]
 	if !ok {
@@ -206,8 +219,15 @@ func (l *lazyCounts) domain(p topologyPair) []int32 {
 }
 
 // count returns the memo's count for p, or else counts it over the domain's nodes with fn (and keeps
-// it when the domain has more than one node: one node is counted faster than a memo is filled).
-func (l *lazyCounts) count(memo *map[topologyPair]int64, p topologyPair, fn func(*framework.NodeInfo) int64) int64 {
+// it when the domain has more than one node: one node is counted faster than a memo is filled). node
+// is the node being filtered, which carries p: when every domain of the key is a single node and the
+// cycle state has no changes (deltas is empty), node holds exactly the pods its snapshot entry holds
+// (the pods a preemption took off it changed nothing, or they would have made deltas), so it is
+// counted directly, without looking its domain up.
+func (l *lazyCounts) count(memo *map[topologyPair]int64, p topologyPair, node *framework.NodeInfo, deltas int, fn func(*framework.NodeInfo) int64) int64 {
+	if deltas == 0 && l.domainsAreNodes(p.key) {
+		return fn(node)
+	}
 	nodes := l.domain(p)
 	if len(nodes) > 1 {
 		if c, ok := (*memo)[p]; ok {
@@ -229,9 +249,9 @@ func (l *lazyCounts) count(memo *map[topologyPair]int64, p topologyPair, fn func
 
 // existingCount is how many placed pods in the domain of existingKeys[k]=value hold a required
 // anti-affinity term with that topology key that matches the pod.
-func (s *preFilterState) existingCount(k int, value string) int64 {
+func (s *preFilterState) existingCount(k int, value string, node *framework.NodeInfo) int64 {
 	p := topologyPair{s.existingKeys[k], value}
-	c := s.lazy.count(&s.lazy.existingMemo, p, func(n *framework.NodeInfo) (c int64) {
+	c := s.lazy.count(&s.lazy.existingMemo, p, node, len(s.existingDelta), func(n *framework.NodeInfo) (c int64) {
 		for _, g := range n.RequiredAntiAffinityTerms {
 			if tk, ok := s.existingTerms[g.Term.Key]; ok && tk == k {
 				c += int64(g.Count)
@@ -244,9 +264,9 @@ func (s *preFilterState) existingCount(k int, value string) int64 {
 
 // antiCount is how many placed pods in the pair's domain match one of the pod's own required
 // anti-affinity terms with the pair's topology key.
-func (s *preFilterState) antiCount(p topologyPair) int64 {
+func (s *preFilterState) antiCount(p topologyPair, node *framework.NodeInfo) int64 {
 	anti := s.terms.RequiredAntiAffinity
-	c := s.lazy.count(&s.lazy.antiMemo, p, func(n *framework.NodeInfo) (c int64) {
+	c := s.lazy.count(&s.lazy.antiMemo, p, node, len(s.antiDelta), func(n *framework.NodeInfo) (c int64) {
 		var zero unique.Handle[string]
 		for _, g := range n.LabelSets {
 			ep := g.Example
@@ -349,12 +369,12 @@ func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInf
 	}
 	for i := range s.terms.RequiredAntiAffinity {
 		k := s.terms.RequiredAntiAffinity[i].TopologyKey
-		if v, ok := labels[k]; ok && s.antiCount(topologyPair{k, v}) > 0 {
+		if v, ok := labels[k]; ok && s.antiCount(topologyPair{k, v}, node) > 0 {
 			return statusAntiAffinity
 		}
 	}
 	for i, k := range s.existingKeys {
-		if v, ok := labels[k]; ok && s.existingCount(i, v) > 0 {
+		if v, ok := labels[k]; ok && s.existingCount(i, v, node) > 0 {
 			return statusExistingAntiAff
 		}
 	}

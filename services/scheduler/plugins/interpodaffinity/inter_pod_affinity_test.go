@@ -266,6 +266,7 @@ func TestGroupedPodsCountEach(t *testing.T) {
 // after a RemovePod, as preemption calls it.
 func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	changed := 0
 	apps := []string{"a", "b", "c"}
 	keys := []string{zone, host}
 	mkPod := func(uid string) *st.PodWrapper {
@@ -329,21 +330,6 @@ func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
 		state := framework.NewCycleState()
 		state.SetSnapshot(snap)
 		skipped := p.PreFilter(state, pod).Code() == framework.Skip
-		// A victim: one placed pod, taken out of a clone of the state.
-		var victim *framework.PlacedPod
-		var victimNode *framework.NodeInfo
-		for _, m := range snap.Nodes() {
-			if len(m.Pods) > 0 {
-				victim, victimNode = m.Pods[0], m
-			}
-		}
-		var after *framework.CycleState
-		if !skipped && victim != nil {
-			after = state.Clone()
-			if st := p.RemovePod(after, pod, victim, victimNode); !st.IsSuccess() {
-				t.Fatal(st.Message())
-			}
-		}
 		for _, n := range snap.Nodes() {
 			got := ""
 			if !skipped {
@@ -352,11 +338,36 @@ func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
 			if want := rule(n, nil); got != want {
 				t.Fatalf("round %d, node %s: Filter %q, the rule %q", round, n.Name(), got, want)
 			}
-			if after != nil {
-				if got, want := p.Filter(after, pod, n).Message(), rule(n, victim); got != want {
-					t.Fatalf("round %d, node %s, without %s: Filter %q, the rule %q", round, n.Name(), victim.Name, got, want)
+		}
+		if skipped {
+			continue
+		}
+		// Each placed pod in turn as a victim, taken out of a clone of the state.
+		for _, victimNode := range snap.Nodes() {
+			for _, victim := range victimNode.Pods {
+				after := state.Clone()
+				if st := p.RemovePod(after, pod, victim, victimNode); !st.IsSuccess() {
+					t.Fatal(st.Message())
+				}
+				for _, n := range snap.Nodes() {
+					got, want := p.Filter(after, pod, n).Message(), rule(n, victim)
+					if got != want {
+						t.Fatalf("round %d, node %s, without %s: Filter %q, the rule %q", round, n.Name(), victim.Name, got, want)
+					}
+					if want != rule(n, nil) {
+						changed++
+					}
+					if n == victimNode {
+						// As preemption calls it: the node without the victim, with the state's change.
+						if got := p.Filter(after, pod, n.WithoutPods(victim.UID)).Message(); got != want {
+							t.Fatalf("round %d, node %s taken without %s: Filter %q, the rule %q", round, n.Name(), victim.Name, got, want)
+						}
+					}
 				}
 			}
 		}
+	}
+	if changed == 0 {
+		t.Error("no victim ever changed a verdict: the RemovePod checks prove nothing")
 	}
 }
