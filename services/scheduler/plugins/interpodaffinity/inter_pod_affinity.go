@@ -193,7 +193,7 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 	return nil
 }
 
-// domain returns the positions of the nodes in the pair's domain.
+// domainsAreNodes reports (and remembers for the cycle) whether every domain of key is one node.
 func (l *lazyCounts) domainsAreNodes(key string) bool {
 	single, ok := l.singles[key]
 	if !ok {
@@ -206,6 +206,7 @@ func (l *lazyCounts) domainsAreNodes(key string) bool {
 	return single
 }
 
+// domain returns the positions of the nodes in the pair's domain.
 func (l *lazyCounts) domain(p topologyPair) []int32 {
 	d, ok := l.domains[p.key]
 	if !ok {
