@@ -7,11 +7,13 @@
 //	alloc KV ──watch──┼─▶ cache ─▶ snapshot ─▶ schedule ─┤  + assume the pod in the cache
 //	(own assumptions)─┘      │                 └─▶ pod.scheduled (unschedulable) ─▶ binder
 //	                         │                        + park the pod in the requeuer
-//	                         └─ change that may help ─▶ requeuer ─▶ pod.pending (cause node-changed)
+//	                         └─ change that may help ─▶ requeuer ─▶ pod.pending.* (cause node-changed)
 //
-// All replicas share the durable consumer "scheduler"; each keeps its own cache and requeuer. Two
-// replicas (or workers) may pick the same room: the binder's compare-and-set on alloc/<node> refuses
-// the loser, which comes back on pod.pending with cause "conflict".
+// All replicas share the durable consumer "scheduler" (pods without inter-pod constraints); the pods of
+// a constraint group go to one of bus.PendingPartitions consumers, each pinned to one replica at a time.
+// Each replica keeps its own cache and requeuer. Two replicas (or workers) may pick the same room: the
+// binder's compare-and-set on alloc/<node> refuses the loser, which comes back on its pending subject
+// with cause "conflict".
 package scheduler
 
 import (
