@@ -115,6 +115,10 @@ const (
 // SubjReplyPrefix is where admission replicas receive the store's answers: SubjReplyPrefix + id + "." + n.
 const SubjReplyPrefix = "podbus.reply."
 
+// SubjSchedulerMembers is the core NATS subject on which scheduler replicas announce their ids, to
+// share the pinned pending partitions fairly (see services/scheduler/balance.go).
+const SubjSchedulerMembers = "podbus.schedulers"
+
 // SubjLogsPrefix is the request/reply subject prefix for a node agent's container logs.
 const SubjLogsPrefix = "podbus.logs."
 

@@ -222,29 +222,40 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	// Pods without inter-pod constraints are shared by all replicas through one consumer. Each partition
-	// of constrained pods has a consumer pinned to one replica at a time (see bus.PendingPartitions).
-	specs := []bus.ConsumerSpec{{
-		Stream:  bus.StreamPods,
-		Durable: bus.ConsumerScheduler,
-		Filters: []string{bus.SubjPodPending},
-		Workers: s.cfg.Workers,
-	}}
-	for p := range bus.PendingPartitions {
-		specs = append(specs, bus.ConsumerSpec{
+	// of constrained pods has a consumer pinned to one replica at a time (see bus.PendingPartitions),
+	// and the replicas share those fairly (balance.go).
+	key := func(m *bus.Msg) string { return m.Meta.PodUID }
+	parts := make([]*partition, bus.PendingPartitions)
+	for i := range parts {
+		parts[i] = &partition{yield: make(chan struct{}, 1), spec: bus.ConsumerSpec{
 			Stream:      bus.StreamPods,
-			Durable:     bus.ConsumerSchedulerPartition(p),
-			Filters:     []string{bus.SubjPodPendingGroup(p)},
+			Durable:     bus.ConsumerSchedulerPartition(i),
+			Filters:     []string{bus.SubjPodPendingGroup(i)},
 			Workers:     s.cfg.Workers,
+			Key:         key,
+			Logger:      s.log,
 			PinnedGroup: bus.PriorityGroupScheduler,
 			PinnedTTL:   s.cfg.PinnedTTL,
-		})
+		}}
 	}
-	errs := make(chan error, len(specs))
-	for _, spec := range specs {
-		spec.Key = func(m *bus.Msg) string { return m.Meta.PodUID }
-		spec.Logger = s.log
+	m := newMembers(s.cfg.ID)
+	goFn(func() {
+		if err := s.announce(ctx, m); err != nil {
+			s.log.Warn("no membership announcements; partitions stay where the server pinned them", "err", err)
+		}
+	})
+	goFn(func() { s.balance(ctx, parts, m) })
+	consumers := []func() error{func() error {
+		return bus.Consume(ctx, s.conn.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerScheduler,
+			Filters: []string{bus.SubjPodPending}, Workers: s.cfg.Workers, Key: key, Logger: s.log}, s.handlePending)
+	}}
+	for _, p := range parts {
+		consumers = append(consumers, func() error { return s.servePartition(ctx, p) })
+	}
+	errs := make(chan error, len(consumers))
+	for _, run := range consumers {
 		goFn(func() {
-			err := bus.Consume(ctx, s.conn.JS, spec, s.handlePending)
+			err := run()
 			if err != nil {
 				cancel() // a replica that lost one of its consumers stops, to be restarted whole
 			}
@@ -252,7 +263,7 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	var first error
-	for range specs {
+	for range consumers {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
