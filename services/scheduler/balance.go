@@ -106,14 +106,7 @@ func toYield(parts []*partition, replicas int, now time.Time) []*partition {
 
 // balance yields surplus partitions every balanceEvery until ctx ends.
 func (s *Service) balance(ctx context.Context, parts []*partition, m *members) {
-	t := time.NewTicker(balanceEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, balanceEvery, func() {
 		now := time.Now()
 		for _, p := range toYield(parts, m.live(now), now) {
 			select {
@@ -121,7 +114,7 @@ func (s *Service) balance(ctx context.Context, parts []*partition, m *members) {
 			default: // already yielding
 			}
 		}
-	}
+	})
 }
 
 // servePartition consumes one partition until ctx ends, stepping aside for yieldCooldown when asked.

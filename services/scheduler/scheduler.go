@@ -426,16 +426,23 @@ func (s *Service) watchDeleted(ctx context.Context, wg *sync.WaitGroup) error {
 
 // expireAssumptions drops assumptions the binder never committed.
 func (s *Service) expireAssumptions(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	every(ctx, time.Second, func() {
+		if n := s.cache.Cleanup(); n > 0 {
+			bus.Count("scheduler.assumptions_expired", int64(n))
+		}
+	})
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n := s.cache.Cleanup(); n > 0 {
-				bus.Count("scheduler.assumptions_expired", int64(n))
-			}
+			fn()
 		}
 	}
 }
