@@ -205,7 +205,7 @@ func BenchmarkSchedule(b *testing.B) {
 // BenchmarkScheduleConstrained is one cycle at 5,000 nodes in 10 zones holding 2 placed pods each, in
 // the shapes of the load test's variants: required anti-affinity on the hostname within 10 groups
 // (every placed pod carries such a term), and zone spread with maxSkew 1. The snapshot is the same
-// every iteration, so the spread plugin's chunk memo always hits; in a run a cycle recounts the one
+// every iteration, so the spread plugin's running totals need no recount; in a run a cycle recounts the one
 // or two chunks that changed since the previous one.
 func BenchmarkScheduleConstrained(b *testing.B) {
 	const nodes, zones, groups = 5000, 10, 10

@@ -63,11 +63,10 @@ var (
 	statusSkip         = framework.NewStatus(framework.Skip)
 )
 
-// PodTopologySpread is the plugin. It remembers the counts of each chunk of the snapshot's node list
-// (see chunkMemo): cycles share most chunks, and a pod's cycle then counts over the few nodes that
-// changed since instead of over every node.
+// PodTopologySpread is the plugin. It keeps running domain totals over the chunks of the snapshot's
+// node list (see runningTotals): cycles share most chunks, and a pod's cycle then counts over the few
+// chunks that changed since instead of over every node.
 type PodTopologySpread struct {
-	memo   chunkMemo
 	totals runningTotals
 }
 
@@ -280,8 +279,9 @@ func (d *domainCounts) into(m map[string]int) {
 	}
 }
 
-// PreFilter counts matching pods per domain over every eligible node, once per cycle, taking the counts
-// of unchanged chunks of nodes from the memo when they depend only on the constraints and the namespace.
+// PreFilter counts matching pods per domain over every eligible node, once per cycle. When the counts
+// depend only on the constraints and the namespace, it follows running totals and recounts only the
+// chunks of nodes that changed since the last cycle.
 func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framework.PodInfo) *framework.Status {
 	cs := constraintsOf(pod.Pod, DoNotSchedule)
 	if len(cs) == 0 {
@@ -316,19 +316,7 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 		memos[i] = map[unique.Handle[string]]bool{}
 	}
 	chunks := state.Snapshot().NodeChunks()
-	countOf := func(chunk []framework.NodeInfo) []domainCounts {
-		key := chunkKey{first: &chunk[0], n: len(chunk), sig: sig}
-		if shared {
-			if counts := p.memo.get(key); counts != nil {
-				return counts
-			}
-		}
-		counts := countChunk(chunk, pod.Pod, cs, req, ns, memos)
-		if shared {
-			p.memo.put(key, counts, len(chunks))
-		}
-		return counts
-	}
+	countOf := func(chunk []framework.NodeInfo) []domainCounts { return countChunk(chunk, pod.Pod, cs, req, ns, memos) }
 	if shared {
 		p.totals.update(sig, len(cs), chunks, countOf, s.counts)
 	} else {
@@ -483,45 +471,6 @@ func countMatching(groups []framework.PodGroup, sel *framework.LabelSelector, ns
 		}
 	}
 	return n
-}
-
-// chunkMemo keeps the per-chunk counts of recent cycles. A snapshot's chunks never change (a changed
-// node makes a new chunk), so a chunk's first element identifies its contents; holding it keeps the
-// chunk from being reused. Two generations bound the memory: when the current one is full it becomes
-// the previous, whose entries move back to the current one as cycles use them.
-type chunkMemo struct {
-	mu        sync.Mutex
-	cur, prev map[chunkKey][]domainCounts
-}
-
-type chunkKey struct {
-	first *framework.NodeInfo
-	n     int
-	sig   string
-}
-
-func (m *chunkMemo) get(k chunkKey) []domainCounts {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if v, ok := m.cur[k]; ok {
-		return v
-	}
-	if v, ok := m.prev[k]; ok {
-		delete(m.prev, k)
-		m.cur[k] = v
-		return v
-	}
-	return nil
-}
-
-// put keeps v; chunks is the snapshot's chunk count, which sizes a generation.
-func (m *chunkMemo) put(k chunkKey, v []domainCounts, chunks int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cur == nil || len(m.cur) >= 2*chunks+64 {
-		m.prev, m.cur = m.cur, make(map[chunkKey][]domainCounts, 2*chunks+64)
-	}
-	m.cur[k] = v
 }
 
 // Filter checks every DoNotSchedule constraint's skew.

@@ -200,7 +200,7 @@ func TestScore(t *testing.T) {
 }
 
 // One plugin kept across snapshots that share chunks (as the cache hands them out) decides as a fresh
-// plugin does on each: the chunk memo follows every change to a node, and is not shared between pods
+// plugin does on each: the running totals follow every change to a node, and are not shared between pods
 // whose counts differ (another namespace or selector, or a node affinity that excludes nodes).
 func TestChunkMemoFollowsChanges(t *testing.T) {
 	var b framework.NodeListBuilder
