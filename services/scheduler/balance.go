@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,8 +86,8 @@ type partition struct {
 }
 
 // toYield picks the partitions this replica should give up: those it served within activeWindow
-// beyond ceil(partitions / replicas), the highest-numbered first (so replicas converge on the same
-// picture rather than trading the same partition).
+// beyond ceil(partitions / replicas), the highest-numbered ones (every replica gives up from the same
+// end, so they converge rather than trade the same partition back and forth).
 func toYield(parts []*partition, replicas int, now time.Time) []*partition {
 	share := (len(parts) + replicas - 1) / max(replicas, 1)
 	var served []*partition
@@ -100,8 +99,7 @@ func toYield(parts []*partition, replicas int, now time.Time) []*partition {
 	if len(served) <= share {
 		return nil
 	}
-	sort.SliceStable(served, func(i, j int) bool { return served[i].spec.Durable > served[j].spec.Durable })
-	return served[:len(served)-share]
+	return served[share:] // parts, hence served, are in partition order
 }
 
 // balance yields surplus partitions every balanceEvery until ctx ends.

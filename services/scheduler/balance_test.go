@@ -35,8 +35,8 @@ func TestToYield(t *testing.T) {
 	}{
 		{"alone: keeps everything", mk(all...), 1, nil},
 		{"three replicas: keeps ceil(8/3)=3, yields the highest five", mk(all...), 3,
-			[]string{"scheduler-g7", "scheduler-g6", "scheduler-g5", "scheduler-g4", "scheduler-g3"}},
-		{"two replicas: keeps 4", mk(all...), 2, []string{"scheduler-g7", "scheduler-g6", "scheduler-g5", "scheduler-g4"}},
+			[]string{"scheduler-g3", "scheduler-g4", "scheduler-g5", "scheduler-g6", "scheduler-g7"}},
+		{"two replicas: keeps 4", mk(all...), 2, []string{"scheduler-g4", "scheduler-g5", "scheduler-g6", "scheduler-g7"}},
 		{"more replicas than partitions: keeps 1", mk(true, true, false, false, false, false, false, false), 10, []string{"scheduler-g1"}},
 		{"idle partitions do not count", mk(true, false, true, false, false, false, false, true), 3, nil},
 		{"at its share already", mk(true, true, true, false, false, false, false, false), 3, nil},
