@@ -42,8 +42,23 @@ type Msg struct {
 	Delivered uint64 // 1 on first delivery
 	StreamSeq uint64
 	Time      time.Time // when the stream stored it
-	raw       jetstream.Msg
-	kept      proto.Message
+	// Index of the message in its batch (see Batcher); 0 for a message stored alone.
+	Index int
+	ack   acker
+	bad   error // set when the stored message cannot be unpacked: the handler is not called
+	kept  proto.Message
+}
+
+// Position identifies the message in its stream and orders it there, batch entries included: the
+// stream sequence with the entry's index in its low bits.
+func (m *Msg) Position() uint64 { return m.StreamSeq<<positionBits | uint64(m.Index) }
+
+// acker settles a delivered message: the JetStream message itself, or one entry's share of a batch.
+type acker interface {
+	Ack() error
+	Term() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
 }
 
 // Keep holds a payload the consumer's Key function decoded, so that the handler need not decode it
@@ -63,8 +78,8 @@ func (m *Msg) Decode(into proto.Message) error {
 
 // InProgress tells JetStream the handler is still working (extends the ack wait).
 func (m *Msg) InProgress() {
-	if m.raw != nil {
-		_ = m.raw.InProgress()
+	if m.ack != nil {
+		_ = m.ack.InProgress()
 	}
 }
 
@@ -163,7 +178,7 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	if err != nil {
 		return fmt.Errorf("pull %s: %w", spec.Durable, err)
 	}
-	w := &worker{js: js, spec: spec, h: h, log: log}
+	w := &worker{js: js, spec: spec, h: h, log: log, settled: map[uint64][]bool{}}
 
 	queues := make([]chan *Msg, workers)
 	var wg sync.WaitGroup
@@ -216,19 +231,20 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 			}
 			continue
 		}
-		m := toMsg(raw)
-		idx := 0
-		if workers > 1 {
-			if spec.Key != nil {
-				hs := fnv.New32a()
-				_, _ = hs.Write([]byte(spec.Key(m)))
-				idx = int(hs.Sum32() % uint32(workers))
-			} else {
-				idx = rr % workers
-				rr++
+		for _, m := range w.messages(raw) {
+			idx := 0
+			if workers > 1 {
+				if spec.Key != nil && m.bad == nil {
+					hs := fnv.New32a()
+					_, _ = hs.Write([]byte(spec.Key(m)))
+					idx = int(hs.Sum32() % uint32(workers))
+				} else {
+					idx = rr % workers
+					rr++
+				}
 			}
+			queues[idx] <- m
 		}
-		queues[idx] <- m
 	}
 	for _, q := range queues {
 		close(q)
@@ -285,21 +301,120 @@ type worker struct {
 	spec ConsumerSpec
 	h    Handler
 	log  *slog.Logger
+
+	mu sync.Mutex
+	// settled remembers, per batch (by stream sequence) redelivered because some of its entries failed,
+	// which entries this process already handled: a redelivery here handles only the others.
+	settled map[uint64][]bool
 }
 
-func toMsg(raw jetstream.Msg) *Msg {
-	m := &Msg{Subject: raw.Subject(), Data: raw.Data(), Header: raw.Headers(), raw: raw}
-	m.Meta = MetaFrom(m.Header)
+// maxSettled bounds the batches remembered; beyond it they are forgotten and handled again in full
+// (handlers are idempotent).
+const maxSettled = 1024
+
+// messages turns a delivered message into the messages to handle: itself, or its batch's entries.
+func (w *worker) messages(raw jetstream.Msg) []*Msg {
+	base := Msg{Subject: raw.Subject(), Data: raw.Data(), Header: raw.Headers(), ack: raw}
 	if md, err := raw.Metadata(); err == nil {
-		m.Delivered = md.NumDelivered
-		m.StreamSeq = md.Sequence.Stream
-		m.Time = md.Timestamp
+		base.Delivered = md.NumDelivered
+		base.StreamSeq = md.Sequence.Stream
+		base.Time = md.Timestamp
 	}
-	return m
+	if base.Header.Get(HdrBatch) == "" {
+		base.Meta = MetaFrom(base.Header)
+		return []*Msg{&base}
+	}
+	entries, err := Unbatch(base.Header, base.Data)
+	if err != nil {
+		base.bad = err
+		base.Meta = MetaFrom(base.Header)
+		return []*Msg{&base}
+	}
+	w.mu.Lock()
+	done := w.settled[base.StreamSeq]
+	w.mu.Unlock()
+	b := &batchAck{w: w, raw: raw, seq: base.StreamSeq, n: len(entries)}
+	out := make([]*Msg, 0, len(entries))
+	for i, e := range entries {
+		if i < len(done) && done[i] {
+			continue
+		}
+		m := base
+		m.Header, m.Data, m.Meta, m.Index = e.Header, e.Data, MetaFrom(e.Header), i
+		m.ack = entryAck{b: b, i: i}
+		out = append(out, &m)
+	}
+	b.left = len(out)
+	if len(out) == 0 {
+		b.finish() // every entry was handled before the redelivery
+	}
+	return out
+}
+
+// batchAck settles a batch once every entry handled here is settled: an ack when all succeeded or were
+// parked, else a negative acknowledgement with the shortest delay asked, so that it comes back.
+type batchAck struct {
+	w     *worker
+	raw   jetstream.Msg
+	seq   uint64
+	n     int
+	mu    sync.Mutex
+	left  int
+	nak   bool
+	delay time.Duration
+}
+
+type entryAck struct {
+	b *batchAck
+	i int
+}
+
+func (e entryAck) Ack() error                         { e.b.settle(e.i, true, 0); return nil }
+func (e entryAck) Term() error                        { e.b.settle(e.i, true, 0); return nil }
+func (e entryAck) NakWithDelay(d time.Duration) error { e.b.settle(e.i, false, d); return nil }
+func (e entryAck) InProgress() error                  { return e.b.raw.InProgress() }
+
+func (b *batchAck) settle(i int, ok bool, delay time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ok {
+		b.w.remember(b.seq, b.n, i)
+	} else if !b.nak || delay < b.delay {
+		b.nak, b.delay = true, delay
+	}
+	b.left--
+	if b.left == 0 {
+		b.finish()
+	}
+}
+
+func (b *batchAck) finish() {
+	if b.nak {
+		_ = b.raw.NakWithDelay(b.delay)
+		return
+	}
+	b.w.mu.Lock()
+	delete(b.w.settled, b.seq)
+	b.w.mu.Unlock()
+	_ = b.raw.Ack()
+}
+
+func (w *worker) remember(seq uint64, n, i int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	done := w.settled[seq]
+	if done == nil {
+		if len(w.settled) >= maxSettled {
+			clear(w.settled)
+		}
+		done = make([]bool, n)
+		w.settled[seq] = done
+	}
+	done[i] = true
 }
 
 func (w *worker) handle(ctx context.Context, m *Msg) {
-	raw := m.raw
+	raw := m.ack
 	start := time.Now()
 	err := w.safeHandle(ctx, m)
 	name := w.spec.Durable
@@ -336,6 +451,9 @@ func (w *worker) safeHandle(ctx context.Context, m *Msg) (err error) {
 			err = fmt.Errorf("%w: handler panic: %v", ErrPermanent, r)
 		}
 	}()
+	if m.bad != nil {
+		return m.bad
+	}
 	return w.h(ctx, m)
 }
 
@@ -343,8 +461,8 @@ func (w *worker) safeHandle(ctx context.Context, m *Msg) (err error) {
 func Park(ctx context.Context, js jetstream.JetStream, m *Msg, reason error) error {
 	h := nats.Header{}
 	for k, v := range m.Header {
-		if k == HdrMsgID {
-			continue
+		if k == HdrMsgID || k == HdrBatch {
+			continue // a parked batch that did not unpack is kept as plain bytes
 		}
 		h[k] = v
 	}

@@ -64,7 +64,8 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 	}
 }
 
-// Messages returns every message still in stream whose subject matches filter ("*" and ">" wildcards).
+// Messages returns every message still in stream whose subject matches filter ("*" and ">" wildcards),
+// the entries of a batch (bus.Batcher) as messages of their own with the batch's sequence.
 func Messages(t testing.TB, c *bus.Conn, stream, filter string) []*jetstream.RawStreamMsg {
 	t.Helper()
 	ctx := context.Background()
@@ -86,8 +87,23 @@ func Messages(t testing.TB, c *bus.Conn, stream, filter string) []*jetstream.Raw
 			t.Fatal(err)
 		}
 		if SubjectMatches(filter, m.Subject) {
-			out = append(out, m)
+			out = append(out, unbatch(t, m)...)
 		}
+	}
+	return out
+}
+
+func unbatch(t testing.TB, m *jetstream.RawStreamMsg) []*jetstream.RawStreamMsg {
+	t.Helper()
+	entries, err := bus.Unbatch(m.Header, m.Data)
+	if err != nil {
+		t.Fatalf("stream message %d on %s: %v", m.Sequence, m.Subject, err)
+	}
+	out := make([]*jetstream.RawStreamMsg, len(entries))
+	for i, e := range entries {
+		c := *m
+		c.Header, c.Data = e.Header, e.Data
+		out[i] = &c
 	}
 	return out
 }
@@ -108,7 +124,8 @@ func SubjectMatches(filter, subject string) bool {
 	return len(f) == len(s)
 }
 
-// LastMsg returns the last message on subject in stream, or nil when there is none.
+// LastMsg returns the last message on subject in stream (the last entry of a batch), or nil when there
+// is none.
 func LastMsg(t testing.TB, c *bus.Conn, stream, subject string) *jetstream.RawStreamMsg {
 	t.Helper()
 	st, err := c.JS.Stream(context.Background(), stream)
@@ -119,7 +136,8 @@ func LastMsg(t testing.TB, c *bus.Conn, stream, subject string) *jetstream.RawSt
 	if err != nil {
 		return nil
 	}
-	return m
+	all := unbatch(t, m)
+	return all[len(all)-1]
 }
 
 // Drained reports whether a durable consumer has handled and acknowledged everything on its stream.

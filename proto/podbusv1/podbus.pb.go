@@ -4906,6 +4906,106 @@ func (x *PodAllocation) GetTentative() string {
 	return ""
 }
 
+// Several pipeline messages stored as one (bus.Batcher): the stored message carries the header
+// Podbus-Batch and this payload; consumers (bus.Work, the audit tools) unpack it and handle each entry
+// as the message it stands for, with its own headers, on the batch's subject.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*BatchEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_podbus_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *Batch) GetEntries() []*BatchEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type BatchEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The entry's own headers (bus.Meta): message id, correlation, pod uid, key, reply, user, trigger.
+	Headers       map[string]string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchEntry) Reset() {
+	*x = BatchEntry{}
+	mi := &file_podbus_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchEntry) ProtoMessage() {}
+
+func (x *BatchEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchEntry.ProtoReflect.Descriptor instead.
+func (*BatchEntry) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *BatchEntry) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BatchEntry) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 var File_podbus_proto protoreflect.FileDescriptor
 
 const file_podbus_proto_rawDesc = "" +
@@ -5409,6 +5509,15 @@ const file_podbus_proto_rawDesc = "" +
 	"\ttentative\x18\v \x01(\tR\ttentative\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
+	"\x05Batch\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.podbus.v1.BatchEntryR\aentries\"\x9a\x01\n" +
+	"\n" +
+	"BatchEntry\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12<\n" +
+	"\aheaders\x18\x02 \x03(\v2\".podbus.v1.BatchEntry.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
 
 var (
@@ -5424,7 +5533,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -5488,28 +5597,31 @@ var file_podbus_proto_goTypes = []any{
 	(*NodeHeartbeat)(nil),            // 59: podbus.v1.NodeHeartbeat
 	(*NodeAllocation)(nil),           // 60: podbus.v1.NodeAllocation
 	(*PodAllocation)(nil),            // 61: podbus.v1.PodAllocation
-	nil,                              // 62: podbus.v1.ObjectMeta.LabelsEntry
-	nil,                              // 63: podbus.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 64: podbus.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 65: podbus.v1.PodSpec.NodeSelectorEntry
-	nil,                              // 66: podbus.v1.ResourceRequirements.LimitsEntry
-	nil,                              // 67: podbus.v1.ResourceRequirements.RequestsEntry
-	nil,                              // 68: podbus.v1.NodeStatus.CapacityEntry
-	nil,                              // 69: podbus.v1.NodeStatus.AllocatableEntry
-	nil,                              // 70: podbus.v1.Resources.ScalarEntry
-	nil,                              // 71: podbus.v1.SchedulingDecision.ReasonsEntry
-	nil,                              // 72: podbus.v1.NodeAllocation.PodsEntry
-	nil,                              // 73: podbus.v1.NodeAllocation.NominatedEntry
-	nil,                              // 74: podbus.v1.PodAllocation.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 75: google.protobuf.Timestamp
+	(*Batch)(nil),                    // 62: podbus.v1.Batch
+	(*BatchEntry)(nil),               // 63: podbus.v1.BatchEntry
+	nil,                              // 64: podbus.v1.ObjectMeta.LabelsEntry
+	nil,                              // 65: podbus.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 66: podbus.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 67: podbus.v1.PodSpec.NodeSelectorEntry
+	nil,                              // 68: podbus.v1.ResourceRequirements.LimitsEntry
+	nil,                              // 69: podbus.v1.ResourceRequirements.RequestsEntry
+	nil,                              // 70: podbus.v1.NodeStatus.CapacityEntry
+	nil,                              // 71: podbus.v1.NodeStatus.AllocatableEntry
+	nil,                              // 72: podbus.v1.Resources.ScalarEntry
+	nil,                              // 73: podbus.v1.SchedulingDecision.ReasonsEntry
+	nil,                              // 74: podbus.v1.NodeAllocation.PodsEntry
+	nil,                              // 75: podbus.v1.NodeAllocation.NominatedEntry
+	nil,                              // 76: podbus.v1.PodAllocation.LabelsEntry
+	nil,                              // 77: podbus.v1.BatchEntry.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 78: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	62,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	63,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	75,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	75,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	64,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	65,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	78,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	64,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	66,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
 	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
 	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
 	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
@@ -5517,7 +5629,7 @@ var file_podbus_proto_depIdxs = []int32{
 	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
 	9,   // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
 	9,   // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	65,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	67,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
 	20,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
 	19,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
 	29,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
@@ -5529,8 +5641,8 @@ var file_podbus_proto_depIdxs = []int32{
 	14,  // 22: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
 	14,  // 23: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
 	10,  // 24: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
-	66,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	67,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	68,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	69,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
 	15,  // 27: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
 	16,  // 28: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
 	18,  // 29: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
@@ -5551,70 +5663,72 @@ var file_podbus_proto_depIdxs = []int32{
 	27,  // 44: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
 	3,   // 45: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
 	31,  // 46: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	75,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	78,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	32,  // 48: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
 	32,  // 49: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	75,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	75,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	78,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	78,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	33,  // 52: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
 	33,  // 53: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
 	34,  // 54: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
 	35,  // 55: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
 	36,  // 56: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	75,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	75,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	75,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	78,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	78,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	78,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 60: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
 	38,  // 61: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
 	40,  // 62: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
 	39,  // 63: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	75,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	68,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	69,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	78,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	70,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	71,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
 	41,  // 67: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
 	42,  // 68: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
 	43,  // 69: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
 	44,  // 70: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	75,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	75,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	78,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	78,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 73: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
 	46,  // 74: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
 	47,  // 75: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	75,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	75,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	75,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	70,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	78,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	72,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
 	0,   // 80: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
 	5,   // 81: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
 	5,   // 82: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
 	5,   // 83: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	71,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	73,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
 	48,  // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	75,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	78,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
 	53,  // 87: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
 	5,   // 88: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
 	5,   // 89: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	75,  // 90: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	75,  // 91: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	78,  // 90: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 91: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
 	30,  // 92: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
 	57,  // 93: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
 	37,  // 94: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	75,  // 95: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	72,  // 96: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	78,  // 95: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	74,  // 96: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
 	48,  // 97: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	73,  // 98: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	75,  // 98: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
 	48,  // 99: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	74,  // 100: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	76,  // 100: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
 	26,  // 101: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
 	26,  // 102: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	75,  // 103: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	61,  // 104: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	61,  // 105: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	106, // [106:106] is the sub-list for method output_type
-	106, // [106:106] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	78,  // 103: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	63,  // 104: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
+	77,  // 105: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
+	61,  // 106: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	61,  // 107: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	108, // [108:108] is the sub-list for method output_type
+	108, // [108:108] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -5636,7 +5750,7 @@ func file_podbus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   74,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,203 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// HdrBatch marks a stored message that holds several pipeline messages (a pb.Batch); its value is
+// their count.
+const HdrBatch = "Podbus-Batch"
+
+// Batch limits. Entry positions (Msg.Position) leave room for MaxBatchEntries per stored message; the
+// byte limit keeps a batch well below the server's default max_payload (1 MiB).
+const (
+	MaxBatchEntries = 256
+	maxBatchBytes   = 512 << 10
+	batchPublishTTL = 10 * time.Second
+	positionBits    = 10 // Msg.Position: stream sequence << positionBits | entry index
+)
+
+// Batcher publishes messages in groups (group commit): a message queued while an earlier group of its
+// subject waits for its acknowledgement goes out with the next group, as one stored message. Under
+// load the stages store one message per group instead of one per pod; when idle, a group holds one
+// message and is stored as that message itself, de-duplication id included. Each subject keeps its
+// order: groups go out one at a time, their messages in the order they were queued.
+//
+// A batch has no de-duplication id, so a group that is published twice (a lost acknowledgement) is
+// stored twice: consumers of batched subjects must be idempotent, as they are for redeliveries.
+type Batcher struct {
+	js       jetstream.JetStream
+	actor    string
+	mu       sync.Mutex
+	subjects map[string]*batchQueue
+}
+
+type batchQueue struct {
+	items    []*batchItem
+	bytes    int
+	flushing bool
+}
+
+type batchItem struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+// NewBatcher returns a batcher that signs every message with actor, like NewPublisher.
+func NewBatcher(js jetstream.JetStream, actor string) *Batcher {
+	return &Batcher{js: js, actor: actor, subjects: map[string]*batchQueue{}}
+}
+
+// Publish queues m and returns once the group holding it is stored.
+func (b *Batcher) Publish(ctx context.Context, subject string, m proto.Message, meta Meta) error {
+	f, err := b.PublishAsync(subject, m, meta)
+	if err != nil {
+		return err
+	}
+	return Wait(ctx, f)
+}
+
+// PublishAsync queues m and returns its future; the caller must wait on it (Wait) before it
+// acknowledges whatever caused the publish.
+func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jetstream.PubAckFuture, error) {
+	msg, err := (&Publisher{actor: b.actor}).msg(subject, m, meta)
+	if err != nil {
+		return nil, err
+	}
+	it := &batchItem{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.subjects[subject]
+	if q == nil {
+		q = &batchQueue{}
+		b.subjects[subject] = q
+	}
+	q.items = append(q.items, it)
+	q.bytes += len(msg.Data)
+	if !q.flushing {
+		// The flusher lives while its subject has messages queued, and ends when the queue is empty.
+		q.flushing = true
+		go b.flush(subject, q)
+	}
+	return it, nil
+}
+
+func (b *Batcher) flush(subject string, q *batchQueue) {
+	for {
+		b.mu.Lock()
+		n, size := 0, 0
+		for n < len(q.items) && n < MaxBatchEntries && (n == 0 || size+len(q.items[n].msg.Data) <= maxBatchBytes) {
+			size += len(q.items[n].msg.Data)
+			n++
+		}
+		if n == 0 {
+			q.flushing = false
+			delete(b.subjects, subject)
+			b.mu.Unlock()
+			return
+		}
+		group := q.items[:n:n]
+		q.items = q.items[n:]
+		q.bytes -= size
+		b.mu.Unlock()
+
+		msg := group[0].msg
+		if n > 1 {
+			var err error
+			if msg, err = packBatch(subject, b.actor, group); err != nil {
+				finish(group, nil, err)
+				continue
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL)
+		ack, err := b.js.PublishMsg(ctx, msg)
+		cancel()
+		if err == nil && n > 1 {
+			Count("batch.groups", 1)
+			Count("batch.entries", int64(n))
+		}
+		finish(group, ack, err)
+	}
+}
+
+func finish(group []*batchItem, ack *jetstream.PubAck, err error) {
+	for _, it := range group {
+		if err != nil {
+			it.err <- err
+		} else {
+			it.ok <- ack
+		}
+	}
+}
+
+func packBatch(subject, actor string, group []*batchItem) (*nats.Msg, error) {
+	b := &pb.Batch{Entries: make([]*pb.BatchEntry, len(group))}
+	for i, it := range group {
+		h := make(map[string]string, len(it.msg.Header))
+		for k, v := range it.msg.Header {
+			if k != HdrActor && len(v) > 0 {
+				h[k] = v[0]
+			}
+		}
+		b.Entries[i] = &pb.BatchEntry{Data: it.msg.Data, Headers: h}
+	}
+	data, err := proto.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("marshal batch for %s: %w", subject, err)
+	}
+	hdr := nats.Header{HdrBatch: {strconv.Itoa(len(group))}, HdrActor: {actor}}
+	return &nats.Msg{Subject: subject, Data: data, Header: hdr}, nil
+}
+
+// The batchItem is the future of its message.
+func (it *batchItem) Ok() <-chan *jetstream.PubAck { return it.ok }
+func (it *batchItem) Err() <-chan error             { return it.err }
+func (it *batchItem) Msg() *nats.Msg                { return it.msg }
+
+// Unbatch returns the messages a stored message stands for: its entries when it is a batch (each with
+// the batch's headers under its own), else the message itself. A batch that does not decode is
+// ErrMalformed.
+func Unbatch(header nats.Header, data []byte) ([]Entry, error) {
+	if header.Get(HdrBatch) == "" {
+		return []Entry{{Header: header, Data: data}}, nil
+	}
+	b := &pb.Batch{}
+	if err := proto.Unmarshal(data, b); err != nil {
+		return nil, fmt.Errorf("decode batch: %w", errors.Join(ErrMalformed, err))
+	}
+	if len(b.GetEntries()) == 0 || len(b.GetEntries()) > MaxBatchEntries {
+		return nil, fmt.Errorf("%w: batch of %d entries", ErrMalformed, len(b.GetEntries()))
+	}
+	out := make([]Entry, len(b.GetEntries()))
+	for i, e := range b.GetEntries() {
+		h := make(nats.Header, len(header)+len(e.GetHeaders()))
+		for k, v := range header {
+			if k != HdrBatch {
+				h[k] = v
+			}
+		}
+		for k, v := range e.GetHeaders() {
+			h[k] = []string{v}
+		}
+		out[i] = Entry{Header: h, Data: e.GetData()}
+	}
+	return out, nil
+}
+
+// Entry is one message of a stored message (Unbatch).
+type Entry struct {
+	Header nats.Header
+	Data   []byte
+}

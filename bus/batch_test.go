@@ -1,0 +1,168 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+func TestBatcherGroupsMessagesInOrder(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	b := bus.NewBatcher(c.JS, "test/1")
+
+	// Alone, a message is stored as itself, with its de-duplication id.
+	if err := b.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "lone"}, bus.Meta{MsgID: "del-lone", PodUID: "lone"}); err != nil {
+		t.Fatal(err)
+	}
+	lone := bustest.LastMsg(t, c, bus.StreamPods, bus.SubjPodDeleted)
+	if lone.Header.Get(bus.HdrBatch) != "" || lone.Header.Get(bus.HdrMsgID) != "del-lone" || lone.Header.Get(bus.HdrActor) != "test/1" {
+		t.Fatalf("a lone message was stored with headers %v", lone.Header)
+	}
+
+	const n = 600 // more than two full batches
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range futures {
+		uid := fmt.Sprintf("u%03d", i)
+		f, err := b.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid, Key: "ns/" + uid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures[i] = f
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := c.JS.Stream(ctx, bus.StreamPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(bus.SubjPodDeleted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := info.State.Subjects[bus.SubjPodDeleted] - 1
+	if stored >= n || stored < (n+bus.MaxBatchEntries-1)/bus.MaxBatchEntries {
+		t.Fatalf("%d messages queued at once were stored as %d", n, stored)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batch pb.Batch
+		if raw.Header.Get(bus.HdrBatch) != "" && proto.Unmarshal(raw.Data, &batch) == nil && len(batch.GetEntries()) > bus.MaxBatchEntries {
+			t.Fatalf("stored batch %d holds %d entries", seq, len(batch.GetEntries()))
+		}
+	}
+
+	got := bustest.Messages(t, c, bus.StreamPods, bus.SubjPodDeleted)[1:]
+	if len(got) != n {
+		t.Fatalf("unpacked %d messages, want %d", len(got), n)
+	}
+	for i, m := range got {
+		uid := fmt.Sprintf("u%03d", i)
+		d := bustest.Decode(t, m, &pb.PodDeleted{})
+		if d.GetUid() != uid || m.Header.Get(bus.HdrPodUID) != uid || m.Header.Get(bus.HdrKey) != "ns/"+uid || m.Header.Get(bus.HdrActor) != "test/1" {
+			t.Fatalf("message %d: uid %q, headers %v; want %s in order with its own headers", i, d.GetUid(), m.Header, uid)
+		}
+	}
+}
+
+// A batch built as the wire format says: entries keep their own headers.
+func publishBatch(t *testing.T, c *bus.Conn, subject string, entries ...*pb.BatchEntry) {
+	t.Helper()
+	data, err := proto.Marshal(&pb.Batch{Entries: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{bus.HdrBatch: {fmt.Sprint(len(entries))}, bus.HdrActor: {"test/1"}}}
+	if _, err := c.JS.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deletedEntry(t *testing.T, uid string) *pb.BatchEntry {
+	data, err := proto.Marshal(&pb.PodDeleted{Uid: uid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pb.BatchEntry{Data: data, Headers: map[string]string{bus.HdrPodUID: uid}}
+}
+
+func TestWorkHandlesEachEntryOfABatch(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	positions := map[uint64]string{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "t", Filters: []string{bus.SubjPodDeleted},
+			Workers: 3, Key: func(m *bus.Msg) string { return m.Meta.PodUID }},
+			func(ctx context.Context, m *bus.Msg) error {
+				var d pb.PodDeleted
+				if err := m.Decode(&d); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if d.GetUid() != m.Meta.PodUID {
+					return fmt.Errorf("entry %d carries the headers of %q", m.Index, m.Meta.PodUID)
+				}
+				handled[d.GetUid()]++
+				if prev, ok := positions[m.Position()]; ok && prev != d.GetUid() {
+					return fmt.Errorf("%s and %s share position %d", prev, d.GetUid(), m.Position())
+				}
+				positions[m.Position()] = d.GetUid()
+				if d.GetUid() == "flaky" && handled["flaky"] == 1 {
+					return bus.RetryAfter(10*time.Millisecond, errors.New("not yet"))
+				}
+				return nil
+			})
+	}()
+
+	bad := &pb.BatchEntry{Data: []byte{0xff, 0xff, 0xff}, Headers: map[string]string{bus.HdrPodUID: "bad"}}
+	publishBatch(t, c, bus.SubjPodDeleted, deletedEntry(t, "a"), deletedEntry(t, "flaky"), bad, deletedEntry(t, "b"))
+	// A batch that does not decode is parked whole.
+	if _, err := c.JS.PublishMsg(ctx, &nats.Msg{Subject: bus.SubjPodDeleted, Data: []byte{0xff}, Header: nats.Header{bus.HdrBatch: {"2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool { return bustest.Drained(c, bus.StreamPods, "t") }, "consumer t drained")
+
+	mu.Lock()
+	// The redelivery of the batch hands out only the entry that failed: the others were handled here.
+	if want := map[string]int{"a": 1, "flaky": 2, "b": 1}; fmt.Sprint(handled) != fmt.Sprint(want) {
+		t.Errorf("handled %v, want %v", handled, want)
+	}
+	if len(positions) != 3 {
+		t.Errorf("positions %v: want three distinct ones", positions)
+	}
+	mu.Unlock()
+
+	dead := bustest.Messages(t, c, bus.StreamDead, bus.SubjDeadPrefix+">")
+	if len(dead) != 2 {
+		t.Fatalf("%d parked messages, want the bad entry and the undecodable batch", len(dead))
+	}
+	if dead[0].Header.Get(bus.HdrPodUID) != "bad" || dead[0].Header.Get(bus.HdrDeadReason) == "" {
+		t.Errorf("parked entry has headers %v; want its own, with a reason", dead[0].Header)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
