@@ -163,8 +163,8 @@ func packBatch(subject, actor string, group []*batchItem) (*nats.Msg, error) {
 
 // The batchItem is the future of its message.
 func (it *batchItem) Ok() <-chan *jetstream.PubAck { return it.ok }
-func (it *batchItem) Err() <-chan error             { return it.err }
-func (it *batchItem) Msg() *nats.Msg                { return it.msg }
+func (it *batchItem) Err() <-chan error            { return it.err }
+func (it *batchItem) Msg() *nats.Msg               { return it.msg }
 
 // Unbatch returns the messages a stored message stands for: its entries when it is a batch (each with
 // the batch's headers under its own), else the message itself. A batch that does not decode is
