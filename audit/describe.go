@@ -18,7 +18,7 @@ func Describe(r *Record) string {
 // step describes r as a timeline step. prev is the pod's previous state (pods bucket records only);
 // the returned pod is the state after r (nil unless r is a pods record).
 func step(r *Record, prev *pb.Pod) (Step, *pb.Pod) {
-	st := Step{Seq: r.Seq, Time: r.Time, Subject: r.Subject, Actor: r.Actor()}
+	st := Step{Seq: r.Seq, Index: r.Index, Time: r.Time, Subject: r.Subject, Actor: r.Actor()}
 	st.Service, _, _ = strings.Cut(st.Actor, "/")
 	if bucket, key, ok := r.Bucket(); ok {
 		return bucketStep(st, r, bucket, key, prev)

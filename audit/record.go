@@ -30,9 +30,10 @@ var ErrDifferences = errors.New("the history does not match the live store")
 // ErrNotFound is returned when a pod has no record in the history.
 var ErrNotFound = errors.New("not found in the audit log")
 
-// Record is one audit log message.
+// Record is one audit log message; a batch (bus.Batcher) gives one record per entry.
 type Record struct {
 	Seq     uint64 // in the audit stream
+	Index   int    // of the entry in its batch (0 for a message stored alone)
 	Time    time.Time
 	Subject string
 	Header  nats.Header
@@ -195,9 +196,16 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 		if (o.UntilSeq > 0 && md.Sequence.Stream > o.UntilSeq) || (!o.Until.IsZero() && md.Timestamp.After(o.Until)) {
 			return nil
 		}
-		rec = Record{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-		if err := fn(&rec); err != nil {
-			return err
+		entries, err := bus.Unbatch(m.Headers(), m.Data())
+		if err != nil {
+			// Kept as it was stored: the tools report what does not decode rather than stop.
+			entries = []bus.Entry{{Header: m.Headers(), Data: m.Data()}}
+		}
+		for i, e := range entries {
+			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: m.Subject(), Header: e.Header, Data: e.Data}
+			if err := fn(&rec); err != nil {
+				return err
+			}
 		}
 		if !o.Follow && md.NumPending == 0 {
 			return nil

@@ -184,6 +184,10 @@ var jsonOpts = protojson.MarshalOptions{UseProtoNames: false}
 func AppendJSON(b []byte, r *Record) ([]byte, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, r.Seq, 10)
+	if r.Index > 0 {
+		b = append(b, `,"index":`...)
+		b = strconv.AppendInt(b, int64(r.Index), 10)
+	}
 	b = append(b, `,"time":"`...)
 	b = r.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","subject":`...)

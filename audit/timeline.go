@@ -17,6 +17,7 @@ import (
 // Step is one line of a timeline.
 type Step struct {
 	Seq     uint64
+	Index   int // in its batch
 	Time    time.Time
 	Subject string
 	Actor   string // the publishing replica, or the service inferred for bucket writes
@@ -148,7 +149,7 @@ func Timeline(ctx context.Context, js jetstream.JetStream, o TimelineOptions) ([
 	for i := len(incs) - 1; i >= 0; i-- { // newest first
 		in := incs[i].Incarnation
 		slices.SortStableFunc(in.Steps, func(a, b Step) int { return a.Time.Compare(b.Time) })
-		in.Steps = slices.CompactFunc(in.Steps, func(a, b Step) bool { return a.Seq == b.Seq })
+		in.Steps = slices.CompactFunc(in.Steps, func(a, b Step) bool { return a.Seq == b.Seq && a.Index == b.Index })
 		causalOrder(in.Steps)
 		out = append(out, in)
 	}

@@ -51,7 +51,10 @@ type Msg struct {
 
 // Position identifies the message in its stream and orders it there, batch entries included: the
 // stream sequence with the entry's index in its low bits.
-func (m *Msg) Position() uint64 { return m.StreamSeq<<positionBits | uint64(m.Index) }
+func (m *Msg) Position() uint64 { return Position(m.StreamSeq, m.Index) }
+
+// Position is the position of entry index of the stored message at stream sequence seq.
+func Position(seq uint64, index int) uint64 { return seq<<positionBits | uint64(index) }
 
 // acker settles a delivered message: the JetStream message itself, or one entry's share of a batch.
 type acker interface {

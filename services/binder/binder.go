@@ -186,7 +186,7 @@ func (s *Service) handleDecision(ctx context.Context, m *bus.Msg) error {
 		return fmt.Errorf("%w: decision for %s/%s must name a node or be unschedulable, not both or neither",
 			bus.ErrMalformed, d.GetNamespace(), d.GetName())
 	}
-	return s.decide(ctx, d, m.StreamSeq)
+	return s.decide(ctx, d, m.Position())
 }
 
 // handleDeleted releases the reservation of a pod that left the store.

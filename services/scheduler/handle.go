@@ -35,7 +35,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	md := pod.GetMetadata()
 	uid := md.GetUid()
 	if uid == "" || md.GetName() == "" {
-		return fmt.Errorf("%w: pending pod without uid or name (stream seq %d)", bus.ErrMalformed, m.StreamSeq)
+		return fmt.Errorf("%w: pending pod without uid or name (stream position %d)", bus.ErrMalformed, m.Position())
 	}
 	if md.GetDeletionTimestamp() != nil {
 		s.cache.Forget(uid)
@@ -61,17 +61,17 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 
 	// A redelivered message we already decided (the ack was lost): the decision's message id is the
 	// same, so JetStream drops the copy; publishing it again only makes sure the first one is stored.
-	if node, seq, ok := s.cache.Assumed(uid); ok && seq == m.StreamSeq {
-		d := s.decision(pp, m.StreamSeq)
+	if node, seq, ok := s.cache.Assumed(uid); ok && seq == m.Position() {
+		d := s.decision(pp, m.Position())
 		d.Node = node
-		return s.publishDecision(ctx, pod, d, m.StreamSeq)
+		return s.publishDecision(ctx, pod, d, m.Position())
 	}
 	// Any other pending message means the pod is not (or no longer) placed: an earlier decision lost a
 	// conflict at the binder, or this is a requeue.
 	if s.cache.Forget(uid) && conflicted {
 		// Its assumption held room on its node in this replica's view; pods parked as unschedulable
 		// against that view may fit now.
-		s.parks.Trigger("f" + s.cfg.ID + "-" + strconv.FormatUint(m.StreamSeq, 10))
+		s.parks.Trigger("f" + s.cfg.ID + "-" + strconv.FormatUint(m.Position(), 10))
 	}
 	s.parks.Remove(uid)
 
@@ -90,7 +90,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	res, err := algo.run(c, snap, pi)
 	var assumeErr error
 	if err == nil {
-		assumeErr = s.cache.Assume(pi, res.node, m.StreamSeq)
+		assumeErr = s.cache.Assume(pi, res.node, m.Position())
 		if assumeErr == nil {
 			if assumeErr = algo.reserve(c, pi, res.node); assumeErr != nil {
 				s.cache.Forget(uid)
@@ -100,7 +100,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	// decidedAt is read inside the cycle: a replay (podbus audit what-if) puts decisions back in the
 	// order they were made.
 	decidedAt := s.now()
-	d := s.decision(pp, m.StreamSeq)
+	d := s.decision(pp, m.Position())
 	d.DecidedAt = timestamppb.New(decidedAt)
 	d.Requests = pi.Requests
 	d.NodesEvaluated = int32(res.evaluated)
@@ -111,7 +111,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		// Sent before the cycle lock is released, so decisions reach the stream in the order they were
 		// made: the binder commits constrained pods in stream order, and each then finds committed
 		// exactly the pods this replica had assumed when it decided.
-		sent, sendErr = s.pub.PublishAsync(bus.SubjPodScheduled, d, decisionMeta(pod, d, m.StreamSeq))
+		sent, sendErr = s.pub.PublishAsync(bus.SubjPodScheduled, d, decisionMeta(pod, d, m.Position()))
 	}
 	s.cycle.Unlock()
 
@@ -155,7 +155,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 				d.NodesEvaluated = int32(fit.NumAllNodes)
 			}
 		}
-		if err := s.publishDecision(ctx, pod, d, m.StreamSeq); err != nil {
+		if err := s.publishDecision(ctx, pod, d, m.Position()); err != nil {
 			return err
 		}
 		s.parks.Add(pod, pp.GetRevision(), seen, curedByPodAdds(fit))

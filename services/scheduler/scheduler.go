@@ -163,7 +163,8 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		cfg:   cfg,
 		conn:  conn,
 		actor: actor,
-		pub:   pub,
+		// Decisions made while earlier ones are being stored go out together, in decision order.
+		pub: bus.NewBatcher(conn.JS, actor),
 		log:   log,
 		now:   time.Now,
 		cache: cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),

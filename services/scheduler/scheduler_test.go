@@ -40,7 +40,7 @@ type harness struct {
 
 type recorded struct {
 	header nats.Header
-	seq    uint64
+	pos    uint64 // bus.Position of the message (batch entries have their own)
 	dec    *pb.SchedulingDecision
 	pend   *pb.PendingPod
 }
@@ -62,22 +62,29 @@ func newHarness(t *testing.T) *harness {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, _ := m.Metadata()
-		r := recorded{header: m.Headers(), seq: md.Sequence.Stream}
-		uid := m.Headers().Get(bus.HdrPodUID)
+		entries, err := bus.Unbatch(m.Headers(), m.Data())
+		if err != nil {
+			t.Errorf("%s: %v", m.Subject(), err)
+			return
+		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if m.Subject() == bus.SubjPodScheduled {
-			r.dec = &pb.SchedulingDecision{}
-			if err := proto.Unmarshal(m.Data(), r.dec); err != nil {
-				t.Errorf("decision: %v", err)
+		for i, e := range entries {
+			r := recorded{header: e.Header, pos: bus.Position(md.Sequence.Stream, i)}
+			uid := e.Header.Get(bus.HdrPodUID)
+			if m.Subject() == bus.SubjPodScheduled {
+				r.dec = &pb.SchedulingDecision{}
+				if err := proto.Unmarshal(e.Data, r.dec); err != nil {
+					t.Errorf("decision: %v", err)
+				}
+				h.decisions[uid] = append(h.decisions[uid], r)
+			} else {
+				r.pend = &pb.PendingPod{}
+				if err := proto.Unmarshal(e.Data, r.pend); err != nil {
+					t.Errorf("pending: %v", err)
+				}
+				h.pending[uid] = append(h.pending[uid], r)
 			}
-			h.decisions[uid] = append(h.decisions[uid], r)
-		} else {
-			r.pend = &pb.PendingPod{}
-			if err := proto.Unmarshal(m.Data(), r.pend); err != nil {
-				t.Errorf("pending: %v", err)
-			}
-			h.pending[uid] = append(h.pending[uid], r)
 		}
 	})
 	if err != nil {
@@ -197,9 +204,9 @@ func TestScheduleUnschedulableAndRequeue(t *testing.T) {
 	if !proto.Equal(want, got) {
 		t.Errorf("decision\n got %v\nwant %v", got, want)
 	}
-	pendSeq := h.pendingFor("uid-a")[0].seq
+	pendPos := h.pendingFor("uid-a")[0].pos
 	wantHdr := map[string]string{
-		bus.HdrMsgID: fmt.Sprintf("sched-uid-a-%d", pendSeq), bus.HdrPodUID: "uid-a", bus.HdrKey: "default/a",
+		bus.HdrMsgID: fmt.Sprintf("sched-uid-a-%d", pendPos), bus.HdrPodUID: "uid-a", bus.HdrKey: "default/a",
 		bus.HdrCorrelation: "corr-uid-a", bus.HdrActor: "scheduler/a",
 	}
 	for k, v := range wantHdr {

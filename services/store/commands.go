@@ -72,7 +72,7 @@ func (s *Service) created(ctx context.Context, pod *pb.Pod, rev uint64, queue bo
 		uid := pod.GetMetadata().GetUid()
 		msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeCreated}
 		id := fmt.Sprintf("pending-%s-%d", uid, rev)
-		if err := s.pub.Publish(ctx, bus.PendingSubject(podutil.ConstraintGroup(pod)), msg, meta(pod, id, in)); err != nil {
+		if err := s.batch.Publish(ctx, bus.PendingSubject(podutil.ConstraintGroup(pod)), msg, meta(pod, id, in)); err != nil {
 			return nil, fmt.Errorf("queue created pod %s: %w", uid, err)
 		}
 	}

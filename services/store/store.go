@@ -36,9 +36,12 @@ type Service struct {
 	cfg  Config
 	conn *bus.Conn
 	pub  *bus.Publisher
-	log  *slog.Logger
-	pods jetstream.KeyValue // opened by Run (or open)
-	now  func() time.Time
+	// batch publishes the created pods' pod.pending messages: those of concurrent commands are stored
+	// together (group commit).
+	batch *bus.Batcher
+	log   *slog.Logger
+	pods  jetstream.KeyValue // opened by Run (or open)
+	now   func() time.Time
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -57,11 +60,12 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	actor := "store/" + cfg.ID
 	return &Service{
-		cfg:  cfg,
-		conn: conn,
-		pub:  bus.NewPublisher(conn.JS, actor),
-		log:  slog.Default().With("actor", actor),
-		now:  time.Now,
+		cfg:   cfg,
+		conn:  conn,
+		pub:   bus.NewPublisher(conn.JS, actor),
+		batch: bus.NewBatcher(conn.JS, actor),
+		log:   slog.Default().With("actor", actor),
+		now:   time.Now,
 	}, nil
 }
 
