@@ -22,7 +22,7 @@ import (
 func startCeiling(start func(string, func(context.Context, *bus.Conn) error) error, b bus.Buckets) error {
 	var pods sync.Map // uid -> *pb.Pod as created (the binder stand-in skips the read the real one does)
 	if err := start("ceiling-store", func(ctx context.Context, c *bus.Conn) error {
-		pub := bus.NewPublisher(c.JS, "store/ceiling")
+		pub := bus.NewBatcher(c.JS, "store/ceiling")
 		return bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerStore,
 			Filters: []string{bus.SubjPodCommands}, Workers: 32, Key: func(m *bus.Msg) string { return m.Meta.Key }},
 			func(ctx context.Context, m *bus.Msg) error {
@@ -44,7 +44,7 @@ func startCeiling(start func(string, func(context.Context, *bus.Conn) error) err
 		return err
 	}
 	if err := start("ceiling-scheduler", func(ctx context.Context, c *bus.Conn) error {
-		pub := bus.NewPublisher(c.JS, "scheduler/ceiling")
+		pub := bus.NewBatcher(c.JS, "scheduler/ceiling")
 		keys, err := b.Nodes.ListKeys(ctx)
 		if err != nil {
 			return err

@@ -278,7 +278,8 @@ func basicOnce(ctx context.Context, cfg Config, schedulers int, ceiling bool) (b
 		defer stop()
 	}
 	cpuBefore := processCPU()
-	pub := bus.NewPublisher(root.JS, "loadtest")
+	// Commands grouped as admission groups concurrent requests' commands.
+	pub := bus.NewBatcher(root.JS, "admission/loadtest")
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
 	submitted := make(chan error, 1)
@@ -470,7 +471,7 @@ func counterDelta(before, after map[string]int64) map[string]int64 {
 func printCounters(w io.Writer, c map[string]int64) {
 	names := make([]string, 0, len(c))
 	for k := range c {
-		if strings.HasPrefix(k, "binder.") || strings.HasPrefix(k, "scheduler.") || strings.HasPrefix(k, "handled.") || strings.HasPrefix(k, "retries.") || strings.HasPrefix(k, "errors.") {
+		if strings.HasPrefix(k, "binder.") || strings.HasPrefix(k, "batch.") || strings.HasPrefix(k, "scheduler.") || strings.HasPrefix(k, "handled.") || strings.HasPrefix(k, "retries.") || strings.HasPrefix(k, "errors.") {
 			names = append(names, k)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
@@ -83,9 +84,14 @@ func Pod(namespace, name, cpu, memory string, labels map[string]string) *pb.Pod 
 	}
 }
 
+// AsyncPublisher is a bus.Publisher or, to group commands as admission does, a bus.Batcher.
+type AsyncPublisher interface {
+	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
+}
+
 // Submit sends pod.cmd.create for every pod, as admission does but without waiting for the store's
 // answers: publishes go out asynchronously, at most inflight unacknowledged at a time.
-func Submit(ctx context.Context, pub *bus.Publisher, pods []*pb.Pod, inflight int) error {
+func Submit(ctx context.Context, pub AsyncPublisher, pods []*pb.Pod, inflight int) error {
 	inflight = max(inflight, 1)
 	pending := make([]jetstream.PubAckFuture, 0, inflight)
 	for _, p := range pods {

@@ -71,7 +71,7 @@ var ErrConfig = errors.New("admission: invalid config")
 type Service struct {
 	cfg    Config
 	conn   *bus.Conn
-	pub    *bus.Publisher
+	pub    *bus.Batcher // commands of concurrent requests are stored together (group commit)
 	pods   jetstream.KeyValue
 	nodes  jetstream.KeyValue
 	log    *slog.Logger
@@ -112,7 +112,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	return &Service{
 		cfg:    cfg,
 		conn:   conn,
-		pub:    bus.NewPublisher(conn.JS, "admission/"+cfg.ID),
+		pub:    bus.NewBatcher(conn.JS, "admission/"+cfg.ID),
 		pods:   b.Pods,
 		nodes:  b.Nodes,
 		log:    logger.With("actor", "admission/"+cfg.ID),
