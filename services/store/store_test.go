@@ -579,3 +579,75 @@ func TestDeletePreempted(t *testing.T) {
 		t.Errorf("termination reason = %q", r)
 	}
 }
+
+// Commands sent together (admission's group commit) are stored as fewer messages, and the store's
+// pending messages for them too; each pod still gets its answer and exactly one pending entry.
+func TestConcurrentCreatesShareStoredMessages(t *testing.T) {
+	h := start(t)
+	ctx := context.Background()
+	const n = 200
+	answers := make(chan *pb.CommandResult, n)
+	sub, err := h.conn.NC.Subscribe("answers.>", func(m *nats.Msg) {
+		res := &pb.CommandResult{}
+		if err := proto.Unmarshal(m.Data, res); err != nil {
+			t.Error(err)
+		}
+		answers <- res
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	admission := bus.NewBatcher(h.conn.JS, "admission/test")
+	var futures []jetstream.PubAckFuture
+	for i := range n {
+		p := pod(fmt.Sprintf("u%d", i))
+		p.Metadata.Name = fmt.Sprintf("web-%d", i)
+		f, err := admission.PublishAsync(bus.SubjPodCreate, create(p), bus.Meta{Reply: fmt.Sprintf("answers.%d", i),
+			Key: "default/" + p.Metadata.Name, PodUID: p.Metadata.Uid, Correlation: p.Internal.CorrelationId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case res := <-answers:
+			if res.GetCode() != 201 {
+				t.Fatalf("answer %d %s: %s", res.GetCode(), res.GetReason(), res.GetMessage())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("not every command was answered")
+		}
+	}
+
+	pending := h.msgs(bus.StreamPods, bus.SubjPodPendingAll)
+	seen := map[string]bool{}
+	for _, m := range pending {
+		pp := bustest.Decode(t, m, &pb.PendingPod{})
+		uid := pp.GetPod().GetMetadata().GetUid()
+		want := fmt.Sprintf("pending-%s-%d", uid, pp.GetRevision())
+		if seen[uid] || m.Header.Get(bus.HdrPodUID) != uid || m.Header.Get(bus.HdrMsgID) != want || m.Header.Get(bus.HdrCorrelation) != "corr-"+uid {
+			t.Fatalf("pending entry for %s (seen before: %v) has headers %v", uid, seen[uid], m.Header)
+		}
+		seen[uid] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d pods pending, want %d", len(seen), n)
+	}
+	st, err := h.conn.JS.Stream(ctx, bus.StreamPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, p := info.State.Subjects[bus.SubjPodCreate], info.State.Subjects[bus.SubjPodPending]; c >= n || p >= n {
+		t.Errorf("%d commands and their pending pods were stored as %d and %d messages; want fewer", n, c, p)
+	}
+}
