@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -164,5 +165,50 @@ func TestWorkHandlesEachEntryOfABatch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestUnbatchReadsTheWireFormat(t *testing.T) {
+	batch := &pb.Batch{Entries: []*pb.BatchEntry{
+		{Data: []byte("first"), Headers: map[string]string{bus.HdrPodUID: "u1", bus.HdrKey: "ns/a", bus.HdrMsgID: "m1"}},
+		{}, // no payload, no headers
+		{Data: []byte{0, 1, 2}, Headers: map[string]string{bus.HdrTrigger: "", bus.HdrReply: "r.1"}},
+	}}
+	data, err := proto.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A field of another wire type (a later version's) is skipped.
+	data = protowire.AppendVarint(protowire.AppendTag(data, 9, protowire.VarintType), 42)
+	outer := nats.Header{bus.HdrBatch: {"3"}, bus.HdrActor: {"store/a"}}
+	got, err := bus.Unbatch(outer, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(batch.Entries) {
+		t.Fatalf("%d entries, want %d", len(got), len(batch.Entries))
+	}
+	for i, e := range batch.Entries {
+		want := nats.Header{bus.HdrActor: {"store/a"}}
+		for k, v := range e.Headers {
+			want[k] = []string{v}
+		}
+		if string(got[i].Data) != string(e.Data) || fmt.Sprint(got[i].Header) != fmt.Sprint(want) {
+			t.Errorf("entry %d: data %q headers %v; want %q %v", i, got[i].Data, got[i].Header, e.Data, want)
+		}
+	}
+
+	for name, bad := range map[string][]byte{
+		"truncated": data[:len(data)-5],
+		"garbage":   {0xff, 0xff, 0xff},
+		"empty":     nil,
+	} {
+		if _, err := bus.Unbatch(outer, bad); !errors.Is(err, bus.ErrMalformed) {
+			t.Errorf("%s batch: err %v, want ErrMalformed", name, err)
+		}
+	}
+	// Without the header a message stands for itself.
+	if got, err := bus.Unbatch(nats.Header{}, data); err != nil || len(got) != 1 || string(got[0].Data) != string(data) {
+		t.Errorf("plain message unpacked as %d entries, err %v", len(got), err)
 	}
 }
