@@ -149,13 +149,14 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 			return err
 		}
 	}
+	old := pod.GetStatus().GetNominatedNodeName()
 	next, newRev, err := s.bind(ctx, key, pod, rev, d)
 	if err != nil {
 		return err
 	}
 	// A pod nominated elsewhere by a preemption no longer needs that room (on its own node, reserve
 	// dropped the nomination already).
-	if old := pod.GetStatus().GetNominatedNodeName(); old != "" && old != d.GetNode() {
+	if old != "" && old != d.GetNode() {
 		if err := s.unnominate(ctx, old, pod.GetMetadata().GetUid()); err != nil {
 			return err
 		}
@@ -163,9 +164,11 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 	return s.announce(ctx, next, newRev, d.GetNode())
 }
 
-// bind writes the binding on the pod (compare-and-set on rev).
+// bind writes the binding on the pod (compare-and-set on rev). It changes pod itself, which is this
+// attempt's own copy (decoded from the decision or read from the store): a failed compare-and-set
+// makes the caller read the pod again.
 func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) (*pb.Pod, uint64, error) {
-	next := proto.Clone(pod).(*pb.Pod)
+	next := pod
 	if next.Spec == nil {
 		next.Spec = &pb.PodSpec{}
 	}
