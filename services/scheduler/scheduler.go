@@ -164,7 +164,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		conn:  conn,
 		actor: actor,
 		// Decisions made while earlier ones are being stored go out together, in decision order.
-		pub: bus.NewBatcher(conn.JS, actor),
+		pub:   bus.NewBatcher(conn.JS, actor),
 		log:   log,
 		now:   time.Now,
 		cache: cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),
