@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -334,7 +335,8 @@ func (w *worker) messages(raw jetstream.Msg) []*Msg {
 		return []*Msg{&base}
 	}
 	w.mu.Lock()
-	done := w.settled[base.StreamSeq]
+	// A copy: a delivery whose ack wait ran out may still be settling entries of the same batch.
+	done := slices.Clone(w.settled[base.StreamSeq])
 	w.mu.Unlock()
 	b := &batchAck{w: w, raw: raw, seq: base.StreamSeq, n: len(entries)}
 	out := make([]*Msg, 0, len(entries))
