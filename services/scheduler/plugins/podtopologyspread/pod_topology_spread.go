@@ -22,10 +22,12 @@ package podtopologyspread
 import (
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"unique"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -316,13 +318,13 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 		memos[i] = map[unique.Handle[string]]bool{}
 	}
 	chunks := state.Snapshot().NodeChunks()
-	countOf := func(chunk []framework.NodeInfo) []domainCounts { return countChunk(chunk, pod.Pod, cs, req, ns, memos) }
+	countOf := func(n *framework.NodeInfo, out []nodeShare) { countNode(n, pod.Pod, cs, req, ns, memos, out) }
 	if shared {
 		p.totals.update(sig, len(cs), chunks, countOf, s.counts)
 	} else {
 		acc := make([]domainCounts, len(cs))
 		for _, chunk := range chunks {
-			counts := countOf(chunk)
+			counts := sharesOf(countChunk(chunk, len(cs), countOf), len(cs))
 			for i := range cs {
 				counts[i].addTo(&acc[i])
 			}
@@ -342,16 +344,17 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 // runningTotals keeps, per counts signature, the domain counts summed over the chunks of the last
 // snapshot seen, with each chunk's share. A later snapshot differs from it in the few chunks where pods
 // were placed or removed since, so the totals follow by taking out those chunks' old shares and adding
-// their new ones, instead of summing every chunk again.
+// their new ones, instead of summing every chunk again. Within a changed chunk, only the nodes that
+// changed are counted again: the others keep their part of the share.
 type runningTotals struct {
 	mu    sync.Mutex
 	bySig map[string]*running
 }
 
 type running struct {
-	firsts []*framework.NodeInfo // each chunk's first element: its identity
-	lens   []int
-	shares [][]domainCounts // per chunk, per constraint
+	chunks [][]framework.NodeInfo // the chunks counted: their identity, and their nodes' as counted
+	parts  [][]nodeShare          // per chunk: per node, per constraint
+	shares [][]domainCounts       // per chunk, per constraint
 	// per constraint: domain -> {matching pods, chunks listing the domain}; a domain exists while some
 	// chunk lists it (an eligible node carries it), even with no matching pod.
 	sums []map[string]*[2]int
@@ -361,15 +364,15 @@ type running struct {
 const maxRunningSigs = 64
 
 // update brings sig's totals to chunks and writes them, per constraint, into out.
-func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInfo, countOf func([]framework.NodeInfo) []domainCounts, out []map[string]int) {
+func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInfo, countOf func(*framework.NodeInfo, []nodeShare), out []map[string]int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.bySig[sig]
-	if r == nil || len(r.firsts) != len(chunks) {
+	if r == nil || len(r.chunks) != len(chunks) {
 		if t.bySig == nil || len(t.bySig) >= maxRunningSigs {
 			t.bySig = map[string]*running{}
 		}
-		r = &running{firsts: make([]*framework.NodeInfo, len(chunks)), lens: make([]int, len(chunks)),
+		r = &running{chunks: make([][]framework.NodeInfo, len(chunks)), parts: make([][]nodeShare, len(chunks)),
 			shares: make([][]domainCounts, len(chunks)), sums: make([]map[string]*[2]int, ncs)}
 		for i := range r.sums {
 			r.sums[i] = map[string]*[2]int{}
@@ -377,15 +380,30 @@ func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInf
 		t.bySig[sig] = r
 	}
 	for j, chunk := range chunks {
-		if r.firsts[j] == &chunk[0] && r.lens[j] == len(chunk) {
+		old := r.chunks[j]
+		if len(old) == len(chunk) && &old[0] == &chunk[0] {
 			continue
 		}
 		if r.shares[j] != nil {
 			r.apply(r.shares[j], -1)
 		}
-		counts := countOf(chunk)
+		var parts []nodeShare
+		if len(old) == len(chunk) {
+			parts = make([]nodeShare, len(chunk)*ncs)
+			for k := range chunk {
+				dst := parts[k*ncs : (k+1)*ncs]
+				if sameCounts(&old[k], &chunk[k]) {
+					copy(dst, r.parts[j][k*ncs:(k+1)*ncs])
+				} else {
+					countOf(&chunk[k], dst)
+				}
+			}
+		} else {
+			parts = countChunk(chunk, ncs, countOf) // a node came or went: count them all
+		}
+		counts := sharesOf(parts, ncs)
 		r.apply(counts, 1)
-		r.firsts[j], r.lens[j], r.shares[j] = &chunk[0], len(chunk), counts
+		r.chunks[j], r.parts[j], r.shares[j] = chunk, parts, counts
 	}
 	for i, m := range r.sums {
 		out[i] = make(map[string]int, len(m))
@@ -393,6 +411,15 @@ func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInf
 			out[i][v] = c[0]
 		}
 	}
+}
+
+// sameCounts reports whether b, a later version of a's place in the list, counts as a did under a
+// shared signature: the same node object (its labels, so its domains) and the same pods (the label
+// sets, built anew whenever the node's pods change). The inclusion policies do not apply there.
+func sameCounts(a, b *framework.NodeInfo) bool {
+	return a.Node == b.Node && a.Name() == b.Name() && len(a.LabelSets) == len(b.LabelSets) &&
+		unsafe.SliceData(a.LabelSets) == unsafe.SliceData(b.LabelSets) &&
+		reflect.ValueOf(a.Labels).UnsafePointer() == reflect.ValueOf(b.Labels).UnsafePointer()
 }
 
 // apply adds (sign 1) or takes out (sign -1) one chunk's share.
@@ -421,28 +448,49 @@ func (r *running) apply(share []domainCounts, sign int) {
 	}
 }
 
-// countChunk counts matching pods per domain, per constraint, over a chunk's eligible nodes.
-func countChunk(chunk []framework.NodeInfo, pod *pb.Pod, cs []constraint, req *nodeaffinity.Required, ns string, memos []map[unique.Handle[string]]bool) []domainCounts {
-	out := make([]domainCounts, len(cs))
-	vals := make([]string, len(cs))
-nodes:
-	for j := range chunk {
-		n := &chunk[j]
-		// One lookup per key and node.
-		for i := range cs {
-			v, ok := n.Labels[cs[i].key]
-			if !ok {
-				continue nodes
-			}
-			// Interned: merging the chunks' counts compares values, and equal strings at one
-			// address compare at once.
-			vals[i] = unique.Make(v).Value()
+// nodeShare is one node's part of a chunk's counts for one constraint: its domain and the matching pods
+// on it, if the node is eligible.
+type nodeShare struct {
+	val string
+	n   int
+	ok  bool
+}
+
+// countNode counts the pods on n matching each constraint, into out (one entry per constraint).
+func countNode(n *framework.NodeInfo, pod *pb.Pod, cs []constraint, req *nodeaffinity.Required, ns string, memos []map[unique.Handle[string]]bool, out []nodeShare) {
+	clear(out)
+	// One lookup per key and node.
+	for i := range cs {
+		v, ok := n.Labels[cs[i].key]
+		if !ok {
+			return
 		}
-		for i := range cs {
-			if !cs[i].included(pod, n, req) {
-				continue
-			}
-			out[i].add(vals[i], countMatching(n.LabelSets, cs[i].selector, ns, memos[i]))
+		// Interned: merging the chunks' counts compares values, and equal strings at one address
+		// compare at once.
+		out[i].val = unique.Make(v).Value()
+	}
+	for i := range cs {
+		if cs[i].included(pod, n, req) {
+			out[i].n, out[i].ok = countMatching(n.LabelSets, cs[i].selector, ns, memos[i]), true
+		}
+	}
+}
+
+// countChunk counts every node of a chunk: per node, per constraint.
+func countChunk(chunk []framework.NodeInfo, ncs int, countOf func(*framework.NodeInfo, []nodeShare)) []nodeShare {
+	parts := make([]nodeShare, len(chunk)*ncs)
+	for k := range chunk {
+		countOf(&chunk[k], parts[k*ncs:(k+1)*ncs])
+	}
+	return parts
+}
+
+// sharesOf sums a chunk's node parts per domain, per constraint.
+func sharesOf(parts []nodeShare, ncs int) []domainCounts {
+	out := make([]domainCounts, ncs)
+	for k, p := range parts {
+		if p.ok {
+			out[k%ncs].add(p.val, p.n)
 		}
 	}
 	return out
