@@ -46,7 +46,6 @@ type Batcher struct {
 
 type batchQueue struct {
 	items    []*batchItem
-	bytes    int
 	flushing bool
 }
 
@@ -73,7 +72,7 @@ func (b *Batcher) Publish(ctx context.Context, subject string, m proto.Message, 
 // PublishAsync queues m and returns its future; the caller must wait on it (Wait) before it
 // acknowledges whatever caused the publish.
 func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jetstream.PubAckFuture, error) {
-	msg, err := (&Publisher{actor: b.actor}).msg(subject, m, meta)
+	msg, err := encode(b.actor, subject, m, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +85,6 @@ func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jets
 		b.subjects[subject] = q
 	}
 	q.items = append(q.items, it)
-	q.bytes += len(msg.Data)
 	if !q.flushing {
 		// The flusher lives while its subject has messages queued, and ends when the queue is empty.
 		q.flushing = true
@@ -111,7 +109,6 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 		}
 		group := q.items[:n:n]
 		q.items = q.items[n:]
-		q.bytes -= size
 		b.mu.Unlock()
 
 		msg := group[0].msg

@@ -68,11 +68,16 @@ func NewPublisher(js jetstream.JetStream, actor string) *Publisher {
 func (p *Publisher) Actor() string { return p.actor }
 
 func (p *Publisher) msg(subject string, m proto.Message, meta Meta) (*nats.Msg, error) {
+	return encode(p.actor, subject, m, meta)
+}
+
+// encode is the message m on subject, with meta's headers and actor.
+func encode(actor, subject string, m proto.Message, meta Meta) (*nats.Msg, error) {
 	data, err := proto.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("marshal %T for %s: %w", m, subject, err)
 	}
-	meta.Actor = p.actor
+	meta.Actor = actor
 	return &nats.Msg{Subject: subject, Data: data, Header: meta.header()}, nil
 }
 
