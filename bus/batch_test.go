@@ -178,7 +178,8 @@ func TestUnbatchReadsTheWireFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A field of another wire type (a later version's) is skipped.
+	// Fields of another wire type (a later version's), before and after the entries, are skipped.
+	data = append(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7), data...)
 	data = protowire.AppendVarint(protowire.AppendTag(data, 9, protowire.VarintType), 42)
 	outer := nats.Header{bus.HdrBatch: {"3"}, bus.HdrActor: {"store/a"}}
 	got, err := bus.Unbatch(outer, data)
