@@ -24,3 +24,13 @@ func TestDomainCounts(t *testing.T) {
 		}
 	}
 }
+
+// into adds the counts to m.
+func (d *domainCounts) into(m map[string]int) {
+	for i, v := range d.vals {
+		m[v] += d.cnts[i]
+	}
+	for v, c := range d.m {
+		m[v] += c
+	}
+}

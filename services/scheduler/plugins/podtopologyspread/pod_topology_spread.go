@@ -261,26 +261,6 @@ func (d *domainCounts) add(v string, n int) {
 	d.m[v] += n
 }
 
-// addTo adds the counts to o.
-func (d *domainCounts) addTo(o *domainCounts) {
-	for i, v := range d.vals {
-		o.add(v, d.cnts[i])
-	}
-	for v, c := range d.m {
-		o.add(v, c)
-	}
-}
-
-// into adds the counts to m.
-func (d *domainCounts) into(m map[string]int) {
-	for i, v := range d.vals {
-		m[v] += d.cnts[i]
-	}
-	for v, c := range d.m {
-		m[v] += c
-	}
-}
-
 // PreFilter counts matching pods per domain over every eligible node, once per cycle. When the counts
 // depend only on the constraints and the namespace, it follows running totals and recounts only the
 // chunks of nodes that changed since the last cycle.
@@ -322,16 +302,20 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 	if shared {
 		p.totals.update(sig, len(cs), chunks, countOf, s.counts)
 	} else {
-		acc := make([]domainCounts, len(cs))
-		for _, chunk := range chunks {
-			counts := sharesOf(countChunk(chunk, len(cs), countOf), len(cs))
-			for i := range cs {
-				counts[i].addTo(&acc[i])
-			}
-		}
+		// Counts for this pod alone: summed node by node, with nothing kept.
+		one := make([]nodeShare, len(cs))
 		for i := range cs {
 			s.counts[i] = map[string]int{}
-			acc[i].into(s.counts[i])
+		}
+		for _, chunk := range chunks {
+			for k := range chunk {
+				countOf(&chunk[k], one)
+				for i, p := range one {
+					if p.ok {
+						s.counts[i][p.val] += p.n
+					}
+				}
+			}
 		}
 	}
 	for i := range cs {
