@@ -395,14 +395,16 @@ func observe(ctx context.Context, kv jetstream.KeyValue, want int) (*observer, e
 			}
 			k := e.Key()
 			o.mu.Lock()
-			if _, ok := o.first[k]; !ok {
-				// The creation: the measured pods are created unbound, so there is nothing to decode
-				// (decoding every pod twice was a visible share of the measured CPU).
+			_, seen := o.first[k]
+			if !seen {
 				o.first[k] = e.Created()
-				o.mu.Unlock()
-				continue
 			}
 			o.mu.Unlock()
+			if !seen {
+				// The creation: the measured pods are created unbound, so there is nothing to decode
+				// (decoding every pod twice was a visible share of the measured CPU).
+				continue
+			}
 			var p pb.Pod
 			if proto.Unmarshal(e.Value(), &p) != nil {
 				continue
