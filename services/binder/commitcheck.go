@@ -177,6 +177,9 @@ func (v *commitView) concerns(pod *pb.Pod) bool {
 		return true
 	}
 	// Symmetry: a placed pod's required anti-affinity may exclude this pod.
+	if !v.cache.AnyRequiredAntiAffinity() {
+		return false
+	}
 	snap, _ := v.cache.Snapshot()
 	ns, labels := pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetLabels()
 	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {

@@ -112,3 +112,37 @@ func TestCommitCheckUnderConcurrentDecisions(t *testing.T) {
 		})
 	}
 }
+
+// A placed pod's required anti-affinity also binds pods that have no constraints of their own
+// (symmetry): the commit of a matching pod in its domain is refused, one elsewhere goes through.
+func TestCommitCheckHonoursPlacedAntiAffinity(t *testing.T) {
+	h := setup(t)
+	for _, n := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a")} {
+		h.addNode(n)
+	}
+	s := h.viewing("b1")
+	web := func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"app": "web"} }
+	guard, same, other := pod("u0", "guard", "100m", antiWeb(hostKey)), pod("u1", "same", "100m", web), pod("u2", "other", "100m", web)
+	for _, p := range []*pb.Pod{guard, same, other} {
+		h.addPod(p)
+	}
+	ctx := context.Background()
+	if err := s.decide(ctx, decision("u0", "guard", "a1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 5*time.Second, func() bool {
+		snap, _ := s.view.cache.Snapshot()
+		n := snap.Get("a1")
+		return n != nil && len(n.PodsWithRequiredAntiAffinity) == 1
+	}, "the binder's view holds the guard on a1")
+	for i, d := range []*pb.SchedulingDecision{decision("u1", "same", "a1"), decision("u2", "other", "a2")} {
+		if err := s.decide(ctx, d, uint64(i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"guard": "a1", "same": "", "other": "a2"} {
+		if got := h.getPod(name).GetSpec().GetNodeName(); got != want {
+			t.Errorf("%s bound to %q; want %q", name, got, want)
+		}
+	}
+}
