@@ -37,9 +37,16 @@ func TestAuditStream(t *testing.T) {
 	if err := bus.Delete(ctx, b.Pods, key, rev); err != nil {
 		t.Fatal(err)
 	}
+	// The binder's ledger is not copied; node records are.
+	if _, err := bus.Create(ctx, b.Alloc, bus.NodeKey("n1"), &pb.NodeAllocation{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Create(ctx, b.Nodes, bus.NodeKey("n1"), &pb.Node{Metadata: &pb.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
 	bustest.Eventually(t, 10*time.Second, func() bool {
-		return len(bustest.Messages(t, c, bus.StreamAudit, ">")) == 3
-	}, "AUDIT has the decision, the put and the delete")
+		return len(bustest.Messages(t, c, bus.StreamAudit, ">")) == 4
+	}, "AUDIT has the decision, the put and the delete of the pod, and the node")
 	msgs := bustest.Messages(t, c, bus.StreamAudit, ">")
 	bySubject := map[string][]*jetstream.RawStreamMsg{}
 	for _, m := range msgs {
@@ -47,6 +54,12 @@ func TestAuditStream(t *testing.T) {
 	}
 	if d := bySubject[bus.SubjPodScheduled]; len(d) != 1 || d[0].Header.Get(bus.HdrActor) != "test/a" || d[0].Header.Get(bus.HdrPodUID) != "u1" {
 		t.Errorf("decision not sourced with its headers: %v", d)
+	}
+	if n := len(bySubject[bus.SubjKV(bus.BucketNodes)+bus.NodeKey("n1")]); n != 1 {
+		t.Errorf("%d node records in AUDIT, want 1", n)
+	}
+	if n := len(bySubject[bus.SubjKV(bus.BucketAlloc)+bus.NodeKey("n1")]); n != 0 {
+		t.Errorf("%d alloc records in AUDIT, want none", n)
 	}
 	kv := bySubject[bus.SubjKV(bus.BucketPods)+key]
 	if len(kv) != 2 || kv[0].Header.Get(bus.HdrKVOperation) != "" || kv[1].Header.Get(bus.HdrKVOperation) != "DEL" {
@@ -69,7 +82,7 @@ func TestAuditStream(t *testing.T) {
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject(bus.SubjPodScheduled)); err == nil {
 		t.Error("purging a subject of the audit stream was allowed")
 	}
-	if n := len(bustest.Messages(t, c, bus.StreamAudit, ">")); n != 3 {
-		t.Errorf("AUDIT has %d messages after the refused deletes, want 3", n)
+	if n := len(bustest.Messages(t, c, bus.StreamAudit, ">")); n != 4 {
+		t.Errorf("AUDIT has %d messages after the refused deletes, want 4", n)
 	}
 }

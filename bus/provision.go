@@ -66,7 +66,10 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 }
 
 // AuditConfig is the AUDIT stream: it sources every pipeline stream (HEARTBEATS excepted: a node's
-// status changes reach the nodes bucket, which is sourced) and the streams of the three buckets. Sourced
+// status changes reach the nodes bucket, which is sourced) and the streams of the pods and nodes
+// buckets. The alloc bucket is left out: it is the binder's ledger, rebuilt from the pods' bindings and
+// deletions alone, and each of its records holds every pod of its node, so a log kept forever would
+// grow with the square of the pods per node, and copying it cost ~0.02 ms of CPU per pod. Sourced
 // messages keep their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus
 // Nats-Stream-Source naming the origin stream and sequence. DenyDelete and DenyPurge make the log
 // append-only through the API. No de-duplication window: every sourced message is kept, even one whose
@@ -74,7 +77,7 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 func AuditConfig(o Options) jetstream.StreamConfig {
 	var sources []*jetstream.StreamSource
 	for _, name := range []string{StreamPods, StreamStatus, StreamEvents, StreamDead,
-		KVStream(BucketPods), KVStream(BucketNodes), KVStream(BucketAlloc)} {
+		KVStream(BucketPods), KVStream(BucketNodes)} {
 		sources = append(sources, &jetstream.StreamSource{Name: name})
 	}
 	return jetstream.StreamConfig{
