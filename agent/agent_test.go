@@ -222,31 +222,11 @@ func (e *env) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
 // eventReasons lists the reasons of the events recorded about a pod.
 func (e *env) eventReasons(p *pb.Pod) []string {
 	e.t.Helper()
-	ctx := context.Background()
-	cons, err := e.conn.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.SubjEvent(p.Metadata.Namespace, p.Metadata.Name)}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var out []string
-	for {
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var ev pb.Event
-			if err := (&bus.Msg{Data: m.Data()}).Decode(&ev); err != nil {
-				e.t.Fatal(err)
-			}
-			out = append(out, ev.GetReason())
-		}
-		if n == 0 {
-			return out
-		}
+	for _, m := range bustest.Messages(e.t, e.conn, bus.StreamEvents, bus.SubjEvent(p.Metadata.Namespace, p.Metadata.Name)) {
+		out = append(out, bustest.Decode(e.t, m, &pb.Event{}).GetReason())
 	}
+	return out
 }
 
 func TestPodRunsThenTerminates(t *testing.T) {

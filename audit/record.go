@@ -9,6 +9,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,7 +152,11 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 	if o.Batch <= 0 {
 		o.Batch = 4096
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.Filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	var read []string // plus the batches that may hold records under o.Filters (events)
+	if len(o.Filters) > 0 {
+		read = bus.ReadFilters(o.Filters...)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: read, DeliverPolicy: jetstream.DeliverAllPolicy}
 	switch {
 	case o.StartSeq > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.StartSeq
@@ -202,7 +207,11 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 			entries = []bus.Entry{{Header: m.Headers(), Data: m.Data()}}
 		}
 		for i, e := range entries {
-			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: m.Subject(), Header: e.Header, Data: e.Data}
+			subj := cmp.Or(e.Subject, m.Subject())
+			if len(o.Filters) > 0 && !matchesAny(o.Filters, subj) {
+				continue
+			}
+			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: subj, Header: e.Header, Data: e.Data}
 			if err := fn(&rec); err != nil {
 				return err
 			}
@@ -215,3 +224,12 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 
 // hdrStreamSource is set by JetStream on every sourced message: "<stream> <seq> ...".
 const hdrStreamSource = "Nats-Stream-Source"
+
+func matchesAny(filters []string, subject string) bool {
+	for _, f := range filters {
+		if bus.SubjectMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}

@@ -70,3 +70,41 @@ func TestScanUnpacksBatches(t *testing.T) {
 		t.Errorf("%d decisions queued at once were all stored alone", n)
 	}
 }
+
+// Events in their namespace's batches read by one object's subject: Scan reads the batches too and
+// keeps the entries on that subject, each under its own subject.
+func TestScanFindsEventsInNamespaceBatches(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rec := bus.NewRecorder(bus.NewBatcher(c.JS, "binder/b"), "default-scheduler", "b")
+	var futures []jetstream.PubAckFuture
+	for i := range 40 {
+		name := fmt.Sprintf("p%d", i%10) // four events per pod, all at once
+		f, err := rec.Event(&pb.ObjectReference{Kind: "Pod", Namespace: "default", Name: name, Uid: name}, "Normal", "Scheduled", fmt.Sprint(i), fmt.Sprint(i), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	batched := false
+	err := audit.Scan(ctx, c.JS, audit.ScanOptions{Stream: bus.StreamEvents, Filters: []string{bus.SubjEvent("default", "p3")}}, func(r *audit.Record) error {
+		m, err := r.Decode()
+		if err != nil {
+			return err
+		}
+		got = append(got, r.Subject+" "+m.(*pb.Event).GetMessage())
+		batched = batched || r.Index > 0
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "event.default.p3 3|event.default.p3 13|event.default.p3 23|event.default.p3 33"; strings.Join(got, "|") != want || !batched {
+		t.Errorf("read %q (batched: %v), want %q from batches", strings.Join(got, "|"), batched, want)
+	}
+}

@@ -26,7 +26,8 @@ const (
 	MaxBatchEntries = 256
 	maxBatchBytes   = 512 << 10
 	batchPublishTTL = 10 * time.Second
-	positionBits    = 10 // Msg.Position: stream sequence << positionBits | entry index
+	// PositionBits: a position (Msg.Position) is stream sequence << PositionBits | entry index.
+	PositionBits = 10
 )
 
 // Batcher publishes messages in groups (group commit): a message queued while an earlier group of its
@@ -34,6 +35,9 @@ const (
 // load the stages store one message per group instead of one per pod; when idle, a group holds one
 // message and is stored as that message itself, de-duplication id included. Each subject keeps its
 // order: groups go out one at a time, their messages in the order they were queued.
+//
+// Messages are grouped by GroupSubject: by subject, except events, grouped per namespace. An entry on
+// another subject than its batch's keeps its own in HdrSubject.
 //
 // A batch has no de-duplication id, so a group that is published twice (a lost acknowledgement) is
 // stored twice: consumers of batched subjects must be idempotent, as they are for redeliveries.
@@ -77,18 +81,19 @@ func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jets
 		return nil, err
 	}
 	it := &batchItem{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	group := GroupSubject(subject)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.subjects[subject]
+	q := b.subjects[group]
 	if q == nil {
 		q = &batchQueue{}
-		b.subjects[subject] = q
+		b.subjects[group] = q
 	}
 	q.items = append(q.items, it)
 	if !q.flushing {
-		// The flusher lives while its subject has messages queued, and ends when the queue is empty.
+		// The flusher lives while its group has messages queued, and ends when the queue is empty.
 		q.flushing = true
-		go b.flush(subject, q)
+		go b.flush(group, q)
 	}
 	return it, nil
 }
@@ -149,6 +154,9 @@ func packBatch(subject, actor string, group []*batchItem) (*nats.Msg, error) {
 				h[k] = v[0]
 			}
 		}
+		if it.msg.Subject != subject {
+			h[HdrSubject] = it.msg.Subject
+		}
 		b.Entries[i] = &pb.BatchEntry{Data: it.msg.Data, Headers: h}
 	}
 	data, err := proto.Marshal(b)
@@ -186,6 +194,10 @@ func Unbatch(header nats.Header, data []byte) ([]Entry, error) {
 			}
 		}
 		for k, v := range entries[i].Header {
+			if k == HdrSubject {
+				entries[i].Subject = v[0]
+				continue
+			}
 			h[k] = v
 		}
 		entries[i].Header = h
@@ -263,4 +275,6 @@ func fields(b []byte, fn func(protowire.Number, []byte) error) error {
 type Entry struct {
 	Header nats.Header
 	Data   []byte
+	// Subject is the entry's own subject when it is not the stored message's (HdrSubject), else "".
+	Subject string
 }

@@ -213,3 +213,68 @@ func TestUnbatchReadsTheWireFormat(t *testing.T) {
 		t.Errorf("plain message unpacked as %d entries, err %v", len(got), err)
 	}
 }
+
+// Events recorded at once about many objects are stored as batches of their namespace, each entry
+// keeping its own subject; alone, an event is stored on its own subject with its message id.
+func TestBatcherGroupsEventsPerNamespace(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	rec := bus.NewRecorder(bus.NewBatcher(c.JS, "test/1"), "default-scheduler", "test/1")
+	ref := func(ns, name string) *pb.ObjectReference {
+		return &pb.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, Uid: ns + "-" + name}
+	}
+
+	f, err := rec.Event(ref("a", "lone"), "Normal", "Scheduled", "alone", "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Wait(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	lone := bustest.LastMsg(t, c, bus.StreamEvents, bus.SubjEvent("a", "lone"))
+	if lone == nil || lone.Header.Get(bus.HdrBatch) != "" || lone.Header.Get(bus.HdrMsgID) == "" {
+		t.Fatalf("a lone event was stored as %v", lone)
+	}
+
+	const n = 300
+	var futures []jetstream.PubAckFuture
+	for i := range n {
+		ns := []string{"a", "b"}[i%2]
+		f, err := rec.Event(ref(ns, fmt.Sprintf("p%03d", i)), "Normal", "Scheduled", fmt.Sprint(i), "", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.JS.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(bus.SubjAllEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored := info.State.Msgs - 1; stored >= n/2 {
+		t.Errorf("%d events recorded at once were stored as %d messages", n, stored)
+	}
+	if info.State.Subjects["event.a"] == 0 || info.State.Subjects["event.b"] == 0 {
+		t.Errorf("no batch on the namespaces' subjects: event.a %d, event.b %d", info.State.Subjects["event.a"], info.State.Subjects["event.b"])
+	}
+	for i := range n {
+		ns, name := []string{"a", "b"}[i%2], fmt.Sprintf("p%03d", i)
+		got := bustest.Messages(t, c, bus.StreamEvents, bus.SubjEvent(ns, name))
+		if len(got) != 1 {
+			t.Fatalf("%d messages read for %s/%s, want 1", len(got), ns, name)
+		}
+		ev := bustest.Decode(t, got[0], &pb.Event{})
+		if ev.GetInvolvedObject().GetName() != name || ev.GetMessage() != fmt.Sprint(i) || got[0].Subject != bus.SubjEvent(ns, name) {
+			t.Fatalf("read for %s/%s: %v on %s", ns, name, ev, got[0].Subject)
+		}
+	}
+	if got := len(bustest.Messages(t, c, bus.StreamEvents, bus.SubjEventsFor("b"))); got != n/2 {
+		t.Errorf("%d events read in namespace b, want %d", got, n/2)
+	}
+}

@@ -55,7 +55,7 @@ type Msg struct {
 func (m *Msg) Position() uint64 { return Position(m.StreamSeq, m.Index) }
 
 // Position is the position of entry index of the stored message at stream sequence seq.
-func Position(seq uint64, index int) uint64 { return seq<<positionBits | uint64(index) }
+func Position(seq uint64, index int) uint64 { return seq<<PositionBits | uint64(index) }
 
 // acker settles a delivered message: the JetStream message itself, or one entry's share of a batch.
 type acker interface {
@@ -346,6 +346,9 @@ func (w *worker) messages(raw jetstream.Msg) []*Msg {
 		}
 		m := base
 		m.Header, m.Data, m.Meta, m.Index = e.Header, e.Data, MetaFrom(e.Header), i
+		if e.Subject != "" {
+			m.Subject = e.Subject
+		}
 		m.ack = entryAck{b: b, i: i}
 		out = append(out, &m)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -13,18 +14,26 @@ import (
 
 // Recorder records Kubernetes events on event.<ns>.<name>, like a component's EventRecorder.
 type Recorder struct {
-	pub       *Publisher
+	pub       EventPublisher
 	component string
 	host      string
 }
 
+// EventPublisher is a Publisher or, where events come in bulk, a Batcher: it stores the events of one
+// namespace that were recorded together as one message.
+type EventPublisher interface {
+	PublishAsync(subject string, m proto.Message, meta Meta) (jetstream.PubAckFuture, error)
+}
+
 // NewRecorder records events as component (scheduler, kubelet, ...) on host (node name or replica).
-func NewRecorder(pub *Publisher, component, host string) *Recorder {
+func NewRecorder(pub EventPublisher, component, host string) *Recorder {
 	return &Recorder{pub: pub, component: component, host: host}
 }
 
 // Event publishes one event asynchronously. dedup makes the event idempotent: the same object, reason
-// and dedup key give the same event name and message id, so a redelivered step does not record twice.
+// and dedup key give the same event name and message id, so a redelivered step does not record twice
+// (in a batch, which has no message id, it is stored twice under the same name, and a list shows it
+// once).
 func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup string, at time.Time) (jetstream.PubAckFuture, error) {
 	h := fnv.New64a()
 	for _, s := range []string{obj.GetUid(), obj.GetName(), reason, r.component, dedup} {

@@ -110,6 +110,9 @@ const (
 	HdrTrigger     = "Podbus-Trigger"
 	HdrDeadReason  = "Podbus-Dead-Reason"
 	HdrDeadSubject = "Podbus-Dead-Subject"
+	// HdrSubject is a batch entry's own subject, when it is not its batch's (events of several objects
+	// share their namespace's batch, see GroupSubject). Unbatch moves it to Entry.Subject.
+	HdrSubject = "Podbus-Subject"
 )
 
 // SubjReplyPrefix is where admission replicas receive the store's answers: SubjReplyPrefix + id + "." + n.
@@ -177,6 +180,66 @@ func SubjEventsFor(namespace string) string {
 		return SubjAllEvents
 	}
 	return subjEventPrefix + Token(namespace) + ".*"
+}
+
+// GroupSubject is the subject of the batches that may hold a message on subject (see Batcher): the
+// subject itself, except for events, which are grouped per namespace (event.<ns>) because each names
+// its own object. A group of one is stored on its own subject.
+func GroupSubject(subject string) string {
+	if !strings.HasPrefix(subject, subjEventPrefix) {
+		return subject
+	}
+	ns, name, ok := strings.Cut(subject[len(subjEventPrefix):], ".")
+	if !ok || name == "" || strings.Contains(name, ".") {
+		return subject
+	}
+	return subjEventPrefix + ns
+}
+
+// ReadFilters are the subjects to read for the messages that match filters: the filters plus the group
+// subjects whose batches may hold some (GroupSubject), without repeats or subjects another one
+// covers (a consumer refuses overlapping filters). The entries read must then be matched against the
+// filters one by one (SubjectMatches on each entry's subject).
+func ReadFilters(filters ...string) []string {
+	var all []string
+	for _, f := range filters {
+		all = append(all, f)
+		if g := GroupSubject(f); g != f {
+			all = append(all, g)
+		}
+	}
+	var out []string
+	for i, f := range all {
+		covered := false
+		for j, o := range all {
+			if j != i && SubjectMatches(o, f) && (o != f || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// SubjectMatches reports whether subject matches a NATS filter with "*" and ">" wildcards.
+func SubjectMatches(filter, subject string) bool {
+	for {
+		ftok, frest, fmore := strings.Cut(filter, ".")
+		if ftok == ">" {
+			return subject != ""
+		}
+		stok, srest, smore := strings.Cut(subject, ".")
+		if subject == "" || (ftok != "*" && ftok != stok) {
+			return false
+		}
+		if !fmore || !smore {
+			return fmore == smore
+		}
+		filter, subject = frest, srest
+	}
 }
 
 // SubjLogs is the request subject of one node agent's log service.

@@ -108,3 +108,60 @@ func subjectMatches(pattern, subject string) bool {
 	}
 	return len(p) == len(s)
 }
+
+func TestSubjectMatches(t *testing.T) {
+	tests := []struct {
+		filter, subject string
+		want            bool
+	}{
+		{"pod.bound.n1", "pod.bound.n1", true},
+		{"pod.bound.*", "pod.bound.n1", true},
+		{"pod.bound.*", "pod.bound", false},
+		{"pod.bound.*", "pod.bound.n1.x", false},
+		{"pod.>", "pod.bound.n1", true},
+		{"pod.>", "pod", false},
+		{">", "pod", true},
+		{"dead.pod.cmd.create", "dead.pod.cmd.delete", false},
+		{"event.default", "event.default.web", false},
+		{"event.default.web", "event.default", false},
+		{"event.*.web", "event.default.web", true},
+	}
+	for _, tt := range tests {
+		if got := SubjectMatches(tt.filter, tt.subject); got != tt.want {
+			t.Errorf("SubjectMatches(%q, %q) = %v, want %v", tt.filter, tt.subject, got, tt.want)
+		}
+	}
+}
+
+// Events are grouped per namespace, everything else per subject; a reader of some events also reads
+// the batches of their namespaces, once, and never two filters where one covers the other.
+func TestGroupSubjectAndReadFilters(t *testing.T) {
+	for subject, want := range map[string]string{
+		SubjEvent("default", "web.v1"): "event.default",
+		SubjEvent("", "node-1"):        "event.=",
+		SubjPodDeleted:                 SubjPodDeleted,
+		SubjPodBound("n1"):             SubjPodBound("n1"),
+		"event.default":                "event.default",
+		SubjAllEvents:                  SubjAllEvents,
+	} {
+		if got := GroupSubject(subject); got != want {
+			t.Errorf("GroupSubject(%q) = %q, want %q", subject, got, want)
+		}
+	}
+	for _, tt := range []struct {
+		filters []string
+		want    string
+	}{
+		{[]string{SubjEvent("default", "web")}, "event.default.web event.default"},
+		{[]string{SubjEventsFor("default")}, "event.default.* event.default"},
+		{[]string{SubjAllEvents}, "event.>"},
+		{[]string{SubjEvent("a", "x"), SubjEvent("a", "y"), SubjEvent("b", "x")}, "event.a.x event.a event.a.y event.b.x event.b"},
+		{[]string{SubjEvent("a", "x"), SubjEventsFor("a")}, "event.a event.a.*"},
+		{[]string{SubjAllEvents, SubjEvent("a", "x")}, "event.>"},
+		{[]string{SubjPodScheduled, SubjPodPendingAll}, "pod.scheduled pod.pending.>"},
+	} {
+		if got := strings.Join(ReadFilters(tt.filters...), " "); got != tt.want {
+			t.Errorf("ReadFilters(%q) = %q, want %q", tt.filters, got, tt.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -124,7 +125,7 @@ func events(t *testing.T, c *bus.Conn, ns, name string) []*pb.Event {
 	var out []*pb.Event
 	for _, m := range streamMsgs(t, c, bus.StreamEvents, bus.SubjEvent(ns, name)) {
 		e := &pb.Event{}
-		if proto.Unmarshal(m.Data(), e) == nil {
+		if proto.Unmarshal(m.Data, e) == nil {
 			out = append(out, e)
 		}
 	}
@@ -154,23 +155,23 @@ func terminations(t *testing.T, c *bus.Conn, node string) map[string]string {
 	out := map[string]string{}
 	for _, m := range streamMsgs(t, c, bus.StreamPods, bus.SubjPodTerminate(node)) {
 		pt := &pb.PodTermination{}
-		if proto.Unmarshal(m.Data(), pt) == nil {
+		if proto.Unmarshal(m.Data, pt) == nil {
 			out[pt.GetName()] = pt.GetReason()
 		}
 	}
 	return out
 }
 
-// streamMsgs reads every message stored on subject in stream so far.
-func streamMsgs(t *testing.T, c *bus.Conn, stream, subject string) []jetstream.Msg {
+// streamMsgs reads every message stored on subject in stream so far, the entries of batches included.
+func streamMsgs(t *testing.T, c *bus.Conn, stream, subject string) []bus.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := c.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := c.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: bus.ReadFilters(subject)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []jetstream.Msg
+	var out []bus.Entry
 	for {
 		batch, err := cons.FetchNoWait(100)
 		if err != nil {
@@ -178,7 +179,15 @@ func streamMsgs(t *testing.T, c *bus.Conn, stream, subject string) []jetstream.M
 		}
 		n := 0
 		for m := range batch.Messages() {
-			out = append(out, m)
+			entries, err := bus.Unbatch(m.Headers(), m.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if bus.SubjectMatches(subject, cmp.Or(e.Subject, m.Subject())) {
+					out = append(out, e)
+				}
+			}
 			n++
 		}
 		if n == 0 {

@@ -73,7 +73,7 @@ func startCeiling(start func(string, func(context.Context, *bus.Conn) error) err
 	}
 	return start("ceiling-binder", func(ctx context.Context, c *bus.Conn) error {
 		pub := bus.NewPublisher(c.JS, "binder/ceiling")
-		h := binderStandIn(b, &pods, pub, bus.NewRecorder(pub, "default-scheduler", "binder/ceiling"))
+		h := binderStandIn(b, &pods, pub, bus.NewRecorder(bus.NewBatcher(c.JS, "binder/ceiling"), "default-scheduler", "binder/ceiling"))
 		return bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerBinder,
 			Filters: []string{bus.SubjPodScheduled}, Workers: 32, Key: decisionNode}, h)
 	})

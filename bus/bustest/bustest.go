@@ -4,7 +4,6 @@ package bustest
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -86,8 +85,10 @@ func Messages(t testing.TB, c *bus.Conn, stream, filter string) []*jetstream.Raw
 		if err != nil {
 			t.Fatal(err)
 		}
-		if SubjectMatches(filter, m.Subject) {
-			out = append(out, unbatch(t, m)...)
+		for _, e := range unbatch(t, m) {
+			if bus.SubjectMatches(filter, e.Subject) {
+				out = append(out, e)
+			}
 		}
 	}
 	return out
@@ -103,40 +104,23 @@ func unbatch(t testing.TB, m *jetstream.RawStreamMsg) []*jetstream.RawStreamMsg 
 	for i, e := range entries {
 		c := *m
 		c.Header, c.Data = e.Header, e.Data
+		if e.Subject != "" {
+			c.Subject = e.Subject
+		}
 		out[i] = &c
 	}
 	return out
-}
-
-// SubjectMatches reports whether subject matches a NATS filter with "*" and ">" wildcards.
-func SubjectMatches(filter, subject string) bool {
-	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
-	for i, tok := range f {
-		switch {
-		case tok == ">":
-			return len(s) > i
-		case i >= len(s):
-			return false
-		case tok != "*" && tok != s[i]:
-			return false
-		}
-	}
-	return len(f) == len(s)
 }
 
 // LastMsg returns the last message on subject in stream (the last entry of a batch), or nil when there
 // is none.
 func LastMsg(t testing.TB, c *bus.Conn, stream, subject string) *jetstream.RawStreamMsg {
 	t.Helper()
-	st, err := c.JS.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := st.GetLastMsgForSubject(context.Background(), subject)
-	if err != nil {
+	// Read whole: the entry may be in a batch of its group's subject (events), not the last one there.
+	all := Messages(t, c, stream, subject)
+	if len(all) == 0 {
 		return nil
 	}
-	all := unbatch(t, m)
 	return all[len(all)-1]
 }
 

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -18,21 +19,39 @@ import (
 	"github.com/podbus/podbus/services/admission/convert"
 )
 
-// Events come from the EVENTS stream: resourceVersion = stream sequence. The stream keeps an hour,
-// so an older resourceVersion gets 410 Expired, as an etcd compaction would.
+// Events come from the EVENTS stream. An event may be stored alone on its subject or as an entry of its
+// namespace's batch (bus.GroupSubject), so its resourceVersion is its position: stream sequence << 10 |
+// index in the batch (bus.Position), which orders events like the stream. The stream keeps an hour, so
+// an older resourceVersion gets 410 Expired, as an etcd compaction would.
 
-func decodeEvent(msg jetstream.Msg) (*corev1.Event, error) {
+// decodeEvents returns the events of a stored message that match filter, each with its position, and
+// counts (and skips) what does not decode.
+func decodeEvents(msg jetstream.Msg, filter string) ([]*corev1.Event, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return nil, err
 	}
-	e := &pb.Event{}
-	if err := proto.Unmarshal(msg.Data(), e); err != nil {
-		return nil, fmt.Errorf("decode event: %w", err)
+	entries, err := bus.Unbatch(msg.Headers(), msg.Data())
+	if err != nil {
+		bus.Count("admission.events.malformed", 1)
+		return nil, nil
 	}
-	out := convert.EventFromPB(e, md.Sequence.Stream)
-	out.TypeMeta = metav1.TypeMeta{Kind: "Event", APIVersion: "v1"}
-	out.ResourceVersion = strconv.FormatUint(md.Sequence.Stream, 10)
+	var out []*corev1.Event
+	for i, en := range entries {
+		if subj := cmp.Or(en.Subject, msg.Subject()); !bus.SubjectMatches(filter, subj) {
+			continue
+		}
+		e := &pb.Event{}
+		if err := proto.Unmarshal(en.Data, e); err != nil {
+			bus.Count("admission.events.malformed", 1)
+			continue
+		}
+		pos := bus.Position(md.Sequence.Stream, i)
+		ev := convert.EventFromPB(e, pos)
+		ev.TypeMeta = metav1.TypeMeta{Kind: "Event", APIVersion: "v1"}
+		ev.ResourceVersion = strconv.FormatUint(pos, 10)
+		out = append(out, ev)
+	}
 	return out, nil
 }
 
@@ -87,30 +106,35 @@ func (s *Service) serveEvents(w http.ResponseWriter, r *http.Request, req reques
 }
 
 // listEvents reads the events under filter that match m; a later event of the same name replaces
-// an earlier one (the recorder reuses names for repeats).
+// an earlier one (the recorder reuses names for repeats). The list's resourceVersion is past every
+// entry of the stream's last message.
 func (s *Service) listEvents(ctx context.Context, filter string, m matcher) ([]runtime.Object, uint64, error) {
 	stream, err := s.conn.JS.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return nil, 0, fmt.Errorf("events stream: %w", err)
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return nil, 0, fmt.Errorf("events stream info: %w", err)
+	filters := bus.ReadFilters(filter)
+	last, total := uint64(0), uint64(0)
+	for _, f := range filters {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, 0, fmt.Errorf("events stream info: %w", err)
+		}
+		last = max(last, info.State.LastSeq)
+		for _, n := range info.State.Subjects {
+			total += n
+		}
 	}
-	last := info.State.LastSeq
-	total := uint64(0)
-	for _, n := range info.State.Subjects {
-		total += n
-	}
+	listRV := bus.Position(last, bus.MaxBatchEntries-1)
 	if total == 0 {
-		return nil, last, nil
+		return nil, listRV, nil
 	}
 	byName := map[string]int{}
 	var out []runtime.Object
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = consumeOrdered(ctx, s.conn.JS, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
+		FilterSubjects: filters,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}, func(msg jetstream.Msg) error {
 		md, err := msg.Metadata()
@@ -120,27 +144,31 @@ func (s *Service) listEvents(ctx context.Context, filter string, m matcher) ([]r
 		if md.NumPending == 0 || md.Sequence.Stream >= last {
 			defer cancel()
 		}
-		e, err := decodeEvent(msg)
+		if md.Sequence.Stream > last {
+			return nil
+		}
+		evs, err := decodeEvents(msg, filter)
 		if err != nil {
-			bus.Count("admission.events.malformed", 1)
-			return nil
+			return err
 		}
-		if !m.matches(eventKind, e) {
-			return nil
+		for _, e := range evs {
+			if !m.matches(eventKind, e) {
+				continue
+			}
+			key := e.Namespace + "/" + e.Name
+			if i, ok := byName[key]; ok {
+				out[i] = e
+				continue
+			}
+			byName[key] = len(out)
+			out = append(out, e)
 		}
-		key := e.Namespace + "/" + e.Name
-		if i, ok := byName[key]; ok {
-			out[i] = e
-			return nil
-		}
-		byName[key] = len(out)
-		out = append(out, e)
 		return nil
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	return out, last, nil
+	return out, listRV, nil
 }
 
 // watchEvents streams events after resourceVersion (all current ones first when it is 0).
@@ -158,26 +186,32 @@ func (s *Service) watchEvents(w http.ResponseWriter, r *http.Request, req reques
 		return
 	}
 	state := stream.CachedInfo().State
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: bus.ReadFilters(filter), DeliverPolicy: jetstream.DeliverAllPolicy}
 	ww := startWatch(w, req, eventKind)
 	if rv != 0 {
-		if rv+1 < state.FirstSeq {
-			ww.sendError(expired(rv, state.FirstSeq))
+		// The message holding rv is read again for the entries after it.
+		seq := rv >> bus.PositionBits
+		if seq+1 < state.FirstSeq {
+			ww.sendError(expired(rv, bus.Position(state.FirstSeq, 0)))
 			return
 		}
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = rv + 1
+		cfg.OptStartSeq = max(seq, 1)
 	}
 	err = consumeOrdered(ctx, s.conn.JS, bus.StreamEvents, cfg, func(msg jetstream.Msg) error {
-		e, err := decodeEvent(msg)
+		evs, err := decodeEvents(msg, filter)
 		if err != nil {
-			bus.Count("admission.events.malformed", 1)
-			return nil
+			return err
 		}
-		if !m.matches(eventKind, e) {
-			return nil
+		for _, e := range evs {
+			if pos, _ := strconv.ParseUint(e.ResourceVersion, 10, 64); pos <= rv || !m.matches(eventKind, e) {
+				continue
+			}
+			if err := ww.send(watchAdded, e); err != nil {
+				return err
+			}
 		}
-		return ww.send(watchAdded, e)
+		return nil
 	})
 	if err != nil {
 		ww.sendError(err)

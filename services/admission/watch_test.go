@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +216,85 @@ func TestEvents(t *testing.T) {
 	typ, obj := next()
 	if typ != "ERROR" || get(obj, "reason") != "Expired" || get(obj, "code") != float64(410) {
 		t.Errorf("expired watch: %s %v", typ, obj)
+	}
+}
+
+// Events recorded at once are stored in their namespace's batches: lists and field selectors read the
+// entries that match, each with its own position as resourceVersion, and a watch from the position of an
+// entry inside a batch starts with the entry after it.
+func TestBatchedEvents(t *testing.T) {
+	e := start(t, nil, true)
+	rec := bus.NewRecorder(bus.NewBatcher(e.conn.JS, "test"), "default-scheduler", "b1")
+	var futures []jetstream.PubAckFuture
+	for i := range 60 {
+		ns := []string{"default", "other"}[i%2]
+		f, err := rec.Event(&pb.ObjectReference{Kind: "Pod", Namespace: ns, Name: fmt.Sprintf("p%02d", i), Uid: fmt.Sprint("uid-", i)},
+			"Normal", "Scheduled", fmt.Sprint(i), "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(context.Background(), futures...); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := e.conn.JS.Stream(context.Background(), bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter("event.default"))
+	if err != nil || info.State.Msgs == 0 {
+		t.Fatalf("no batch of default's events was stored (%v)", err)
+	}
+
+	type item struct {
+		Metadata       struct{ ResourceVersion string }
+		InvolvedObject struct{ Name string } `json:"involvedObject"`
+	}
+	list := func(path string) []item {
+		t.Helper()
+		_, data := e.do("GET", path, "")
+		var l struct{ Items []item }
+		if err := json.Unmarshal(data, &l); err != nil {
+			t.Fatalf("%s: %s", path, data)
+		}
+		return l.Items
+	}
+	items := list("/api/v1/namespaces/default/events")
+	if len(items) != 30 {
+		t.Fatalf("%d events listed in default, want 30", len(items))
+	}
+	var last uint64
+	for i, it := range items {
+		rv, err := strconv.ParseUint(it.Metadata.ResourceVersion, 10, 64)
+		if want := fmt.Sprintf("p%02d", 2*i); err != nil || rv <= last || it.InvolvedObject.Name != want {
+			t.Fatalf("item %d: %s at %q after %d; want %s at a later position", i, it.InvolvedObject.Name, it.Metadata.ResourceVersion, last, want)
+		}
+		last = rv
+	}
+	if got := list("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp14"); len(got) != 1 || got[0].InvolvedObject.Name != "p14" {
+		t.Errorf("field selector on p14 listed %v", got)
+	}
+	if got := list("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp15"); len(got) != 0 {
+		t.Errorf("p15 is in namespace other, yet default listed %v", got)
+	}
+	// Inside a batch: the next entry of the same stored message comes first.
+	k := -1
+	for i := 0; i+1 < len(items); i++ {
+		a, _ := strconv.ParseUint(items[i].Metadata.ResourceVersion, 10, 64)
+		b, _ := strconv.ParseUint(items[i+1].Metadata.ResourceVersion, 10, 64)
+		if a>>bus.PositionBits == b>>bus.PositionBits {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		t.Fatal("no two listed events share a stored message")
+	}
+	next, _ := e.watchStream("/api/v1/namespaces/default/events?watch=true&resourceVersion=" + items[k].Metadata.ResourceVersion)
+	if typ, obj := next(); typ != "ADDED" || get(obj, "involvedObject", "name") != items[k+1].InvolvedObject.Name {
+		t.Errorf("watch from %s (%s) began with %s %v; want %s", items[k].Metadata.ResourceVersion, items[k].InvolvedObject.Name,
+			typ, get(obj, "involvedObject", "name"), items[k+1].InvolvedObject.Name)
 	}
 }
 

@@ -85,7 +85,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		actor: actor,
 		conn:  conn,
 		pub:   pub,
-		rec:   bus.NewRecorder(pub, componentScheduler, actor),
+		rec:   bus.NewRecorder(bus.NewBatcher(conn.JS, actor), componentScheduler, actor),
 		log:   slog.Default().With("actor", actor),
 		nodes: nodeCache{nodes: map[string]*pb.Node{}},
 		now:   time.Now,

@@ -46,8 +46,9 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	}
 	var futures []jetstream.PubAckFuture
 	// Events are recorded even for stale reports: a redelivered report may have been applied before its
-	// events were stored, and the recorder's dedup keeps a second recording from counting twice.
-	rec := bus.NewRecorder(s.pub, "kubelet", rep.GetNode())
+	// events were stored. The recorder's dedup gives a second recording the first one's name, so it is
+	// stored once when alone (message id) and listed once when batched.
+	rec := bus.NewRecorder(s.events, "kubelet", rep.GetNode())
 	for i, ev := range rep.GetEvents() {
 		obj := &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: rep.GetNamespace(), Name: rep.GetName(),
 			Uid: rep.GetUid(), FieldPath: ev.GetFieldPath()}

@@ -44,7 +44,9 @@ type Service struct {
 	cfg  Config
 	conn *bus.Conn
 	pub  *bus.Publisher
-	log  *slog.Logger
+	// events groups the events recorded at once (a namespace's in one stored message).
+	events *bus.Batcher
+	log    *slog.Logger
 
 	pods, nodes jetstream.KeyValue
 	last        podCache
@@ -72,10 +74,11 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	actor := "status/" + cfg.ID
 	return &Service{
-		cfg:  cfg,
-		conn: conn,
-		pub:  bus.NewPublisher(conn.JS, actor),
-		log:  cfg.Logger.With("actor", actor),
+		cfg:    cfg,
+		conn:   conn,
+		pub:    bus.NewPublisher(conn.JS, actor),
+		events: bus.NewBatcher(conn.JS, actor),
+		log:    cfg.Logger.With("actor", actor),
 	}, nil
 }
 
