@@ -91,6 +91,10 @@ func (m *Msg) InProgress() {
 // *RetryError: nak with its delay. Anything else: nak with back-off by delivery count.
 type Handler func(ctx context.Context, m *Msg) error
 
+// GroupHandler handles several messages at once, in the order they came, and returns one error per
+// message, each meaning what it means for a Handler.
+type GroupHandler func(ctx context.Context, ms []*Msg) []error
+
 // ConsumerSpec describes a durable pull consumer and how it is worked.
 type ConsumerSpec struct {
 	Stream  string
@@ -104,6 +108,11 @@ type ConsumerSpec struct {
 	Workers int
 	// Key, when set, sends messages with the same key to the same worker, in order.
 	Key func(m *Msg) string
+	// Group, when set with Key, sends the messages whose key is GroupKey to a worker of their own, which
+	// hands Group all of them that are queued at once (at most MaxGroup), in order. A handler that must
+	// take them one at a time, each waiting on the bus, can then wait once for several.
+	GroupKey string
+	Group    GroupHandler
 	// Batch is how many messages one pull asks for (default 256).
 	Batch int
 	// PinnedGroup, when set, makes the consumer pinned (PriorityPolicyPinned) with this priority group:
@@ -170,6 +179,9 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 // workerQueue is how many pulled messages may wait for each worker.
 const workerQueue = 16
 
+// MaxGroup bounds the messages handed to a GroupHandler at once; as many may wait for the group worker.
+const MaxGroup = 64
+
 // Work handles messages of an existing consumer until ctx is cancelled.
 func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, spec ConsumerSpec, h Handler) error {
 	log := spec.Logger
@@ -202,6 +214,31 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 				w.handle(hctx, m)
 			}
 		}(queues[i])
+	}
+
+	var group chan *Msg
+	if spec.Group != nil && spec.Key != nil {
+		group = make(chan *Msg, min(batch, MaxGroup))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range group {
+				ms := []*Msg{m}
+			more:
+				for len(ms) < MaxGroup {
+					select {
+					case m, ok := <-group:
+						if !ok {
+							break more
+						}
+						ms = append(ms, m)
+					default:
+						break more
+					}
+				}
+				w.handleGroup(hctx, ms)
+			}
+		}()
 	}
 
 	var itMu sync.Mutex // guards it: a failed pull replaces it while shutdown may drain it
@@ -237,10 +274,18 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		}
 		for _, m := range w.messages(raw) {
 			idx := 0
+			var key string
+			if spec.Key != nil && m.bad == nil && (workers > 1 || group != nil) {
+				key = spec.Key(m)
+			}
+			if group != nil && key == spec.GroupKey && m.bad == nil {
+				group <- m
+				continue
+			}
 			if workers > 1 {
 				if spec.Key != nil && m.bad == nil {
 					hs := fnv.New32a()
-					_, _ = hs.Write([]byte(spec.Key(m)))
+					_, _ = hs.Write([]byte(key))
 					idx = int(hs.Sum32() % uint32(workers))
 				} else {
 					idx = rr % workers
@@ -252,6 +297,9 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	}
 	for _, q := range queues {
 		close(q)
+	}
+	if group != nil {
+		close(group)
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -422,11 +470,45 @@ func (w *worker) remember(seq uint64, n, i int) {
 }
 
 func (w *worker) handle(ctx context.Context, m *Msg) {
-	raw := m.ack
 	start := time.Now()
 	err := w.safeHandle(ctx, m)
+	Count("handle_us."+w.spec.Durable, time.Since(start).Microseconds())
+	w.settle(ctx, m, err)
+}
+
+// handleGroup hands ms to the group handler and settles each by its error. Should the group handler
+// panic or miscount, each message is handled on its own instead, so one bad message parks only itself.
+func (w *worker) handleGroup(ctx context.Context, ms []*Msg) {
+	start := time.Now()
+	errs, ok := w.safeGroup(ctx, ms)
+	if !ok {
+		for _, m := range ms {
+			w.handle(ctx, m)
+		}
+		return
+	}
+	Count("group_us."+w.spec.Durable, time.Since(start).Microseconds())
+	Count("groups."+w.spec.Durable, 1)
+	for i, m := range ms {
+		w.settle(ctx, m, errs[i])
+	}
+}
+
+func (w *worker) safeGroup(ctx context.Context, ms []*Msg) (errs []error, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("group handler panic; handling the messages one by one", "consumer", w.spec.Durable, "panic", r)
+			errs, ok = nil, false
+		}
+	}()
+	errs = w.spec.Group(ctx, ms)
+	return errs, len(errs) == len(ms)
+}
+
+// settle acknowledges, parks or negatively acknowledges m by the error its handler returned.
+func (w *worker) settle(ctx context.Context, m *Msg, err error) {
+	raw := m.ack
 	name := w.spec.Durable
-	Count("handle_us."+name, time.Since(start).Microseconds())
 	var re *RetryError
 	switch {
 	case err == nil:

@@ -3,6 +3,10 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,5 +274,94 @@ func TestPinnedConsumerServesOnePullerAndFailsOver(t *testing.T) {
 	bustest.Eventually(t, 15*time.Second, func() bool { return got[1-pinned].Load() >= 20 }, "the other puller took over: %d", got[1-pinned].Load())
 	if got[pinned].Load() != 20 {
 		t.Fatalf("the stopped puller handled %d, want 20", got[pinned].Load())
+	}
+}
+
+// Messages of the group key reach the group handler together and in order, each settled by its own
+// error; the others go to the ordinary handler. A group handler that panics gives way to the ordinary
+// handler, message by message.
+func TestWorkHandsGroupKeyToGroupHandler(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := bus.NewPublisher(c.JS, "test/1")
+	const n = 120
+	for i := range n {
+		uid := fmt.Sprintf("g%03d", i)
+		if i%10 == 9 {
+			uid = fmt.Sprintf("o%03d", i) // not of the group
+		}
+		if _, err := pub.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, uid := range []string{"gretry", "gpanic"} {
+		if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var mu sync.Mutex
+	var grouped, single []string
+	largest, retried := 0, 0
+	handled := map[string]int{}
+	go func() {
+		_ = bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "grp", Filters: []string{bus.SubjPodDeleted}, Workers: 2,
+			Key: func(m *bus.Msg) string {
+				if strings.HasPrefix(m.Meta.PodUID, "g") {
+					return "group"
+				}
+				return m.Meta.PodUID
+			},
+			GroupKey: "group",
+			Group: func(ctx context.Context, ms []*bus.Msg) []error {
+				errs := make([]error, len(ms))
+				mu.Lock()
+				defer mu.Unlock()
+				largest = max(largest, len(ms))
+				for i, m := range ms {
+					switch uid := m.Meta.PodUID; {
+					case uid == "gpanic":
+						panic("boom")
+					case uid == "gretry" && retried == 0:
+						retried++
+						errs[i] = bus.RetryAfter(10*time.Millisecond, errors.New("once more"))
+					default:
+						grouped = append(grouped, uid)
+						handled[uid]++
+					}
+				}
+				return errs
+			}}, func(ctx context.Context, m *bus.Msg) error {
+			mu.Lock()
+			defer mu.Unlock()
+			single = append(single, m.Meta.PodUID)
+			handled[m.Meta.PodUID]++
+			return nil
+		})
+	}()
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == n+2
+	}, "every message handled")
+	mu.Lock()
+	defer mu.Unlock()
+	var inOrder []string
+	for _, uid := range grouped {
+		if uid != "gretry" {
+			inOrder = append(inOrder, uid)
+		}
+	}
+	if !slices.IsSorted(inOrder) || largest < 2 || handled["gretry"] != 1 {
+		t.Errorf("grouped %v (largest group %d, gretry handled %d); want them in order, some together, gretry once after its retry", grouped, largest, handled["gretry"])
+	}
+	for _, uid := range single {
+		if strings.HasPrefix(uid, "g") && uid != "gpanic" && uid != "gretry" && !slices.Contains(grouped, uid) {
+			t.Errorf("%s of the group reached the single handler alone", uid)
+		}
+	}
+	if !slices.Contains(single, "gpanic") || !slices.Contains(single, "o009") {
+		t.Errorf("single handler got %v; want the other keys and, after the panic, gpanic", single)
 	}
 }
