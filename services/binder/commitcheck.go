@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -270,55 +271,125 @@ func (v *commitView) violates(pi *framework.PodInfo, node string) *framework.Sta
 	return nil
 }
 
+// checkReq is one decision's checked commit; res, rev and err are its outcome, as reserve returns them.
+type checkReq struct {
+	node, id string // id names the decision (its tentative reservation)
+	pod      *pb.Pod
+	pi       *framework.PodInfo
+	res      reservation
+	rev      uint64
+	err      error
+}
+
+func newCheckReq(node string, pod *pb.Pod, id string) *checkReq {
+	return &checkReq{node: node, id: id, pod: pod, pi: framework.NewPodInfo(pod)}
+}
+
 // reserveChecked is reserve for a pod that inter-pod constraints concern (steps 1–5 above), for the
 // decision named id. The reservation is tentative until the token is won: a twin decision for the same
 // pod (another scheduler's, at another binder) finds it busy and waits, so withdrawing it after a lost
 // token can never pull the room from under a binding. A refusal by the constraints is
 // reservationConstraint with the alloc revision it was judged on.
 func (s *Service) reserveChecked(ctx context.Context, node string, pod *pb.Pod, id string) (reservation, uint64, error) {
-	uid := pod.GetMetadata().GetUid()
-	pi := framework.NewPodInfo(pod)
-	// One checked commit at a time per binder: they would only lose the token to each other.
+	r := newCheckReq(node, pod, id)
+	s.reserveCheckedGroup(ctx, []*checkReq{r})
+	return r.res, r.rev, r.err
+}
+
+// reserveCheckedGroup runs steps 1–5 for several decisions at once, in their order: one token read and
+// one catch-up, then each is checked on the view plus the group's earlier reservations (assumed in the
+// view until its watch brings them) and reserved tentatively, and one compare-and-set of the token makes
+// them all firm. A lost token withdraws the group's reservations and checks it again. So each decision
+// still sees every commit before it, as one at a time, for a fraction of the round trips.
+func (s *Service) reserveCheckedGroup(ctx context.Context, reqs []*checkReq) {
+	// One group at a time per binder: they would only lose the token to each other.
 	s.view.mu.Lock()
 	defer s.view.mu.Unlock()
+	pending := reqs
 	for range checkAttempts {
 		tokRev, err := bus.Get(ctx, s.b.Commit, bus.KeyInterPodCommit, &emptypb.Empty{})
 		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			return 0, 0, fmt.Errorf("read commit token: %w", err)
+			failAll(pending, fmt.Errorf("read commit token: %w", err))
+			return
 		}
 		seen, err := s.catchUp(ctx)
 		if err != nil {
-			return 0, 0, err
+			failAll(pending, err)
+			return
 		}
-		if st := s.view.violates(pi, node); st != nil {
-			s.log.Debug("inter-pod constraints refuse the decision", "pod", uid, "node", node, "why", st.Message())
-			bus.Count("binder.constraint_refusals", 1)
-			// Our own tentative reservation of an earlier delivery goes with the refusal.
-			if err := s.settle(ctx, node, uid, id, false); err != nil {
-				return 0, 0, err
-			}
-			return reservationConstraint, seen, nil
-		}
-		res, allocRev, err := s.reserveAs(ctx, node, pod, id)
-		if err != nil || !res.ok() {
-			return res, allocRev, err
+		held := s.checkAndReserve(ctx, pending, seen)
+		if len(held) == 0 {
+			return
 		}
 		_, err = bus.Update(ctx, s.b.Commit, bus.KeyInterPodCommit, &emptypb.Empty{}, tokRev)
 		if err == nil {
-			// Won: the reservation is firm (a no-op for one that was firm already).
-			if err := s.settle(ctx, node, uid, id, true); err != nil && res == reservationAdded {
-				return 0, 0, err
-			}
-			return res, allocRev, nil
+			// Won: the reservations are firm (a no-op for one that was firm already).
+			s.settleAll(ctx, held, true)
+			return
 		}
 		if !errors.Is(err, bus.ErrConflict) && !errors.Is(err, bus.ErrExists) {
-			return 0, 0, fmt.Errorf("claim commit token: %w", err)
+			failAll(held, fmt.Errorf("claim commit token: %w", err))
+			return
 		}
-		// Another checked commit got in between: judge ours again on a view that includes it.
+		// Another checked commit got in between: judge them again on a view that includes it.
 		bus.Count("binder.cas_conflicts.commit", 1)
-		if err := s.settle(ctx, node, uid, id, false); err != nil {
-			return 0, 0, err
-		}
+		s.settleAll(ctx, held, false)
+		pending = slices.DeleteFunc(held, func(r *checkReq) bool { return r.err != nil })
 	}
-	return 0, 0, fmt.Errorf("reserve pod %s on %s under inter-pod constraints: %w", uid, node, errRetry)
+	for _, r := range pending {
+		r.err = fmt.Errorf("reserve pod %s on %s under inter-pod constraints: %w", r.pi.UID(), r.node, errRetry)
+	}
+}
+
+// checkAndReserve checks reqs in order on the view, each with the ones reserved before it assumed
+// there, and reserves tentatively those the constraints allow. It returns those it holds a reservation
+// for; the others have their outcome. The assumptions go before it returns: the next check catches up
+// with the alloc stream, which holds the reservations by then.
+func (s *Service) checkAndReserve(ctx context.Context, reqs []*checkReq, seen uint64) []*checkReq {
+	var held []*checkReq
+	defer func() {
+		for _, r := range held {
+			s.view.cache.Forget(r.pi.UID())
+		}
+	}()
+	for _, r := range reqs {
+		r.res, r.rev, r.err = 0, 0, nil
+		uid := r.pi.UID()
+		if st := s.view.violates(r.pi, r.node); st != nil {
+			s.log.Debug("inter-pod constraints refuse the decision", "pod", uid, "node", r.node, "why", st.Message())
+			bus.Count("binder.constraint_refusals", 1)
+			// Our own tentative reservation of an earlier delivery goes with the refusal.
+			r.res, r.rev, r.err = reservationConstraint, seen, s.settle(ctx, r.node, uid, r.id, false)
+			continue
+		}
+		r.res, r.rev, r.err = s.reserveAs(ctx, r.node, r.pod, r.id)
+		if r.err != nil || !r.res.ok() {
+			continue
+		}
+		held = append(held, r)
+		// An unknown node cannot be assumed, but neither can the view judge pods on it.
+		_ = s.view.cache.Assume(r.pi, r.node, uint64(len(held)))
+	}
+	return held
+}
+
+// settleAll confirms (keep) or withdraws the tentative reservations of reqs, concurrently (they are on
+// different nodes, mostly). A failure fails its decision, except confirming a reservation that was
+// firm before.
+func (s *Service) settleAll(ctx context.Context, reqs []*checkReq, keep bool) {
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(func() {
+			if err := s.settle(ctx, r.node, r.pi.UID(), r.id, keep); err != nil && (!keep || r.res == reservationAdded) {
+				r.err = err
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func failAll(reqs []*checkReq, err error) {
+	for _, r := range reqs {
+		r.err = err
+	}
 }

@@ -2,9 +2,12 @@ package binder
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -144,5 +147,86 @@ func TestCommitCheckHonoursPlacedAntiAffinity(t *testing.T) {
 		if got := h.getPod(name).GetSpec().GetNodeName(); got != want {
 			t.Errorf("%s bound to %q; want %q", name, got, want)
 		}
+	}
+}
+
+// Decisions handed over together (handleCheckedDecisions) are checked as one group: each against the
+// commits before it, the group's own included, so a group never commits what the constraints forbid,
+// alone or racing another binder's groups.
+func TestCheckedDecisionsInGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mod      func(*pb.Pod)
+		nodes    []string // decision per pod
+		binders  int      // pods go to the binders in turn, each binder's share as one group
+		want     int      // pods bound
+		wantPeak int      // of them, at most this many on a1
+	}{
+		{"anti-affinity on one host, one group", antiWeb(hostKey), []string{"a1", "a1", "a1"}, 1, 1, 1},
+		{"anti-affinity on zone, one group", antiWeb(zoneKey), []string{"a1", "a2", "b1", "a1"}, 1, 2, 1},
+		{"spread maxSkew 1, one group", spreadZones, []string{"a1", "a2", "b1", "b1"}, 1, 3, 1},
+		{"anti-affinity on one host, two binders", antiWeb(hostKey), []string{"a1", "a1", "a1", "a1", "a2", "a2"}, 2, 2, 1},
+		{"no constraints: all fit", func(*pb.Pod) {}, []string{"a1", "a2", "a1", "a2"}, 2, 4, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := setup(t)
+			for _, n := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")} {
+				h.addNode(n)
+			}
+			var binders []*Service
+			for i := range tc.binders {
+				binders = append(binders, h.viewing(fmt.Sprintf("b%d", i)))
+			}
+			bustest.Eventually(t, 5*time.Second, func() bool {
+				for _, s := range binders {
+					if snap, _ := s.view.cache.Snapshot(); snap.NumNodes() != 3 {
+						return false
+					}
+				}
+				return true
+			}, "binder views saw the 3 nodes")
+			groups := make([][]*bus.Msg, len(binders))
+			var pods []*pb.Pod
+			for i, node := range tc.nodes {
+				p := pod(fmt.Sprintf("u%d", i), fmt.Sprintf("p%d", i), "100m", tc.mod)
+				rev := h.addPod(p)
+				pods = append(pods, p)
+				d := decision(p.GetMetadata().GetUid(), p.GetMetadata().GetName(), node)
+				d.Pod, d.PodRevision = proto.Clone(p).(*pb.Pod), rev
+				data, err := proto.Marshal(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				groups[i%len(binders)] = append(groups[i%len(binders)], &bus.Msg{Subject: bus.SubjPodScheduled, Data: data, StreamSeq: uint64(i + 1)})
+			}
+			var wg sync.WaitGroup
+			for i, s := range binders {
+				wg.Go(func() {
+					for j, err := range s.handleCheckedDecisions(context.Background(), groups[i]) {
+						if err != nil {
+							t.Errorf("binder %d, decision %d: %v", i, j, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			bound, onA1 := 0, 0
+			for _, p := range pods {
+				switch h.getPod(p.GetMetadata().GetName()).GetSpec().GetNodeName() {
+				case "":
+				case "a1":
+					bound++
+					onA1++
+				default:
+					bound++
+				}
+			}
+			if bound != tc.want || onA1 > tc.wantPeak {
+				t.Errorf("bound %d (%d on a1); want %d, at most %d on a1", bound, onA1, tc.want, tc.wantPeak)
+			}
+			if got := len(h.msgs(bus.StreamPods, bus.SubjPodPendingAll)); got != len(pods)-tc.want {
+				t.Errorf("%d refusals; want %d", got, len(pods)-tc.want)
+			}
+		})
 	}
 }

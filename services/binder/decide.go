@@ -75,6 +75,13 @@ func preBound(pod *pb.Pod) bool {
 
 // decide handles one decision; seq is its stream sequence (it names the conflict requeue).
 func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint64) error {
+	return s.decideWith(ctx, d, seq, nil)
+}
+
+// decideWith is decide with the outcome of the decision's checked reservation, made already with
+// others' (handleCheckedDecisions); nil when there is none. Only the first attempt, on the pod the
+// decision carries, can use it.
+func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq uint64, pre *checkReq) error {
 	key := bus.PodKey(d.GetNamespace(), d.GetName())
 	for attempt := range maxAttempts {
 		var pod *pb.Pod
@@ -100,8 +107,9 @@ func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint
 		if d.GetUnschedulable() {
 			err = s.markUnschedulable(ctx, key, pod, rev, d)
 		} else {
-			err = s.schedule(ctx, key, pod, rev, d, seq)
+			err = s.schedule(ctx, key, pod, rev, d, seq, pre)
 		}
+		pre = nil
 		if errors.Is(err, bus.ErrConflict) {
 			bus.Count("binder.cas_conflicts.pod", 1)
 			continue // the pod changed under us: judge the decision again
@@ -126,12 +134,14 @@ func (s *Service) pod(ctx context.Context, key string) (*pb.Pod, uint64, error) 
 
 // schedule reserves room on the decision's node and binds the pod there. bus.ErrConflict means the pod
 // changed before the binding; the reservation stays and the caller judges the decision again.
-func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64) error {
+func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, pre *checkReq) error {
 	var res reservation
 	var allocRev uint64
 	var err error
-	if s.view.concerns(pod) {
-		res, allocRev, err = s.reserveChecked(ctx, d.GetNode(), pod, fmt.Sprintf("%s-%d", d.GetScheduler(), seq))
+	if pre != nil && pre.pod == pod {
+		res, allocRev, err = pre.res, pre.rev, pre.err
+	} else if s.view.concerns(pod) {
+		res, allocRev, err = s.reserveChecked(ctx, d.GetNode(), pod, checkedID(d, seq))
 	} else {
 		res, allocRev, err = s.reserve(ctx, d.GetNode(), pod)
 	}
@@ -162,6 +172,11 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 		}
 	}
 	return s.announce(ctx, next, newRev, d.GetNode())
+}
+
+// checkedID names a decision's tentative reservation.
+func checkedID(d *pb.SchedulingDecision, seq uint64) string {
+	return fmt.Sprintf("%s-%d", d.GetScheduler(), seq)
 }
 
 // bind writes the binding on the pod (compare-and-set on rev). It changes pod itself, which is this
