@@ -183,13 +183,10 @@ func (v *commitView) concerns(pod *pb.Pod) bool {
 	}
 	snap, _ := v.cache.Snapshot()
 	ns, labels := pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetLabels()
-	for _, n := range snap.HavePodsWithRequiredAntiAffinity() {
-		for _, p := range n.PodsWithRequiredAntiAffinity {
-			for i := range p.Affinity.RequiredAntiAffinity {
-				if p.Affinity.RequiredAntiAffinity[i].Matches(ns, labels) {
-					return true
-				}
-			}
+	// The distinct terms of the placed pods, as the scheduler's pre-filter reads them.
+	for _, t := range snap.RequiredAntiAffinityTerms() {
+		if t.Matches(ns, labels) {
+			return true
 		}
 	}
 	return false

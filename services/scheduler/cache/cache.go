@@ -64,12 +64,11 @@ type Cache struct {
 	mu      sync.Mutex
 	nodes   map[string]*nodeState
 	assumed map[string]*assumedPod // by pod uid
-	// sorted holds the NodeInfo of every existing node, by name; withAffinity and withAnti those
-	// hosting pods with pod (anti-)affinity / required anti-affinity. After Snapshot they are shared
-	// with the snapshot and cloned before the next change (copy-on-write), as is imageNodes.
-	sorted, withAffinity, withAnti framework.NodeListBuilder
-	imageNodes                     map[string]int // nodes per image
-	imagesShared                   bool
+	// sorted holds the NodeInfo of every existing node, by name. After Snapshot it is shared with the
+	// snapshot and cloned before the next change (copy-on-write), as is imageNodes.
+	sorted       framework.NodeListBuilder
+	imageNodes   map[string]int // nodes per image
+	imagesShared bool
 	// affinity counts the placed pods' inter-pod terms; topology is shared by the snapshots until a
 	// node is added, removed or relabelled (nil: start a new one).
 	affinity framework.AffinityRegistry
@@ -131,7 +130,7 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 	defer c.mu.Unlock()
 	if c.snap == nil {
 		c.snap = framework.NewSnapshotFromParts(framework.SnapshotParts{
-			Nodes: c.sorted.List(), WithAffinity: c.withAffinity.List(), WithRequiredAntiAffinity: c.withAnti.List(),
+			Nodes:      c.sorted.List(),
 			ImageNodes: c.imageNodes, Topology: c.topology, Affinity: &c.affinity,
 		})
 		c.topology = c.snap.Topology()
@@ -146,7 +145,7 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 func (c *Cache) AnyRequiredAntiAffinity() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.withAnti.Empty()
+	return !c.affinity.Empty()
 }
 
 // Changes returns how many requeue-worthy changes the cache has seen and the trigger of the last one.
@@ -422,8 +421,6 @@ func (c *Cache) refresh(ns *nodeState) {
 	if ns.node == nil {
 		if ns.info != nil {
 			c.sorted.Set(ns.name, nil)
-			c.withAffinity.Set(ns.name, nil)
-			c.withAnti.Set(ns.name, nil)
 			c.affinity.Update(ns.info, nil)
 			ns.info = nil
 		}
@@ -456,17 +453,8 @@ func (c *Cache) refresh(ns *nodeState) {
 	info.SetNode(ns.node)
 	info.SetPods(pods)
 	c.sorted.Set(ns.name, info)
-	c.withAffinity.Set(ns.name, infoIf(info, len(info.PodsWithAffinity) > 0))
-	c.withAnti.Set(ns.name, infoIf(info, len(info.PodsWithRequiredAntiAffinity) > 0))
 	c.affinity.Update(ns.info, info)
 	ns.info = info
-}
-
-func infoIf(info *framework.NodeInfo, ok bool) *framework.NodeInfo {
-	if ok {
-		return info
-	}
-	return nil
 }
 
 // setImages replaces ns's images and keeps the per-image node counts.

@@ -166,10 +166,6 @@ func (b *NodeListBuilder) List() NodeList {
 	return *b.list
 }
 
-// Empty reports whether the list has no nodes, without handing out a list (which would make the next
-// Set copy a chunk).
-func (b *NodeListBuilder) Empty() bool { return len(b.chunks) == 0 }
-
 // Set puts a copy of info under name, or removes name when info is nil.
 func (b *NodeListBuilder) Set(name string, info *NodeInfo) {
 	c, i, found := NodeList{chunks: b.chunks}.find(name)

@@ -269,17 +269,16 @@ func PodPriority(p *pb.Pod) int32 { return p.GetSpec().GetPriority() }
 // Snapshot is an immutable, name-ordered view of every node, taken once per scheduling cycle.
 type Snapshot struct {
 	nodes NodeList
-	// Nodes hosting pods with pod (anti-)affinity / required anti-affinity, so the inter-pod plugins
-	// visit only those (kube-scheduler's HavePodsWithAffinityList and HavePodsWithRequiredAntiAffinityList).
-	withAffinity, withRequiredAntiAffinity NodeList
 	// imageNodes counts the nodes that hold each image (ImageLocality's spread).
 	imageNodes map[string]int
 	// topology: the nodes of each topology domain; antiTerms and scoringPods: see AffinityRegistry.
 	topology    *TopologyIndex
 	antiTerms   []*AffinityTerm
 	scoringPods bool
-	// The lists as slices, built on first use: most cycles (pods without inter-pod constraints)
-	// never need them.
+	// The nodes as a slice, and those hosting pods with pod (anti-)affinity / required anti-affinity
+	// (kube-scheduler's HavePodsWithAffinityList and HavePodsWithRequiredAntiAffinityList), built on
+	// first use: most cycles never need them. The last two are picked from the nodes then rather than
+	// kept by the cache, where every change copied a chunk of each (a tenth of an anti-affinity run).
 	flat, flatAffinity, flatAnti lazySlice
 }
 
@@ -288,15 +287,15 @@ type lazySlice struct {
 	s    []*NodeInfo
 }
 
-func (l *lazySlice) get(src NodeList) []*NodeInfo {
-	l.once.Do(func() { l.s = src.Flatten() })
+func (l *lazySlice) get(build func() []*NodeInfo) []*NodeInfo {
+	l.once.Do(func() { l.s = build() })
 	return l.s
 }
 
 // SnapshotParts are what the cache maintains incrementally for a snapshot.
 type SnapshotParts struct {
-	Nodes, WithAffinity, WithRequiredAntiAffinity NodeList
-	ImageNodes                                    map[string]int // must not be modified afterwards
+	Nodes      NodeList
+	ImageNodes map[string]int // must not be modified afterwards
 	// Topology must stay valid for Nodes' labels (nil: a new one); Affinity must not change afterwards.
 	Topology *TopologyIndex
 	Affinity *AffinityRegistry
@@ -304,8 +303,7 @@ type SnapshotParts struct {
 
 // NewSnapshotFromParts wraps parts without copying.
 func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
-	s := &Snapshot{nodes: p.Nodes, withAffinity: p.WithAffinity, withRequiredAntiAffinity: p.WithRequiredAntiAffinity,
-		imageNodes: p.ImageNodes, topology: p.Topology}
+	s := &Snapshot{nodes: p.Nodes, imageNodes: p.ImageNodes, topology: p.Topology}
 	if s.topology == nil {
 		s.topology = NewTopologyIndex()
 	}
@@ -316,19 +314,12 @@ func NewSnapshotFromParts(p SnapshotParts) *Snapshot {
 }
 
 // NewSnapshot wraps nodes, which must be sorted by name and must not be modified afterwards, and derives
-// the affinity lists and image counts from them (O(nodes)).
+// the affinity registry and image counts from them (O(nodes)).
 func NewSnapshot(nodes []*NodeInfo) *Snapshot {
-	var withAffinity, withAnti []*NodeInfo
 	var imageNodes map[string]int
 	var reg AffinityRegistry
 	for _, n := range nodes {
 		reg.Update(nil, n)
-		if len(n.PodsWithAffinity) > 0 {
-			withAffinity = append(withAffinity, n)
-		}
-		if len(n.PodsWithRequiredAntiAffinity) > 0 {
-			withAnti = append(withAnti, n)
-		}
 		for img := range n.ImageSizes {
 			if imageNodes == nil {
 				imageNodes = map[string]int{}
@@ -336,8 +327,7 @@ func NewSnapshot(nodes []*NodeInfo) *Snapshot {
 			imageNodes[img]++
 		}
 	}
-	return NewSnapshotFromParts(SnapshotParts{Nodes: NodeListOf(nodes), WithAffinity: NodeListOf(withAffinity),
-		WithRequiredAntiAffinity: NodeListOf(withAnti), ImageNodes: imageNodes, Affinity: &reg})
+	return NewSnapshotFromParts(SnapshotParts{Nodes: NodeListOf(nodes), ImageNodes: imageNodes, Affinity: &reg})
 }
 
 // SnapshotOf sorts a copy of nodes by name (tests and tools).
@@ -348,11 +338,25 @@ func SnapshotOf(nodes ...*NodeInfo) *Snapshot {
 }
 
 // HavePodsWithAffinity returns the nodes hosting a pod with pod (anti-)affinity, in name order.
-func (s *Snapshot) HavePodsWithAffinity() []*NodeInfo { return s.flatAffinity.get(s.withAffinity) }
+func (s *Snapshot) HavePodsWithAffinity() []*NodeInfo {
+	return s.flatAffinity.get(func() []*NodeInfo { return s.nodesWith(func(n *NodeInfo) bool { return len(n.PodsWithAffinity) > 0 }) })
+}
 
 // HavePodsWithRequiredAntiAffinity returns the nodes hosting a pod with required anti-affinity.
 func (s *Snapshot) HavePodsWithRequiredAntiAffinity() []*NodeInfo {
-	return s.flatAnti.get(s.withRequiredAntiAffinity)
+	return s.flatAnti.get(func() []*NodeInfo {
+		return s.nodesWith(func(n *NodeInfo) bool { return len(n.PodsWithRequiredAntiAffinity) > 0 })
+	})
+}
+
+func (s *Snapshot) nodesWith(keep func(*NodeInfo) bool) []*NodeInfo {
+	var out []*NodeInfo
+	for n := range s.nodes.From(0) {
+		if keep(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // ImageNumNodes returns how many nodes hold image (a normalised name).
@@ -360,7 +364,7 @@ func (s *Snapshot) ImageNumNodes(image string) int { return s.imageNodes[image] 
 
 // Nodes returns the nodes in name order; callers must not modify the slice. The first call per
 // snapshot builds it: loops that visit only some nodes use NodesFrom.
-func (s *Snapshot) Nodes() []*NodeInfo { return s.flat.get(s.nodes) }
+func (s *Snapshot) Nodes() []*NodeInfo { return s.flat.get(s.nodes.Flatten) }
 
 // NodesFrom yields every node once, in name order from index start, wrapping around.
 func (s *Snapshot) NodesFrom(start int) iter.Seq[*NodeInfo] { return s.nodes.From(start) }
