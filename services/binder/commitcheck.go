@@ -5,14 +5,18 @@ package binder
 // The compare-and-set on alloc/<node> protects resources only. For a pod that inter-pod constraints
 // concern — it has required pod (anti-)affinity or a DoNotSchedule spread constraint, or a placed pod's
 // required anti-affinity term matches it (symmetry) — the binder re-runs the InterPodAffinity and PodTopologySpread
-// filters at commit time, on a view of every node and allocation, and commits one such pod at a time:
+// filters at commit time, on a view of every node and allocation, and commits such pods one group at a
+// time (the decisions that arrived together, in the schedulers' order; a group may be one decision):
 //
 //	1. read the token commit/inter-pod (revision t)
 //	2. wait until the view has applied the alloc stream's last revision (every reservation made so far)
-//	3. run the filters for the decision's node on that view; a violation refuses the decision
-//	4. reserve on alloc/<node> (compare-and-set, resources as always), tentatively: marked with the decision
-//	5. compare-and-set the token from t and confirm the reservation; if another binder committed such a
-//	   pod in between, withdraw it and start again from 1 (that commit may be what makes ours invalid)
+//	3. for each decision in order, run the filters for its node on that view, with the group's earlier
+//	   reservations assumed in it; a violation refuses the decision
+//	4. if allowed, reserve on alloc/<node> (compare-and-set, resources as always), tentatively: marked
+//	   with the decision
+//	5. compare-and-set the token from t and confirm the group's reservations; if another binder committed
+//	   such pods in between, withdraw them and start again from 1 (that commit may be what makes ours
+//	   invalid)
 //
 // So two checked commits never overlap: each sees every earlier one. A refused pod goes back to the
 // schedulers with the alloc revision it was checked against, as a resource conflict does. Pods nothing

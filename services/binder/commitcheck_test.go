@@ -53,6 +53,28 @@ func (h *harness) viewing(id string) *Service {
 	return s
 }
 
+// zonedBinders registers nodes a1 and a2 in zone a and b1 in zone b, and returns n binders whose views
+// hold them.
+func (h *harness) zonedBinders(n int) []*Service {
+	h.t.Helper()
+	for _, node := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")} {
+		h.addNode(node)
+	}
+	var binders []*Service
+	for i := range n {
+		binders = append(binders, h.viewing(fmt.Sprintf("b%d", i+1)))
+	}
+	bustest.Eventually(h.t, 5*time.Second, func() bool {
+		for _, s := range binders {
+			if snap, _ := s.view.cache.Snapshot(); snap.NumNodes() != 3 {
+				return false
+			}
+		}
+		return true
+	}, "binder views saw the 3 nodes")
+	return binders
+}
+
 // Two binders (stale schedulers' decisions, all at once) never commit what the inter-pod constraints
 // forbid: the commit check re-runs the filters on a view that holds every earlier commit.
 func TestCommitCheckUnderConcurrentDecisions(t *testing.T) {
@@ -70,18 +92,7 @@ func TestCommitCheckUnderConcurrentDecisions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := setup(t)
-			for _, n := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")} {
-				h.addNode(n)
-			}
-			binders := []*Service{h.viewing("b1"), h.viewing("b2")}
-			bustest.Eventually(t, 5*time.Second, func() bool {
-				for _, s := range binders {
-					if snap, _ := s.view.cache.Snapshot(); snap.NumNodes() != 3 {
-						return false
-					}
-				}
-				return true
-			}, "binder views saw the 3 nodes")
+			binders := h.zonedBinders(2)
 			var pods []*pb.Pod
 			for i := range tc.nodes {
 				p := pod("u"+string(rune('0'+i)), "p"+string(rune('0'+i)), "100m", tc.mod)
@@ -170,21 +181,7 @@ func TestCheckedDecisionsInGroups(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := setup(t)
-			for _, n := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")} {
-				h.addNode(n)
-			}
-			var binders []*Service
-			for i := range tc.binders {
-				binders = append(binders, h.viewing(fmt.Sprintf("b%d", i)))
-			}
-			bustest.Eventually(t, 5*time.Second, func() bool {
-				for _, s := range binders {
-					if snap, _ := s.view.cache.Snapshot(); snap.NumNodes() != 3 {
-						return false
-					}
-				}
-				return true
-			}, "binder views saw the 3 nodes")
+			binders := h.zonedBinders(tc.binders)
 			groups := make([][]*bus.Msg, len(binders))
 			var pods []*pb.Pod
 			for i, node := range tc.nodes {
