@@ -107,7 +107,7 @@ func runSchedulingBasic(ctx context.Context, cfg Config, w io.Writer) error {
 			fmt.Fprintf(w, "%s: %.0f%% of the raw JetStream ceiling\n", r.label, 100*r.rate/ceil.rate)
 		}
 	}
-	fmt.Fprintln(w, "ceiling per pod: KV create + 2 KV compare-and-sets (alloc, pod), 5 messages (cmd, pending, scheduled, bound, event; the first three grouped as the services group them), 3 acks")
+	fmt.Fprintln(w, "ceiling per pod: KV create + 2 KV compare-and-sets (alloc, pod), 5 messages (cmd, pending, scheduled, bound, event; all but bound grouped as the services group them), 3 acks")
 	if cfg.Verbose {
 		for _, r := range runs[:len(runs)-1] {
 			fmt.Fprintf(w, "%s counters:\n", r.label)
