@@ -60,6 +60,9 @@ type Service struct {
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
 	// decision there, as a crash would.
 	afterReserve func(d *pb.SchedulingDecision) error
+	// beforeToken, when set (tests only), runs between a checked group's tentative reservations and the
+	// token's compare-and-set; an error fails the group there, reservations left, as a crash would.
+	beforeToken func() error
 }
 
 // New returns a binder replica on conn. It does not touch the bus until Run.

@@ -322,6 +322,12 @@ func (s *Service) reserveCheckedGroup(ctx context.Context, reqs []*checkReq) {
 		if len(held) == 0 {
 			return
 		}
+		if s.beforeToken != nil {
+			if err := s.beforeToken(); err != nil {
+				failAll(held, err)
+				return
+			}
+		}
 		_, err = bus.Update(ctx, s.b.Commit, bus.KeyInterPodCommit, &emptypb.Empty{}, tokRev)
 		if err == nil {
 			// Won: the reservations are firm (a no-op for one that was firm already).

@@ -2,11 +2,13 @@ package binder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -226,4 +228,62 @@ func TestCheckedDecisionsInGroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A binder that stops between a group's tentative reservations and the token leaves them behind; the
+// redelivered decisions find their own and confirm them (or refuse where the constraints say so): each
+// pod ends bound once or back with the schedulers, one per host, and no reservation is left over.
+func TestCheckedGroupCrashBeforeToken(t *testing.T) {
+	h := setup(t)
+	nodes := []string{"a1", "a2", "b1"}
+	for _, n := range []*pb.Node{zoneNode("a1", "a"), zoneNode("a2", "a"), zoneNode("b1", "b")} {
+		h.addNode(n)
+	}
+	var mu sync.Mutex
+	crashes := 0
+	h.run("b1", func(s *Service) {
+		s.beforeToken = func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if crashes == 0 {
+				crashes++
+				return errors.New("simulated crash before the token")
+			}
+			return nil
+		}
+	})
+	var pods []*pb.Pod
+	var futures []jetstream.PubAckFuture
+	batch := bus.NewBatcher(h.conn.JS, "scheduler/test")
+	for i, node := range []string{"a1", "a1", "a2", "a2", "b1", "b1"} {
+		p := pod(fmt.Sprintf("u%d", i), fmt.Sprintf("p%d", i), "100m", antiWeb(hostKey))
+		rev := h.addPod(p)
+		pods = append(pods, p)
+		d := decision(p.GetMetadata().GetUid(), p.GetMetadata().GetName(), node)
+		d.Pod, d.PodRevision = proto.Clone(p).(*pb.Pod), rev
+		f, err := batch.PublishAsync(bus.SubjPodScheduled, d, bus.Meta{PodUID: d.GetUid(), Key: "default/" + d.GetName()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	if err := bus.Wait(context.Background(), futures...); err != nil {
+		t.Fatal(err)
+	}
+	h.quiesce()
+	mu.Lock()
+	if crashes == 0 {
+		t.Error("no group went through the crash seam")
+	}
+	mu.Unlock()
+	perNode := map[string]int{}
+	for _, p := range pods {
+		if n := h.getPod(p.GetMetadata().GetName()).GetSpec().GetNodeName(); n != "" {
+			perNode[n]++
+		}
+	}
+	if len(perNode) != 3 || perNode["a1"] != 1 || perNode["a2"] != 1 || perNode["b1"] != 1 {
+		t.Errorf("bound per node %v; want one on each of a1, a2, b1", perNode)
+	}
+	h.checkFinal(nodes, pods)
 }
