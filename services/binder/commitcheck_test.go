@@ -68,7 +68,7 @@ func (h *harness) zonedBinders(n int) []*Service {
 	}
 	bustest.Eventually(h.t, 5*time.Second, func() bool {
 		for _, s := range binders {
-			if snap, _ := s.view.cache.Snapshot(); snap.NumNodes() != 3 {
+			if s.view.snapshot().NumNodes() != 3 {
 				return false
 			}
 		}
@@ -147,8 +147,7 @@ func TestCommitCheckHonoursPlacedAntiAffinity(t *testing.T) {
 		t.Fatal(err)
 	}
 	bustest.Eventually(t, 5*time.Second, func() bool {
-		snap, _ := s.view.cache.Snapshot()
-		n := snap.Get("a1")
+		n := s.view.snapshot().Get("a1")
 		return n != nil && len(n.PodsWithRequiredAntiAffinity) == 1
 	}, "the binder's view holds the guard on a1")
 	for i, d := range []*pb.SchedulingDecision{decision("u1", "same", "a1"), decision("u2", "other", "a2")} {

@@ -139,15 +139,6 @@ func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
 	return c.snap, c.changes
 }
 
-// AnyRequiredAntiAffinity reports whether some placed or assumed pod has required pod anti-affinity.
-// Unlike Snapshot it shares nothing, so a caller that usually finds none (the binder, per commit) does
-// not make the next change copy a chunk of the node list.
-func (c *Cache) AnyRequiredAntiAffinity() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.affinity.Empty()
-}
-
 // Changes returns how many requeue-worthy changes the cache has seen and the trigger of the last one.
 func (c *Cache) Changes() (uint64, string) {
 	c.mu.Lock()

@@ -108,9 +108,6 @@ func (r *AffinityRegistry) add(n *NodeInfo, sign int) {
 	}
 }
 
-// Empty reports whether no placed pod has a required anti-affinity term.
-func (r *AffinityRegistry) Empty() bool { return len(r.terms) == 0 }
-
 // Terms returns the distinct keyed terms, in Key order (cycles over the same cache contents then do the
 // same work). The slice is shared with snapshots: callers must not modify it.
 func (r *AffinityRegistry) Terms() []*AffinityTerm {
