@@ -12,8 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-
-	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // HdrBatch marks a stored message that holds several pipeline messages (a pb.Batch); its value is
@@ -118,11 +116,7 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 
 		msg := group[0].msg
 		if n > 1 {
-			var err error
-			if msg, err = packBatch(subject, b.actor, group); err != nil {
-				finish(group, nil, err)
-				continue
-			}
+			msg = packBatch(subject, b.actor, group)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL)
 		ack, err := b.js.PublishMsg(ctx, msg)
@@ -145,26 +139,60 @@ func finish(group []*batchItem, ack *jetstream.PubAck, err error) {
 	}
 }
 
-func packBatch(subject, actor string, group []*batchItem) (*nats.Msg, error) {
-	b := &pb.Batch{Entries: make([]*pb.BatchEntry, len(group))}
-	for i, it := range group {
-		h := make(map[string]string, len(it.msg.Header))
-		for k, v := range it.msg.Header {
+func packBatch(subject, actor string, group []*batchItem) *nats.Msg {
+	data := appendBatch(nil, subject, group)
+	hdr := nats.Header{HdrBatch: {strconv.Itoa(len(group))}, HdrActor: {actor}}
+	return &nats.Msg{Subject: subject, Data: data, Header: hdr}
+}
+
+// appendBatch appends the pb.Batch of group's messages, written field by field with protowire: the
+// generated code wanted a BatchEntry and a header map per message, then copied them all once more.
+// Each entry keeps its message's headers but the actor (the batch's), and its subject when it is not
+// the batch's (HdrSubject).
+func appendBatch(b []byte, subject string, group []*batchItem) []byte {
+	for _, it := range group {
+		m := it.msg
+		own := ""
+		if m.Subject != subject {
+			own = m.Subject
+		}
+		size := protowire.SizeTag(1) + protowire.SizeBytes(len(m.Data))
+		for k, v := range m.Header {
 			if k != HdrActor && len(v) > 0 {
-				h[k] = v[0]
+				size += protowire.SizeTag(2) + protowire.SizeBytes(mapEntrySize(k, v[0]))
 			}
 		}
-		if it.msg.Subject != subject {
-			h[HdrSubject] = it.msg.Subject
+		if own != "" {
+			size += protowire.SizeTag(2) + protowire.SizeBytes(mapEntrySize(HdrSubject, own))
 		}
-		b.Entries[i] = &pb.BatchEntry{Data: it.msg.Data, Headers: h}
+		b = protowire.AppendTag(b, 1, protowire.BytesType) // Batch.entries
+		b = protowire.AppendVarint(b, uint64(size))
+		b = protowire.AppendTag(b, 1, protowire.BytesType) // BatchEntry.data
+		b = protowire.AppendBytes(b, m.Data)
+		for k, v := range m.Header {
+			if k != HdrActor && len(v) > 0 {
+				b = appendMapEntry(b, k, v[0])
+			}
+		}
+		if own != "" {
+			b = appendMapEntry(b, HdrSubject, own)
+		}
 	}
-	data, err := proto.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("marshal batch for %s: %w", subject, err)
-	}
-	hdr := nats.Header{HdrBatch: {strconv.Itoa(len(group))}, HdrActor: {actor}}
-	return &nats.Msg{Subject: subject, Data: data, Header: hdr}, nil
+	return b
+}
+
+// mapEntrySize is the size of a BatchEntry.headers entry's contents (key 1, value 2).
+func mapEntrySize(k, v string) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(len(v))
+}
+
+func appendMapEntry(b []byte, k, v string) []byte {
+	b = protowire.AppendTag(b, 2, protowire.BytesType) // BatchEntry.headers
+	b = protowire.AppendVarint(b, uint64(mapEntrySize(k, v)))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, k)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	return protowire.AppendString(b, v)
 }
 
 // The batchItem is the future of its message.
