@@ -87,13 +87,13 @@ func (r *AffinityRegistry) Update(old, cur *NodeInfo) {
 
 func (r *AffinityRegistry) add(n *NodeInfo, sign int) {
 	for _, g := range n.RequiredAntiAffinityTerms {
-		tc := r.terms[g.Term.Key]
+		tc := r.terms[g.Key]
 		if tc == nil {
 			if r.terms == nil {
 				r.terms = map[unique.Handle[string]]*termCount{}
 			}
 			tc = &termCount{term: g.Term}
-			r.terms[g.Term.Key] = tc
+			r.terms[g.Key] = tc
 			r.list = nil
 		}
 		if tc.count += sign * g.Count; tc.count <= 0 {

@@ -254,7 +254,7 @@ func (s *preFilterState) existingCount(k int, value string, node *framework.Node
 	p := topologyPair{s.existingKeys[k], value}
 	c := s.lazy.count(&s.lazy.existingMemo, p, node, len(s.existingDelta), func(n *framework.NodeInfo) (c int64) {
 		for _, g := range n.RequiredAntiAffinityTerms {
-			if tk, ok := s.existingTerms[g.Term.Key]; ok && tk == k {
+			if tk, ok := s.existingTerms[g.Key]; ok && tk == k {
 				c += int64(g.Count)
 			}
 		}
@@ -270,9 +270,9 @@ func (s *preFilterState) antiCount(p topologyPair, node *framework.NodeInfo) int
 	c := s.lazy.count(&s.lazy.antiMemo, p, node, len(s.antiDelta), func(n *framework.NodeInfo) (c int64) {
 		var zero unique.Handle[string]
 		for _, g := range n.LabelSets {
-			ep := g.Example
-			v, known := s.lazy.labelMemo[ep.LabelsKey]
-			if !known || ep.LabelsKey == zero {
+			v, known := s.lazy.labelMemo[g.Key]
+			if !known || g.Key == zero {
+				ep := g.Example
 				v = make([]bool, len(anti))
 				for i := range anti {
 					v[i] = anti[i].Matches(ep.Namespace, ep.Labels)

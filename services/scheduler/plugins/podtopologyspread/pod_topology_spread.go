@@ -490,12 +490,12 @@ func countMatching(groups []framework.PodGroup, sel *framework.LabelSelector, ns
 	var zero unique.Handle[string]
 	n := 0
 	for _, g := range groups {
-		p := g.Example
-		m, known := memo[p.LabelsKey]
-		if !known || p.LabelsKey == zero {
+		m, known := memo[g.Key]
+		if !known || g.Key == zero {
+			p := g.Example
 			m = p.Namespace == ns && sel.Matches(p.Labels)
-			if memo != nil && p.LabelsKey != zero {
-				memo[p.LabelsKey] = m
+			if memo != nil && g.Key != zero {
+				memo[g.Key] = m
 			}
 		}
 		if m {
