@@ -9,7 +9,6 @@
 package audit
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,17 +200,16 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 		if (o.UntilSeq > 0 && md.Sequence.Stream > o.UntilSeq) || (!o.Until.IsZero() && md.Timestamp.After(o.Until)) {
 			return nil
 		}
-		entries, err := bus.Unbatch(m.Headers(), m.Data())
+		entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
 		if err != nil {
 			// Kept as it was stored: the tools report what does not decode rather than stop.
-			entries = []bus.Entry{{Header: m.Headers(), Data: m.Data()}}
+			entries = []bus.Entry{{Header: m.Headers(), Data: m.Data(), Subject: m.Subject()}}
 		}
 		for i, e := range entries {
-			subj := cmp.Or(e.Subject, m.Subject())
-			if len(o.Filters) > 0 && !matchesAny(o.Filters, subj) {
+			if len(o.Filters) > 0 && !matchesAny(o.Filters, e.Subject) {
 				continue
 			}
-			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: subj, Header: e.Header, Data: e.Data}
+			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: e.Subject, Header: e.Header, Data: e.Data}
 			if err := fn(&rec); err != nil {
 				return err
 			}

@@ -200,12 +200,12 @@ func (it *batchItem) Ok() <-chan *jetstream.PubAck { return it.ok }
 func (it *batchItem) Err() <-chan error            { return it.err }
 func (it *batchItem) Msg() *nats.Msg               { return it.msg }
 
-// Unbatch returns the messages a stored message stands for: its entries when it is a batch (each with
-// the batch's headers under its own), else the message itself. A batch that does not decode is
-// ErrMalformed.
-func Unbatch(header nats.Header, data []byte) ([]Entry, error) {
+// Unbatch returns the messages a stored message on subject stands for: its entries when it is a batch
+// (each with the batch's headers under its own, and its own subject: the batch's unless HdrSubject
+// names another), else the message itself. A batch that does not decode is ErrMalformed.
+func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 	if header.Get(HdrBatch) == "" {
-		return []Entry{{Header: header, Data: data}}, nil
+		return []Entry{{Header: header, Data: data, Subject: subject}}, nil
 	}
 	entries, err := parseBatch(data)
 	if err != nil {
@@ -215,6 +215,7 @@ func Unbatch(header nats.Header, data []byte) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: batch of %d entries", ErrMalformed, len(entries))
 	}
 	for i := range entries {
+		entries[i].Subject = subject
 		h := make(nats.Header, len(header)+len(entries[i].Header))
 		for k, v := range header {
 			if k != HdrBatch {
@@ -303,6 +304,6 @@ func fields(b []byte, fn func(protowire.Number, []byte) error) error {
 type Entry struct {
 	Header nats.Header
 	Data   []byte
-	// Subject is the entry's own subject when it is not the stored message's (HdrSubject), else "".
+	// Subject is the entry's own subject: the stored message's, or the one HdrSubject names.
 	Subject string
 }

@@ -182,7 +182,7 @@ func TestUnbatchReadsTheWireFormat(t *testing.T) {
 	data = append(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7), data...)
 	data = protowire.AppendVarint(protowire.AppendTag(data, 9, protowire.VarintType), 42)
 	outer := nats.Header{bus.HdrBatch: {"3"}, bus.HdrActor: {"store/a"}}
-	got, err := bus.Unbatch(outer, data)
+	got, err := bus.Unbatch(bus.SubjPodScheduled, outer, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,12 +204,12 @@ func TestUnbatchReadsTheWireFormat(t *testing.T) {
 		"garbage":   {0xff, 0xff, 0xff},
 		"empty":     nil,
 	} {
-		if _, err := bus.Unbatch(outer, bad); !errors.Is(err, bus.ErrMalformed) {
+		if _, err := bus.Unbatch(bus.SubjPodScheduled, outer, bad); !errors.Is(err, bus.ErrMalformed) {
 			t.Errorf("%s batch: err %v, want ErrMalformed", name, err)
 		}
 	}
 	// Without the header a message stands for itself.
-	if got, err := bus.Unbatch(nats.Header{}, data); err != nil || len(got) != 1 || string(got[0].Data) != string(data) {
+	if got, err := bus.Unbatch(bus.SubjPodScheduled, nats.Header{}, data); err != nil || len(got) != 1 || string(got[0].Data) != string(data) {
 		t.Errorf("plain message unpacked as %d entries, err %v", len(got), err)
 	}
 }

@@ -376,7 +376,7 @@ func (w *worker) messages(raw jetstream.Msg) []*Msg {
 		base.Meta = MetaFrom(base.Header)
 		return []*Msg{&base}
 	}
-	entries, err := Unbatch(base.Header, base.Data)
+	entries, err := Unbatch(base.Subject, base.Header, base.Data)
 	if err != nil {
 		base.bad = err
 		base.Meta = MetaFrom(base.Header)
@@ -393,10 +393,7 @@ func (w *worker) messages(raw jetstream.Msg) []*Msg {
 			continue
 		}
 		m := base
-		m.Header, m.Data, m.Meta, m.Index = e.Header, e.Data, MetaFrom(e.Header), i
-		if e.Subject != "" {
-			m.Subject = e.Subject
-		}
+		m.Subject, m.Header, m.Data, m.Meta, m.Index = e.Subject, e.Header, e.Data, MetaFrom(e.Header), i
 		m.ack = entryAck{b: b, i: i}
 		out = append(out, &m)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -179,12 +178,12 @@ func streamMsgs(t *testing.T, c *bus.Conn, stream, subject string) []bus.Entry {
 		}
 		n := 0
 		for m := range batch.Messages() {
-			entries, err := bus.Unbatch(m.Headers(), m.Data())
+			entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range entries {
-				if bus.SubjectMatches(subject, cmp.Or(e.Subject, m.Subject())) {
+				if bus.SubjectMatches(subject, e.Subject) {
 					out = append(out, e)
 				}
 			}

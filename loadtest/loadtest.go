@@ -410,7 +410,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string) (stop func(), err error) {
 	sub, err := conn.NC.Subscribe(bus.SubjPodScheduled, func(m *nats.Msg) {
 		now := time.Now()
-		entries, _ := bus.Unbatch(m.Header, m.Data)
+		entries, _ := bus.Unbatch(m.Subject, m.Header, m.Data)
 		for _, e := range entries {
 			var d pb.SchedulingDecision
 			if proto.Unmarshal(e.Data, &d) != nil || d.GetNamespace() != namespace || d.GetUnschedulable() {

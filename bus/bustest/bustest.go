@@ -96,17 +96,14 @@ func Messages(t testing.TB, c *bus.Conn, stream, filter string) []*jetstream.Raw
 
 func unbatch(t testing.TB, m *jetstream.RawStreamMsg) []*jetstream.RawStreamMsg {
 	t.Helper()
-	entries, err := bus.Unbatch(m.Header, m.Data)
+	entries, err := bus.Unbatch(m.Subject, m.Header, m.Data)
 	if err != nil {
 		t.Fatalf("stream message %d on %s: %v", m.Sequence, m.Subject, err)
 	}
 	out := make([]*jetstream.RawStreamMsg, len(entries))
 	for i, e := range entries {
 		c := *m
-		c.Header, c.Data = e.Header, e.Data
-		if e.Subject != "" {
-			c.Subject = e.Subject
-		}
+		c.Subject, c.Header, c.Data = e.Subject, e.Header, e.Data
 		out[i] = &c
 	}
 	return out

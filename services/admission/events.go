@@ -1,11 +1,9 @@
 package admission
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -24,21 +22,22 @@ import (
 // index in the batch (bus.Position), which orders events like the stream. The stream keeps an hour, so
 // an older resourceVersion gets 410 Expired, as an etcd compaction would.
 
-// decodeEvents returns the events of a stored message that match filter, each with its position, and
-// counts (and skips) what does not decode.
-func decodeEvents(msg jetstream.Msg, filter string) ([]*corev1.Event, error) {
+// decodeEvents returns the events of a stored message that match filter and come after position
+// after, each with its position as resourceVersion, and counts (and skips) what does not decode.
+func decodeEvents(msg jetstream.Msg, filter string, after uint64) ([]*corev1.Event, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return nil, err
 	}
-	entries, err := bus.Unbatch(msg.Headers(), msg.Data())
+	entries, err := bus.Unbatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
 		bus.Count("admission.events.malformed", 1)
 		return nil, nil
 	}
 	var out []*corev1.Event
 	for i, en := range entries {
-		if subj := cmp.Or(en.Subject, msg.Subject()); !bus.SubjectMatches(filter, subj) {
+		pos := bus.Position(md.Sequence.Stream, i)
+		if pos <= after || !bus.SubjectMatches(filter, en.Subject) {
 			continue
 		}
 		e := &pb.Event{}
@@ -46,10 +45,8 @@ func decodeEvents(msg jetstream.Msg, filter string) ([]*corev1.Event, error) {
 			bus.Count("admission.events.malformed", 1)
 			continue
 		}
-		pos := bus.Position(md.Sequence.Stream, i)
-		ev := convert.EventFromPB(e, pos)
+		ev := convert.EventFromPB(e, pos) // resourceVersion: the position
 		ev.TypeMeta = metav1.TypeMeta{Kind: "Event", APIVersion: "v1"}
-		ev.ResourceVersion = strconv.FormatUint(pos, 10)
 		out = append(out, ev)
 	}
 	return out, nil
@@ -147,7 +144,7 @@ func (s *Service) listEvents(ctx context.Context, filter string, m matcher) ([]r
 		if md.Sequence.Stream > last {
 			return nil
 		}
-		evs, err := decodeEvents(msg, filter)
+		evs, err := decodeEvents(msg, filter, 0)
 		if err != nil {
 			return err
 		}
@@ -199,12 +196,12 @@ func (s *Service) watchEvents(w http.ResponseWriter, r *http.Request, req reques
 		cfg.OptStartSeq = max(seq, 1)
 	}
 	err = consumeOrdered(ctx, s.conn.JS, bus.StreamEvents, cfg, func(msg jetstream.Msg) error {
-		evs, err := decodeEvents(msg, filter)
+		evs, err := decodeEvents(msg, filter, rv)
 		if err != nil {
 			return err
 		}
 		for _, e := range evs {
-			if pos, _ := strconv.ParseUint(e.ResourceVersion, 10, 64); pos <= rv || !m.matches(eventKind, e) {
+			if !m.matches(eventKind, e) {
 				continue
 			}
 			if err := ww.send(watchAdded, e); err != nil {

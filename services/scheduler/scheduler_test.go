@@ -62,7 +62,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, _ := m.Metadata()
-		entries, err := bus.Unbatch(m.Headers(), m.Data())
+		entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
 		if err != nil {
 			t.Errorf("%s: %v", m.Subject(), err)
 			return
