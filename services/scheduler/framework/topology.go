@@ -131,7 +131,6 @@ func (s *Snapshot) HasScoringAffinity() bool { return s.scoringPods }
 // Topology returns the snapshot's topology index (the cache hands it to the next snapshot).
 func (s *Snapshot) Topology() *TopologyIndex { return s.topology }
 
-// NodeChunks returns the name-ordered node list in its chunks. A chunk never changes, and a change to
-// a node comes in a new chunk, so callers may remember what they computed over a chunk by its first
-// element. Callers must not modify them.
-func (s *Snapshot) NodeChunks() [][]NodeInfo { return s.nodes.chunks }
+// NodeList returns the name-ordered node list; its chunks (NumChunks, Chunk) let callers remember what
+// they computed over a chunk across snapshots.
+func (s *Snapshot) NodeList() NodeList { return s.nodes }

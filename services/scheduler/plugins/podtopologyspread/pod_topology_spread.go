@@ -297,17 +297,18 @@ func (p *PodTopologySpread) PreFilter(state *framework.CycleState, pod *framewor
 	for i := range memos {
 		memos[i] = map[unique.Handle[string]]bool{}
 	}
-	chunks := state.Snapshot().NodeChunks()
+	nodes := state.Snapshot().NodeList()
 	countOf := func(n *framework.NodeInfo, out []nodeShare) { countNode(n, pod.Pod, cs, req, ns, memos, out) }
 	if shared {
-		p.totals.update(sig, len(cs), chunks, countOf, s.counts)
+		p.totals.update(sig, len(cs), nodes, countOf, s.counts)
 	} else {
 		// Counts for this pod alone: summed node by node, with nothing kept.
 		one := make([]nodeShare, len(cs))
 		for i := range cs {
 			s.counts[i] = map[string]int{}
 		}
-		for _, chunk := range chunks {
+		for j := range nodes.NumChunks() {
+			chunk := nodes.Chunk(j)
 			for k := range chunk {
 				countOf(&chunk[k], one)
 				for i, p := range one {
@@ -348,22 +349,24 @@ type running struct {
 const maxRunningSigs = 64
 
 // update brings sig's totals to chunks and writes them, per constraint, into out.
-func (t *runningTotals) update(sig string, ncs int, chunks [][]framework.NodeInfo, countOf func(*framework.NodeInfo, []nodeShare), out []map[string]int) {
+func (t *runningTotals) update(sig string, ncs int, nodes framework.NodeList, countOf func(*framework.NodeInfo, []nodeShare), out []map[string]int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.bySig[sig]
-	if r == nil || len(r.chunks) != len(chunks) {
+	if r == nil || len(r.chunks) != nodes.NumChunks() {
 		if t.bySig == nil || len(t.bySig) >= maxRunningSigs {
 			t.bySig = map[string]*running{}
 		}
-		r = &running{chunks: make([][]framework.NodeInfo, len(chunks)), parts: make([][]nodeShare, len(chunks)),
-			shares: make([][]domainCounts, len(chunks)), sums: make([]map[string]*[2]int, ncs)}
+		n := nodes.NumChunks()
+		r = &running{chunks: make([][]framework.NodeInfo, n), parts: make([][]nodeShare, n),
+			shares: make([][]domainCounts, n), sums: make([]map[string]*[2]int, ncs)}
 		for i := range r.sums {
 			r.sums[i] = map[string]*[2]int{}
 		}
 		t.bySig[sig] = r
 	}
-	for j, chunk := range chunks {
+	for j := range nodes.NumChunks() {
+		chunk := nodes.Chunk(j)
 		old := r.chunks[j]
 		if len(old) == len(chunk) && &old[0] == &chunk[0] {
 			continue
