@@ -78,6 +78,20 @@ func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jets
 	if err != nil {
 		return nil, err
 	}
+	return b.queue(subject, msg), nil
+}
+
+// PublishEncoded is Publish for a message already encoded (see Splice).
+func (b *Batcher) PublishEncoded(ctx context.Context, subject string, data []byte, meta Meta) error {
+	return Wait(ctx, b.queue(subject, wrap(b.actor, subject, data, meta)))
+}
+
+// PublishEncodedAsync is PublishAsync for a message already encoded (see Splice); it never fails.
+func (b *Batcher) PublishEncodedAsync(subject string, data []byte, meta Meta) (jetstream.PubAckFuture, error) {
+	return b.queue(subject, wrap(b.actor, subject, data, meta)), nil
+}
+
+func (b *Batcher) queue(subject string, msg *nats.Msg) *batchItem {
 	it := &batchItem{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
 	group := GroupSubject(subject)
 	b.mu.Lock()
@@ -93,7 +107,7 @@ func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jets
 		q.flushing = true
 		go b.flush(group, q)
 	}
-	return it, nil
+	return it
 }
 
 func (b *Batcher) flush(subject string, q *batchQueue) {

@@ -33,6 +33,11 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Mess
 	if err != nil {
 		return 0, err
 	}
+	return CreateEncoded(ctx, kv, key, data)
+}
+
+// CreateEncoded is Create for a value already encoded, which the caller may send on (see Splice).
+func CreateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (uint64, error) {
 	rev, err := kv.Create(ctx, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrExists)
@@ -46,16 +51,21 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Mess
 // Update writes key only if its revision is still rev (compare-and-set); ErrConflict otherwise.
 // rev 0 means "the key must not exist", like Create.
 func Update(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message, rev uint64) (uint64, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	return UpdateEncoded(ctx, kv, key, data, rev)
+}
+
+// UpdateEncoded is Update for a value already encoded, which the caller may send on (see Splice).
+func UpdateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, rev uint64) (uint64, error) {
 	if rev == 0 {
-		r, err := Create(ctx, kv, key, m)
+		r, err := CreateEncoded(ctx, kv, key, data)
 		if errors.Is(err, ErrExists) {
 			return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrConflict)
 		}
 		return r, err
-	}
-	data, err := proto.Marshal(m)
-	if err != nil {
-		return 0, err
 	}
 	newRev, err := kv.Update(ctx, key, data, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {

@@ -77,8 +77,13 @@ func encode(actor, subject string, m proto.Message, meta Meta) (*nats.Msg, error
 	if err != nil {
 		return nil, fmt.Errorf("marshal %T for %s: %w", m, subject, err)
 	}
+	return wrap(actor, subject, data, meta), nil
+}
+
+// wrap is the encoded message data on subject, with meta's headers and actor.
+func wrap(actor, subject string, data []byte, meta Meta) *nats.Msg {
 	meta.Actor = actor
-	return &nats.Msg{Subject: subject, Data: data, Header: meta.header()}, nil
+	return &nats.Msg{Subject: subject, Data: data, Header: meta.header()}
 }
 
 // Publish stores m on its stream and returns once JetStream acknowledged it (the message is durable).
@@ -101,6 +106,15 @@ func (p *Publisher) PublishAsync(subject string, m proto.Message, meta Meta) (je
 		return nil, err
 	}
 	f, err := p.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return f, nil
+}
+
+// PublishEncodedAsync is PublishAsync for a message already encoded (see Splice).
+func (p *Publisher) PublishEncodedAsync(subject string, data []byte, meta Meta) (jetstream.PubAckFuture, error) {
+	f, err := p.js.PublishMsgAsync(wrap(p.actor, subject, data, meta))
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}

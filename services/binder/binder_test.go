@@ -458,7 +458,7 @@ func TestCrashBetweenReserveAndBind(t *testing.T) {
 			name: "stopped after the binding, before telling the agent",
 			crashed: func(t *testing.T, s *Service, h *harness, p *pb.Pod, rev uint64) {
 				mustReserve(t, s, "n1", p)
-				if _, _, err := s.bind(context.Background(), bus.PodKey("default", "web"), p, rev, decision("u1", "web", "n1")); err != nil {
+				if _, _, _, err := s.bind(context.Background(), bus.PodKey("default", "web"), p, rev, decision("u1", "web", "n1")); err != nil {
 					t.Fatal(err)
 				}
 			},

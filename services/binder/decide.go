@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -160,7 +161,7 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 		}
 	}
 	old := pod.GetStatus().GetNominatedNodeName()
-	next, newRev, err := s.bind(ctx, key, pod, rev, d)
+	next, raw, newRev, err := s.bind(ctx, key, pod, rev, d)
 	if err != nil {
 		return err
 	}
@@ -171,7 +172,7 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 			return err
 		}
 	}
-	return s.announce(ctx, next, newRev, d.GetNode())
+	return s.announce(ctx, next, raw, newRev, d.GetNode())
 }
 
 // checkedID names a decision's tentative reservation.
@@ -182,7 +183,8 @@ func checkedID(d *pb.SchedulingDecision, seq uint64) string {
 // bind writes the binding on the pod (compare-and-set on rev). It changes pod itself, which is this
 // attempt's own copy (decoded from the decision or read from the store): a failed compare-and-set
 // makes the caller read the pod again.
-func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) (*pb.Pod, uint64, error) {
+// It returns the pod as stored, in both forms.
+func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) (*pb.Pod, []byte, uint64, error) {
 	next := pod
 	if next.Spec == nil {
 		next.Spec = &pb.PodSpec{}
@@ -196,20 +198,37 @@ func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64,
 		next.Internal = &pb.PodInternal{}
 	}
 	next.Internal.ScheduleAttempts = max(next.Internal.GetScheduleAttempts(), d.GetAttempt())
-	newRev, err := bus.Update(ctx, s.b.Pods, key, next, rev)
+	raw, err := proto.Marshal(next)
 	if err != nil {
-		return nil, 0, fmt.Errorf("bind pod %s to %s: %w", key, d.GetNode(), err)
+		return nil, nil, 0, fmt.Errorf("bind pod %s to %s: %w", key, d.GetNode(), err)
 	}
-	return next, newRev, nil
+	newRev, err := bus.UpdateEncoded(ctx, s.b.Pods, key, raw, rev)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("bind pod %s to %s: %w", key, d.GetNode(), err)
+	}
+	return next, raw, newRev, nil
 }
 
+// bindingPodField is PodBinding.pod.
+var bindingPodField = bus.FieldNumber(&pb.PodBinding{}, "pod")
+
 // announce hands a bound pod to its node's agent and records the Scheduled event. Both are idempotent
-// (fixed message ids), so a redelivered decision may announce again.
-func (s *Service) announce(ctx context.Context, pod *pb.Pod, rev uint64, node string) error {
+// (fixed message ids), so a redelivered decision may announce again. raw is the pod's stored wire form,
+// when at hand.
+func (s *Service) announce(ctx context.Context, pod *pb.Pod, raw []byte, rev uint64, node string) error {
 	md := pod.GetMetadata()
-	binding := &pb.PodBinding{Pod: pod, Revision: rev, Node: node}
+	subject, mt := bus.SubjPodBound(node), meta(pod, "bound-"+md.GetUid())
 	// Both go out at once; the decision is acked only when both are stored.
-	bound, err := s.pub.PublishAsync(bus.SubjPodBound(node), binding, meta(pod, "bound-"+md.GetUid()))
+	var bound jetstream.PubAckFuture
+	var err error
+	if raw == nil {
+		bound, err = s.pub.PublishAsync(subject, &pb.PodBinding{Pod: pod, Revision: rev, Node: node}, mt)
+	} else {
+		var data []byte
+		if data, err = bus.Splice(&pb.PodBinding{Revision: rev, Node: node}, bindingPodField, raw); err == nil {
+			bound, err = s.pub.PublishEncodedAsync(subject, data, mt)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)
 	}
@@ -247,7 +266,7 @@ func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node stri
 	default:
 		s.log.Error("bound pod has no reservation and none fits", "pod", pod.GetMetadata().GetUid(), "node", node, "why", res)
 	}
-	return s.announce(ctx, pod, rev, node)
+	return s.announce(ctx, pod, nil, rev, node)
 }
 
 // markUnschedulable records that no node fits: PodScheduled=False, status.nominatedNodeName and a

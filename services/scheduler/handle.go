@@ -111,7 +111,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		// Sent before the cycle lock is released, so decisions reach the stream in the order they were
 		// made: the binder commits constrained pods in stream order, and each then finds committed
 		// exactly the pods this replica had assumed when it decided.
-		sent, sendErr = s.pub.PublishAsync(bus.SubjPodScheduled, d, decisionMeta(pod, d, m.Position()))
+		sent, sendErr = s.sendDecision(d, m, decisionMeta(pod, d, m.Position()))
 	}
 	s.cycle.Unlock()
 
@@ -180,6 +180,29 @@ func (s *Service) decision(pp *pb.PendingPod, seq uint64) *pb.SchedulingDecision
 		DecidedAt:   timestamppb.New(s.now()),
 		Attempt:     pp.GetPod().GetInternal().GetScheduleAttempts(),
 	}
+}
+
+// Field numbers of the pod in a pending message and in a decision.
+var (
+	pendingPodField  = bus.FieldNumber(&pb.PendingPod{}, "pod")
+	decisionPodField = bus.FieldNumber(&pb.SchedulingDecision{}, "pod")
+)
+
+// sendDecision publishes d, a decision for the pod of the pending message m, with the pod's bytes as m
+// carried them (the decision's pod is the pending one, unchanged).
+func (s *Service) sendDecision(d *pb.SchedulingDecision, m *bus.Msg, meta bus.Meta) (jetstream.PubAckFuture, error) {
+	raw, ok := bus.Field(m.Data, pendingPodField)
+	if !ok {
+		return s.pub.PublishAsync(bus.SubjPodScheduled, d, meta)
+	}
+	pod := d.Pod
+	d.Pod = nil
+	data, err := bus.Splice(d, decisionPodField, raw)
+	d.Pod = pod
+	if err != nil {
+		return nil, err
+	}
+	return s.pub.PublishEncodedAsync(bus.SubjPodScheduled, data, meta)
 }
 
 // DecisionMsgID is the de-duplication id of the decision taken for the pending message at stream seq.

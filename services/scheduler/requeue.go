@@ -29,6 +29,7 @@ const (
 type publisher interface {
 	Publish(ctx context.Context, subject string, m proto.Message, meta bus.Meta) error
 	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
+	PublishEncodedAsync(subject string, data []byte, meta bus.Meta) (jetstream.PubAckFuture, error)
 }
 
 // requeuer remembers the pods this replica found unschedulable and sends them back to pod.pending

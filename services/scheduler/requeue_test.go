@@ -64,6 +64,18 @@ func (f *fakePublisher) PublishAsync(subject string, m proto.Message, meta bus.M
 	return fut, nil
 }
 
+// PublishEncodedAsync decodes data as a decision and records it like PublishAsync.
+func (f *fakePublisher) PublishEncodedAsync(subject string, data []byte, meta bus.Meta) (jetstream.PubAckFuture, error) {
+	if subject != bus.SubjPodScheduled {
+		return nil, errors.New("unexpected encoded message on " + subject)
+	}
+	d := &pb.SchedulingDecision{}
+	if err := proto.Unmarshal(data, d); err != nil {
+		return nil, err
+	}
+	return f.PublishAsync(subject, d, meta)
+}
+
 type settledFuture struct {
 	ok  chan *jetstream.PubAck
 	err chan error

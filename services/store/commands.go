@@ -39,10 +39,14 @@ func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 	pod := cmd.GetPod()
 	md := pod.GetMetadata()
 	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	data, err := proto.Marshal(pod)
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s: %w", key, err)
+	}
 	for range maxAttempts {
-		rev, err := bus.Create(ctx, s.pods, key, pod)
+		rev, err := bus.CreateEncoded(ctx, s.pods, key, data)
 		if err == nil {
-			return s.created(ctx, pod, rev, true, in)
+			return s.created(ctx, pod, data, rev, true, in)
 		}
 		if !errors.Is(err, bus.ErrExists) {
 			return nil, fmt.Errorf("create pod %s: %w", key, err)
@@ -61,18 +65,31 @@ func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 		// Same uid: this command was handled before (redelivery). Answer as the first time did, and queue
 		// the pod again unless it has moved on: bound by the binder (the command had no node), or deleting.
 		moved := cur.GetSpec().GetNodeName() != pod.GetSpec().GetNodeName() || cur.GetMetadata().GetDeletionTimestamp() != nil
-		return s.created(ctx, cur, curRev, !moved, in)
+		return s.created(ctx, cur, nil, curRev, !moved, in)
 	}
 	return nil, fmt.Errorf("create pod %s: %w", key, errRetry)
 }
 
-// created hands a stored pod to the schedulers (when queue) and builds the 201 answer.
-func (s *Service) created(ctx context.Context, pod *pb.Pod, rev uint64, queue bool, in bus.Meta) (*pb.CommandResult, error) {
+// pendingPodField is PendingPod.pod.
+var pendingPodField = bus.FieldNumber(&pb.PendingPod{}, "pod")
+
+// created hands a stored pod to the schedulers (when queue) and builds the 201 answer. data is the
+// pod's stored wire form, when at hand.
+func (s *Service) created(ctx context.Context, pod *pb.Pod, data []byte, rev uint64, queue bool, in bus.Meta) (*pb.CommandResult, error) {
 	if queue {
 		uid := pod.GetMetadata().GetUid()
 		msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeCreated}
-		id := fmt.Sprintf("pending-%s-%d", uid, rev)
-		if err := s.batch.Publish(ctx, bus.PendingSubject(podutil.ConstraintGroup(pod)), msg, meta(pod, id, in)); err != nil {
+		subject, mt := bus.PendingSubject(podutil.ConstraintGroup(pod)), meta(pod, fmt.Sprintf("pending-%s-%d", uid, rev), in)
+		var err error
+		if data != nil {
+			msg.Pod = nil
+			if data, err = bus.Splice(msg, pendingPodField, data); err == nil {
+				err = s.batch.PublishEncoded(ctx, subject, data, mt)
+			}
+		} else {
+			err = s.batch.Publish(ctx, subject, msg, mt)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("queue created pod %s: %w", uid, err)
 		}
 	}
