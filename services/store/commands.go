@@ -34,14 +34,21 @@ const causeCreated = "created"
 // errRetry says a compare-and-set lost and the command's loop should read again.
 var errRetry = errors.New("lost a compare-and-set; read again")
 
-// create stores a new pod and hands it to the schedulers.
-func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (*pb.CommandResult, error) {
+// commandPodField is PodCommand.pod.
+var commandPodField = bus.FieldNumber(&pb.PodCommand{}, "pod")
+
+// create stores a new pod and hands it to the schedulers. raw is the pod's wire form in the command
+// (nil: encode it), stored as it is: the command's pod is the stored one.
+func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, raw []byte, in bus.Meta) (*pb.CommandResult, error) {
 	pod := cmd.GetPod()
 	md := pod.GetMetadata()
 	key := bus.PodKey(md.GetNamespace(), md.GetName())
-	data, err := proto.Marshal(pod)
-	if err != nil {
-		return nil, fmt.Errorf("create pod %s: %w", key, err)
+	data := raw
+	if data == nil {
+		var err error
+		if data, err = proto.Marshal(pod); err != nil {
+			return nil, fmt.Errorf("create pod %s: %w", key, err)
+		}
 	}
 	for range maxAttempts {
 		rev, err := bus.CreateEncoded(ctx, s.pods, key, data)

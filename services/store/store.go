@@ -109,7 +109,7 @@ func (s *Service) handle(ctx context.Context, m *bus.Msg) error {
 	if err := validate(m.Subject, cmd); err != nil {
 		return err
 	}
-	res, err := s.apply(ctx, cmd, m.Meta)
+	res, err := s.apply(ctx, cmd, m.Data, m.Meta)
 	if err != nil {
 		return err
 	}
@@ -118,11 +118,12 @@ func (s *Service) handle(ctx context.Context, m *bus.Msg) error {
 }
 
 // apply runs one command. A non-nil error means nothing conclusive happened and the command must be
-// retried; API-level failures (404, 409) are results, not errors.
-func (s *Service) apply(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (*pb.CommandResult, error) {
+// retried; API-level failures (404, 409) are results, not errors. data is the command's wire form.
+func (s *Service) apply(ctx context.Context, cmd *pb.PodCommand, data []byte, in bus.Meta) (*pb.CommandResult, error) {
 	switch cmd.GetOp() {
 	case pb.PodCommand_OP_CREATE:
-		return s.create(ctx, cmd, in)
+		raw, _ := bus.Field(data, commandPodField)
+		return s.create(ctx, cmd, raw, in)
 	case pb.PodCommand_OP_UPDATE:
 		return s.update(ctx, cmd)
 	case pb.PodCommand_OP_DELETE:
