@@ -200,6 +200,17 @@ func (c *allocCache) put(node string, a *pb.NodeAllocation, rev uint64) {
 	c.m[node] = cachedAlloc{a: a, rev: rev}
 }
 
+// at returns the record held for node if it is the one at revision rev (nil otherwise). It is shared:
+// records are never changed once stored.
+func (c *allocCache) at(node string, rev uint64) *pb.NodeAllocation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[node]; ok && e.rev == rev {
+		return e.a
+	}
+	return nil
+}
+
 // observe keeps a record seen on the alloc watch unless a newer one is held already (nil: deleted), so
 // the first decision for a node this replica never wrote costs no read either.
 func (c *allocCache) observe(node string, a *pb.NodeAllocation, rev uint64) {

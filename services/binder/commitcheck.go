@@ -143,7 +143,7 @@ func (s *Service) watchView(ctx context.Context) error {
 			if e == nil {
 				allocDone = true
 			} else {
-				if name, a, ok := v.applyAlloc(e); ok {
+				if name, a, ok := v.applyAlloc(e, s.alloc.at); ok {
 					s.alloc.observe(name, a, e.Revision())
 				}
 				v.notify()
@@ -175,15 +175,21 @@ func (v *commitView) applyNode(e jetstream.KeyValueEntry) {
 }
 
 // applyAlloc takes in an alloc entry (for the cache at the next flush) and returns the node and its
-// record (nil when deleted or unreadable).
-func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) (string, *pb.NodeAllocation, bool) {
+// record (nil when deleted or unreadable). written returns the record this binder wrote at a node and
+// revision, if it still holds it: that one needs no decoding.
+func (v *commitView) applyAlloc(e jetstream.KeyValueEntry, written func(node string, rev uint64) *pb.NodeAllocation) (string, *pb.NodeAllocation, bool) {
 	name, ok := bus.Untoken(e.Key())
 	if !ok {
 		return "", nil, false
 	}
-	a := &pb.NodeAllocation{}
-	if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), a) != nil {
-		a = nil
+	var a *pb.NodeAllocation
+	if e.Operation() == jetstream.KeyValuePut {
+		if a = written(name, e.Revision()); a == nil {
+			a = &pb.NodeAllocation{}
+			if proto.Unmarshal(e.Value(), a) != nil {
+				a = nil
+			}
+		}
 	}
 	v.pmu.Lock()
 	defer v.pmu.Unlock()

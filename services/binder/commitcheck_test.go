@@ -286,3 +286,51 @@ func TestCheckedGroupCrashBeforeToken(t *testing.T) {
 	}
 	h.checkFinal(nodes, pods)
 }
+
+// The view takes a record this binder wrote from its cache instead of decoding the entry, and only the
+// one at the very revision it wrote: anything else is decoded.
+func TestViewTakesOwnRecordsWithoutDecoding(t *testing.T) {
+	h := setup(t)
+	ctx := context.Background()
+	stored := &pb.NodeAllocation{Pods: map[string]*pb.PodAllocation{"u1": {Name: "web", Namespace: "default"}}}
+	rev, err := bus.Update(ctx, h.b.Alloc, bus.NodeKey("n1"), stored, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := h.b.Alloc.Get(ctx, bus.NodeKey("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := &pb.NodeAllocation{Pods: map[string]*pb.PodAllocation{"u1": {Name: "web", Namespace: "default"}}}
+	tests := []struct {
+		name     string
+		written  *allocCache
+		wantMine bool
+	}{
+		{"written at this revision", &allocCache{m: map[string]cachedAlloc{"n1": {a: mine, rev: rev}}}, true},
+		{"written at an older revision", &allocCache{m: map[string]cachedAlloc{"n1": {a: mine, rev: rev - 1}}}, false},
+		{"written on another node", &allocCache{m: map[string]cachedAlloc{"n2": {a: mine, rev: rev}}}, false},
+		{"nothing written", &allocCache{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := newCommitView()
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, got, ok := v.applyAlloc(e, tt.written.at)
+			if !ok || name != "n1" {
+				t.Fatalf("applyAlloc = %q, %v", name, ok)
+			}
+			if (got == mine) != tt.wantMine {
+				t.Errorf("took the written record: %v, want %v", got == mine, tt.wantMine)
+			}
+			if !proto.Equal(got, stored) {
+				t.Errorf("record %v, want %v", got, stored)
+			}
+			if p := v.pending["n1"]; p.a != got || p.rev != rev {
+				t.Errorf("pending n1 = %v at %d, want the record at %d", p.a, p.rev, rev)
+			}
+		})
+	}
+}
