@@ -21,9 +21,9 @@ func Splice(m proto.Message, num protowire.Number, raw []byte) ([]byte, error) {
 	return protowire.AppendBytes(b, raw), nil
 }
 
-// Field returns the wire form of the message in field num of data, the wire form of a message. It
-// reports false when the field is absent, appears more than once (a reader would merge the copies),
-// or data is malformed.
+// Field returns the contents of the length-delimited field num (a message's wire form, a string or
+// bytes) of data, the wire form of a message. It reports false when the field is absent, appears more
+// than once (a reader would merge a message's copies), or data is malformed.
 func Field(data []byte, num protowire.Number) ([]byte, bool) {
 	var found []byte
 	n := 0

@@ -405,8 +405,12 @@ func observe(ctx context.Context, kv jetstream.KeyValue, want int) (*observer, e
 				// (decoding every pod twice was a visible share of the measured CPU).
 				continue
 			}
+			// A binding needs only spec.nodeName, read off the wire; the rest (an unschedulable pod's
+			// condition) is decoded only for pods that have none.
 			var p pb.Pod
-			if proto.Unmarshal(e.Value(), &p) != nil {
+			if nodeName(e.Value()) != "" {
+				p.Spec = &pb.PodSpec{NodeName: "set"}
+			} else if proto.Unmarshal(e.Value(), &p) != nil {
 				continue
 			}
 			o.mu.Lock()
@@ -427,6 +431,21 @@ func observe(ctx context.Context, kv jetstream.KeyValue, want int) (*observer, e
 		}
 	}()
 	return o, nil
+}
+
+var (
+	podSpecField     = bus.FieldNumber(&pb.Pod{}, "spec")
+	podSpecNodeField = bus.FieldNumber(&pb.PodSpec{}, "node_name")
+)
+
+// nodeName is spec.nodeName of the encoded pod data ("" when unset or unreadable).
+func nodeName(data []byte) string {
+	spec, ok := bus.Field(data, podSpecField)
+	if !ok {
+		return ""
+	}
+	name, _ := bus.Field(spec, podSpecNodeField)
+	return string(name)
 }
 
 func (o *observer) counts() (bound, unsch int) {
