@@ -245,6 +245,9 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.state(node)
+	if c.confirmOnly(ns, a) {
+		return c.trigger(triggerPodAdded, rev)
+	}
 	shrunk := false
 	for uid := range ns.alloc.GetPods() {
 		if _, ok := a.GetPods()[uid]; !ok {
@@ -304,6 +307,62 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 		return c.trigger(triggerPodAdded, rev)
 	}
 	return ""
+}
+
+// confirmOnly applies a, the node's new alloc record, when it only adds pods this replica assumed
+// there, with the requests it assumed: the binder committed this replica's decisions and nothing else
+// changed. The node counts the same then, so its NodeInfo stays (rebuilding it copied a chunk of the
+// node list, for every pod); the assumed PlacedPods are confirmed in place. It reports false, having
+// changed nothing, for any other record.
+func (c *Cache) confirmOnly(ns *nodeState, a *pb.NodeAllocation) bool {
+	if ns.info == nil || len(a.GetNominated()) > 0 || len(ns.nominated) > 0 || len(a.GetPods()) <= len(ns.allocPods) {
+		return false
+	}
+	want := ns.allocTotal
+	var added []*assumedPod
+	for uid, p := range a.GetPods() {
+		if pp := ns.allocByUID[uid]; pp != nil {
+			if pp.PreemptedBy != p.GetPreemptedBy() {
+				return false
+			}
+			continue
+		}
+		ap := ns.assumed[uid]
+		if ap == nil || p.GetPreemptedBy() != "" {
+			return false
+		}
+		if cpu, mem := framework.NonZeroRequests(p.GetRequests()); cpu != ap.nzCPU || mem != ap.nzMem {
+			return false
+		}
+		want.Add(ap.req)
+		added = append(added, ap)
+	}
+	// Every pod of the old record is still listed (more pods, and each old one found above).
+	if len(a.GetPods()) != len(ns.allocPods)+len(added) || !sameResource(want, framework.ResourceOf(a.GetTotal())) {
+		return false
+	}
+	pods := slices.Grow(slices.Clone(ns.allocPods), len(added))
+	byUID := maps.Clone(ns.allocByUID)
+	if byUID == nil {
+		byUID = make(map[string]*framework.PlacedPod, len(added))
+	}
+	for _, ap := range added {
+		ap.placed.Confirm()
+		delete(c.assumed, ap.uid)
+		delete(ns.assumed, ap.uid)
+		ns.allocNZCPU += ap.nzCPU
+		ns.allocNZMem += ap.nzMem
+		pods = append(pods, ap.placed)
+		byUID[ap.uid] = ap.placed
+	}
+	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	ns.alloc, ns.allocTotal, ns.allocPods, ns.allocByUID = a, want, pods, byUID
+	return true
+}
+
+func sameResource(x, y framework.Resource) bool {
+	return x.MilliCPU == y.MilliCPU && x.Memory == y.Memory && x.EphemeralStorage == y.EphemeralStorage &&
+		x.Pods == y.Pods && maps.Equal(x.Scalar, y.Scalar)
 }
 
 // RemoveAlloc applies a deleted alloc-bucket entry (a trigger if it listed pods).

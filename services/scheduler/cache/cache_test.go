@@ -281,8 +281,9 @@ func TestNodePods(t *testing.T) {
 	c.UpsertAlloc("n1", alloc("n1", nil), 3)
 	after, _ := c.Snapshot()
 	check(after, map[string][]string{"n1": nil, "n2": {"w"}}, []string{"n2"}, nil)
-	if got := after.Get("n2").Pods[0]; got.Assumed || !assumed.Assumed || got.UID != assumed.UID || got.Affinity != assumed.Affinity {
-		t.Error("the committed pod's PlacedPod was rebuilt instead of reusing the assumed one's compiled terms, or is still marked assumed")
+	// The record only confirms the assumption: the PlacedPod is the assumed one, confirmed in place.
+	if got := after.Get("n2").Pods[0]; got != assumed || got.Assumed() {
+		t.Error("the committed pod's PlacedPod was rebuilt instead of reusing the assumed one, or is still marked assumed")
 	}
 	check(before, map[string][]string{"n1": {"x"}, "n2": {"w"}}, []string{"n1", "n2"}, []string{"n1"})
 	c.RemoveNode("n2", 4)
@@ -388,5 +389,100 @@ func TestTopologyAndAffinityRegistry(t *testing.T) {
 	}
 	if terms := s2.RequiredAntiAffinityTerms(); len(terms) != 1 {
 		t.Error("old snapshot's terms changed")
+	}
+}
+
+// A record that only commits this replica's assumptions on a node leaves the node's NodeInfo (and the
+// snapshot) as they are and confirms the assumed pods; any other record rebuilds the node. Either way the
+// node counts what a cache fed the record and the remaining assumptions from scratch counts.
+func TestConfirmOnly(t *testing.T) {
+	pod := func(name, cpu string) *framework.PodInfo { return st.Pod(name, "u"+name).Req(cpu, "1Gi").Info() }
+	res := func(p *framework.PodInfo) *pb.Resources { return p.Requests }
+	a, b, other := pod("a", "500m"), pod("b", "250m"), pod("o", "1")
+	tests := []struct {
+		name     string
+		record   func() *pb.NodeAllocation // the record after old (which lists "old") and the assumptions a and b
+		wantKept bool
+	}{
+		{"commits one assumption", func() *pb.NodeAllocation {
+			return alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": res(a)})
+		}, true},
+		{"commits both", func() *pb.NodeAllocation {
+			return alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": res(a), "ub": res(b)})
+		}, true},
+		{"another replica's pod too", func() *pb.NodeAllocation {
+			return alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": res(a), "uo": res(other)})
+		}, false},
+		{"other requests than assumed", func() *pb.NodeAllocation {
+			return alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": {MilliCpu: 900, Pods: 1}})
+		}, false},
+		{"an old pod lost", func() *pb.NodeAllocation { return alloc("n", map[string]*pb.Resources{"ua": res(a)}) }, false},
+		{"an old pod marked a victim", func() *pb.NodeAllocation {
+			r := alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": res(a)})
+			r.Pods["old"].PreemptedBy = "uz"
+			return r
+		}, false},
+		{"a nomination", func() *pb.NodeAllocation {
+			r := alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}, "ua": res(a)})
+			r.Nominated = map[string]*pb.PodAllocation{"uz": {Name: "z", Namespace: "default", Requests: &pb.Resources{MilliCpu: 100}}}
+			return r
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCache()
+			c.UpsertNode(st.Node("n").Capacity("8", "16Gi", 110).Ready().Obj(), 1)
+			c.UpsertAlloc("n", alloc("n", map[string]*pb.Resources{"old": {MilliCpu: 100, Pods: 1}}), 1)
+			for i, p := range []*framework.PodInfo{a, b} {
+				if err := c.Assume(p, "n", uint64(i+1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := c.Snapshot()
+			placedA := before.Get("n").Pods[1]
+			rec := tt.record()
+			if trig := c.UpsertAlloc("n", rec, 2); trig == "" {
+				t.Error("no trigger for a record that gained pods")
+			}
+			after, _ := c.Snapshot()
+			if kept := after == before; kept != tt.wantKept {
+				t.Errorf("snapshot kept: %v, want %v", kept, tt.wantKept)
+			}
+			if tt.wantKept && placedA.Assumed() {
+				t.Error("the committed assumption is still marked assumed in the kept NodeInfo")
+			}
+			// The oracle: a fresh cache with the record and the assumptions it does not list.
+			fresh, _ := newTestCache()
+			fresh.UpsertNode(st.Node("n").Capacity("8", "16Gi", 110).Ready().Obj(), 1)
+			fresh.UpsertAlloc("n", rec, 2)
+			for i, p := range []*framework.PodInfo{a, b} {
+				if _, ok := rec.Pods[p.UID()]; !ok {
+					if err := fresh.Assume(p, "n", uint64(i+1)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want, _ := fresh.Snapshot()
+			got, w := after.Get("n"), want.Get("n")
+			if diff := cmp.Diff(w.Requested.Proto(), got.Requested.Proto(), protocmp.Transform()); diff != "" {
+				t.Errorf("requested (-want +got):\n%s", diff)
+			}
+			if got.NonZeroMilliCPU != w.NonZeroMilliCPU || got.NonZeroMemory != w.NonZeroMemory {
+				t.Errorf("non-zero requests %d/%d, want %d/%d", got.NonZeroMilliCPU, got.NonZeroMemory, w.NonZeroMilliCPU, w.NonZeroMemory)
+			}
+			uids := func(n *framework.NodeInfo) map[string]bool {
+				m := map[string]bool{}
+				for _, p := range n.Pods {
+					m[p.UID] = p.Assumed()
+				}
+				return m
+			}
+			if diff := cmp.Diff(uids(w), uids(got)); diff != "" {
+				t.Errorf("pods, uid -> assumed (-want +got):\n%s", diff)
+			}
+			if n := c.NumAssumed(); n != fresh.NumAssumed() {
+				t.Errorf("%d assumptions left, want %d", n, fresh.NumAssumed())
+			}
+		})
 	}
 }

@@ -93,7 +93,8 @@ func CompilePodAffinity(ns string, affinity, anti *pb.PodAffinity) *PodAffinityT
 }
 
 // PlacedPod is a pod on a node as plugins see it: committed by the binder (its alloc record entry) or
-// assumed by this replica. It is immutable and shared between snapshots.
+// assumed by this replica. It is immutable and shared between snapshots, but for an assumption's one
+// step to confirmed (see Confirm).
 type PlacedPod struct {
 	UID, Namespace, Name string
 	Labels               map[string]string
@@ -109,9 +110,25 @@ type PlacedPod struct {
 	// PreemptedBy is the uid of the pod this one is being evicted for ("" when none), from the alloc
 	// record.
 	PreemptedBy string
-	// Assumed: only this replica's assumption, not in the alloc record yet. Preemption cannot evict
-	// such a pod (the binder marks victims in the alloc record), so it is never a victim.
-	Assumed bool
+	// assumption is set on the PlacedPods of this replica's assumptions (see Assumed), and shared by
+	// their copies.
+	assumption *assumption
+}
+
+type assumption struct{ confirmed atomic.Bool }
+
+// Assumed reports whether the pod is only this replica's assumption, not in the alloc record yet.
+// Preemption cannot evict such a pod (the binder marks victims in the alloc record), so it is never a
+// victim.
+func (p *PlacedPod) Assumed() bool { return p.assumption != nil && !p.assumption.confirmed.Load() }
+
+// Confirm records that the alloc record lists an assumed pod, wherever its PlacedPod is held: the cache
+// confirms a commit that changes nothing else on the node without rebuilding its NodeInfo. An earlier
+// snapshot then sees the pod committed too, which it is.
+func (p *PlacedPod) Confirm() {
+	if p.assumption != nil {
+		p.assumption.confirmed.Store(true)
+	}
 }
 
 // HasAffinity reports whether the pod has any pod (anti-)affinity term.
@@ -144,11 +161,11 @@ func NewPlacedPod(uid string, a *pb.PodAllocation) *PlacedPod {
 // (an assumed pod's PlacedPod once the binder committed it, or a victim the binder marked), which
 // keeps the compiled affinity terms.
 func (p *PlacedPod) Committed(a *pb.PodAllocation) *PlacedPod {
-	if !p.Assumed && p.PreemptedBy == a.GetPreemptedBy() {
+	if !p.Assumed() && p.PreemptedBy == a.GetPreemptedBy() {
 		return p
 	}
 	c := *p
-	c.Assumed, c.PreemptedBy = false, a.GetPreemptedBy()
+	c.assumption, c.PreemptedBy = nil, a.GetPreemptedBy()
 	return &c
 }
 

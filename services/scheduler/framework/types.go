@@ -57,7 +57,7 @@ func (p *PodInfo) Placed() *PlacedPod {
 	pp := &PlacedPod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Labels: md.GetLabels(),
 		LabelsKey: LabelsKey(md.GetNamespace(), md.GetLabels()),
 		Priority:  p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
-		Requests: p.Requests, Affinity: p.Affinity, Assumed: true}
+		Requests: p.Requests, Affinity: p.Affinity, assumption: &assumption{}}
 	if ts := md.GetCreationTimestamp(); ts != nil {
 		pp.CreationTimestamp = ts.AsTime()
 	}

@@ -252,7 +252,7 @@ func (w *PodWrapper) Spread(c *pb.TopologySpreadConstraint) *PodWrapper {
 // Placed returns the pod as it counts on a node, committed (as an alloc record lists it).
 func (w *PodWrapper) Placed() *framework.PlacedPod {
 	p := framework.NewPodInfo(w.p).Placed()
-	p.Assumed = false
+	p.Confirm()
 	return p
 }
 

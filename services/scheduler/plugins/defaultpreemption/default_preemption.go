@@ -144,7 +144,7 @@ func SelectVictimsOnNode(state *framework.CycleState, pod *framework.PodInfo, no
 	prio := framework.PodPriority(pod.Pod)
 	var potential []*framework.PlacedPod
 	for _, p := range node.Pods {
-		if p.Priority < prio && !p.Assumed {
+		if p.Priority < prio && !p.Assumed() {
 			potential = append(potential, p)
 		}
 	}
