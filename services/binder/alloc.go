@@ -136,8 +136,13 @@ func (s *Service) release(ctx context.Context, node, uid string) error {
 // allocation reads a node's record and its revision; an empty record at revision 0 when there is none.
 // Unless fresh, the copy this replica wrote last may stand in for the record.
 func (s *Service) allocation(ctx context.Context, node string, fresh bool) (*pb.NodeAllocation, uint64, error) {
-	if a, rev, ok := s.alloc.get(node); ok && !fresh {
-		return a, rev, nil
+	if !fresh {
+		switch a, rev, known := s.alloc.get(node); {
+		case a != nil:
+			return a, rev, nil
+		case known: // no record: the first pod on the node creates it
+			return &pb.NodeAllocation{Node: node, Pods: map[string]*pb.PodAllocation{}}, 0, nil
+		}
 	}
 	a := &pb.NodeAllocation{}
 	rev, err := bus.Get(ctx, s.b.Alloc, bus.NodeKey(node), a)
@@ -162,12 +167,15 @@ func total(a *pb.NodeAllocation) *pb.Resources {
 	return t
 }
 
-// allocCache remembers the alloc records this replica wrote last, with their revisions, so a decision
-// costs no read. It is only a hint: every write is still a compare-and-set, and a conflict (another
-// replica wrote) drops the entry so the next attempt reads the record afresh.
+// allocCache remembers the alloc records this replica wrote last or saw on its watch, with their
+// revisions, so a decision costs no read. It is only a hint: every write is still a compare-and-set,
+// and a conflict (another replica wrote) drops the entry so the next attempt reads the record afresh.
 type allocCache struct {
 	mu sync.Mutex
-	m  map[string]cachedAlloc
+	m  map[string]cachedAlloc // a nil record: dropped, read it
+	// synced: the watch has delivered every record that existed when it started, so a node without an
+	// entry has no record (or one the watch is about to deliver: the create then conflicts).
+	synced bool
 }
 
 type cachedAlloc struct {
@@ -175,12 +183,16 @@ type cachedAlloc struct {
 	rev uint64
 }
 
-// get returns a private copy of the node's record.
-func (c *allocCache) get(node string) (*pb.NodeAllocation, uint64, bool) {
+// get returns a private copy of the node's record. Without one, known reports that the node has no
+// record as far as the cache knows, rather than that the cache does not know.
+func (c *allocCache) get(node string) (_ *pb.NodeAllocation, rev uint64, known bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[node]
 	if !ok {
+		return nil, 0, c.synced
+	}
+	if e.a == nil {
 		return nil, 0, false
 	}
 	a := proto.Clone(e.a).(*pb.NodeAllocation)
@@ -232,7 +244,17 @@ func (c *allocCache) observe(node string, a *pb.NodeAllocation, rev uint64) {
 func (c *allocCache) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, node)
+	if c.m == nil {
+		c.m = map[string]cachedAlloc{}
+	}
+	c.m[node] = cachedAlloc{}
+}
+
+// sync records that the watch delivered the records that existed when it started.
+func (c *allocCache) sync() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced = true
 }
 
 // PodAllocation is the entry the binder writes for pod in its node's alloc record (tools that place

@@ -597,3 +597,46 @@ func TestDecisionCarriesPod(t *testing.T) {
 		})
 	}
 }
+
+// Once the watch has delivered the existing records, a node without one in the cache is taken to have
+// none, and its first reservation creates the record without reading it. A record the cache did not
+// see yet (another binder's, still on the way) makes that create conflict: the reservation then reads
+// the record and keeps what it holds.
+func TestReserveWithoutARecordInTheCache(t *testing.T) {
+	tests := []struct {
+		name       string
+		elsewhere  bool // another binder wrote n1's record, unseen by this one
+		wantPods   map[string]bool
+		wantSynced bool
+	}{
+		{"no record", false, map[string]bool{"u1": true}, true},
+		{"a record the cache has not seen", true, map[string]bool{"u0": true, "u1": true}, true},
+		{"the watch has not caught up", true, map[string]bool{"u0": true, "u1": true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t)
+			h.addNode(node("n1", "4", true))
+			if tt.elsewhere {
+				other := h.service("other")
+				if res, _, err := other.reserve(context.Background(), "n1", pod("u0", "db", "1")); err != nil || res != reservationAdded {
+					t.Fatalf("other binder: %v, %v", res, err)
+				}
+			}
+			s := h.service("b1") // nothing watches: the cache holds what the test says
+			if tt.wantSynced {
+				s.alloc.sync()
+			}
+			if _, _, known := s.alloc.get("n1"); known != tt.wantSynced {
+				t.Fatalf("known = %v, want %v", known, tt.wantSynced)
+			}
+			res, _, err := s.reserve(context.Background(), "n1", pod("u1", "web", "1"))
+			if err != nil || res != reservationAdded {
+				t.Fatalf("reserve = %v, %v", res, err)
+			}
+			if diff := cmp.Diff(tt.wantPods, h.allocPods("n1")); diff != "" {
+				t.Errorf("alloc/n1 (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -142,6 +142,7 @@ func (s *Service) watchView(ctx context.Context) error {
 			}
 			if e == nil {
 				allocDone = true
+				s.alloc.sync()
 			} else {
 				if name, a, ok := v.applyAlloc(e, s.alloc.at); ok {
 					s.alloc.observe(name, a, e.Revision())
