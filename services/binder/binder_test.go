@@ -640,3 +640,36 @@ func TestReserveWithoutARecordInTheCache(t *testing.T) {
 		})
 	}
 }
+
+// Records are never changed once written: the copy the cache hands out has maps of its own, and
+// settling a tentative reservation from the cached record replaces its entry instead of changing the
+// one the written record (which the view may hold) shares.
+func TestCachedRecordsStayAsWritten(t *testing.T) {
+	h := setup(t)
+	h.addNode(node("n1", "4", true))
+	s := h.service("b1")
+	ctx := context.Background()
+	if res, _, err := s.reserveAs(ctx, "n1", pod("u1", "web", "1"), "dec-1"); err != nil || res != reservationAdded {
+		t.Fatalf("reserve = %v, %v", res, err)
+	}
+	written := s.alloc.m["n1"].a
+	cp, _, _ := s.alloc.get("n1")
+	delete(cp.Pods, "u1")
+	cp.Pods["u9"] = &pb.PodAllocation{Name: "x"}
+	if _, ok := written.Pods["u1"]; !ok || len(written.Pods) != 1 {
+		t.Fatalf("changing the copy's map changed the written record: %v", written.Pods)
+	}
+	if err := s.settle(ctx, "n1", "u1", "dec-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := written.Pods["u1"].GetTentative(); got != "dec-1" {
+		t.Errorf("the written record's entry changed: tentative %q, want dec-1", got)
+	}
+	a := &pb.NodeAllocation{}
+	if _, err := bus.Get(ctx, h.b.Alloc, bus.NodeKey("n1"), a); err != nil {
+		t.Fatal(err)
+	}
+	if e := a.Pods["u1"]; e == nil || e.GetTentative() != "" {
+		t.Errorf("stored entry %v, want u1 confirmed", e)
+	}
+}
