@@ -11,10 +11,10 @@ import (
 //     pointer per node to a NodeInfo somewhere on the heap cost a cache miss each, which was most of
 //     a cycle at 5,000 nodes);
 //   - in chunks behind pointers, so that the cache can change one node after handing a list to a
-//     snapshot by copying one chunk and the table of chunk pointers instead of the whole list. Every
-//     scheduled pod changes two nodes (its assumption, then the binder's record), each after a new
-//     snapshot: the sizes keep both copies small (8 nodes of ~300 bytes, and 8 bytes per chunk; 32
-//     nodes and 24 bytes per chunk copied 24 KB per pod at 5,000 nodes).
+//     snapshot by copying one chunk (32 nodes of ~300 bytes) and the table of chunk pointers (8 bytes
+//     per chunk) instead of the whole list. Smaller chunks copy less but made the cycles' scans slower
+//     (chunks of 8: the filter loop took 0.35–0.5 s per 10,000 pods instead of 0.15–0.3), larger ones
+//     gained nothing.
 //
 // The *NodeInfo it yields point into the chunks; they stay valid and unchanged for as long as they
 // are held.
@@ -28,7 +28,7 @@ type nodeChunk struct{ nodes []NodeInfo }
 
 // Chunk sizes: a chunk is split past maxChunk into two of chunkSize.
 const (
-	chunkSize = 8
+	chunkSize = 32
 	maxChunk  = 2 * chunkSize
 )
 
