@@ -16,45 +16,57 @@ type TopologyIndex struct {
 	mu      sync.Mutex
 	keys    map[string]map[string][]int32
 	singles map[string]bool // per indexed key: every value is carried by one node
+	every   map[string]bool // per indexed key: every node carries it
 }
 
 // NewTopologyIndex returns an empty index.
 func NewTopologyIndex() *TopologyIndex {
-	return &TopologyIndex{keys: map[string]map[string][]int32{}, singles: map[string]bool{}}
+	return &TopologyIndex{keys: map[string]map[string][]int32{}, singles: map[string]bool{}, every: map[string]bool{}}
 }
 
-func (t *TopologyIndex) domains(key string, nodes NodeList) (map[string][]int32, bool) {
+// domains returns key's domains, whether each is a single node, and whether every node carries key.
+func (t *TopologyIndex) domains(key string, nodes NodeList) (_ map[string][]int32, single, every bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if m, ok := t.keys[key]; ok {
-		return m, t.singles[key]
+		return m, t.singles[key], t.every[key]
 	}
 	m := map[string][]int32{}
 	i := int32(0)
-	single := true
+	single, every = true, true
 	for n := range nodes.From(0) {
 		if v, ok := n.Labels[key]; ok {
 			m[v] = append(m[v], i)
 			single = single && len(m[v]) == 1
+		} else {
+			every = false
 		}
 		i++
 	}
-	t.keys[key], t.singles[key] = m, single
-	return m, single
+	t.keys[key], t.singles[key], t.every[key] = m, single, every
+	return m, single, every
 }
 
 // Domains returns, for a node label key, the positions (see NodeAt) of the nodes carrying each of its
 // values (the topology domains of key), in name order. Callers must not modify it.
 func (s *Snapshot) Domains(key string) map[string][]int32 {
-	m, _ := s.topology.domains(key, s.nodes)
+	m, _, _ := s.topology.domains(key, s.nodes)
 	return m
 }
 
 // DomainsAreNodes reports whether every domain of key is a single node (kubernetes.io/hostname): the
 // domain of a node carrying key is then the node itself.
 func (s *Snapshot) DomainsAreNodes(key string) bool {
-	_, single := s.topology.domains(key, s.nodes)
+	_, single, _ := s.topology.domains(key, s.nodes)
 	return single
+}
+
+// EveryNodeIsADomain reports whether every node carries key and is its own domain of it: a plugin
+// that counts per domain then needs neither the node's value of key nor to look it up in the node's
+// labels (a map per node, and two lookups per visited node were 8 % of an anti-affinity run).
+func (s *Snapshot) EveryNodeIsADomain(key string) bool {
+	_, single, every := s.topology.domains(key, s.nodes)
+	return single && every
 }
 
 // NodeAt returns the node at position i of the name-ordered list.

@@ -104,6 +104,7 @@ type lazyCounts struct {
 	snap                   *framework.Snapshot
 	domains                map[string]map[string][]int32 // per topology key: see Snapshot.Domains
 	singles                map[string]bool               // per topology key: see Snapshot.DomainsAreNodes
+	ownDomains             map[string]bool               // per topology key: see Snapshot.EveryNodeIsADomain
 	existingMemo, antiMemo map[topologyPair]int64
 	labelMemo              map[unique.Handle[string]][]bool
 }
@@ -204,6 +205,27 @@ func (l *lazyCounts) domainsAreNodes(key string) bool {
 		l.singles[key] = single
 	}
 	return single
+}
+
+// value is node's value of key for counting with deltas (the counts a preemption changed) of that
+// kind: "" when every node carries key as its own domain and nothing changed the counts, since count
+// then counts the node itself and never reads the value. ok is false when the node lacks key.
+func (l *lazyCounts) value(labels map[string]string, key string, deltas int) (string, bool) {
+	if deltas == 0 {
+		own, known := l.ownDomains[key]
+		if !known {
+			if l.ownDomains == nil {
+				l.ownDomains = map[string]bool{}
+			}
+			own = l.snap.EveryNodeIsADomain(key)
+			l.ownDomains[key] = own
+		}
+		if own {
+			return "", true
+		}
+	}
+	v, ok := labels[key]
+	return v, ok
 }
 
 // domain returns the positions of the nodes in the pair's domain.
@@ -370,12 +392,12 @@ func (*InterPodAffinity) Filter(state *framework.CycleState, _ *framework.PodInf
 	}
 	for i := range s.terms.RequiredAntiAffinity {
 		k := s.terms.RequiredAntiAffinity[i].TopologyKey
-		if v, ok := labels[k]; ok && s.antiCount(topologyPair{k, v}, node) > 0 {
+		if v, ok := s.lazy.value(labels, k, len(s.antiDelta)); ok && s.antiCount(topologyPair{k, v}, node) > 0 {
 			return statusAntiAffinity
 		}
 	}
 	for i, k := range s.existingKeys {
-		if v, ok := labels[k]; ok && s.existingCount(i, v, node) > 0 {
+		if v, ok := s.lazy.value(labels, k, len(s.existingDelta)); ok && s.existingCount(i, v, node) > 0 {
 			return statusExistingAntiAff
 		}
 	}

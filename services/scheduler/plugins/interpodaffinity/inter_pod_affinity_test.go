@@ -262,8 +262,9 @@ func TestGroupedPodsCountEach(t *testing.T) {
 
 // Required anti-affinity counted per domain on demand agrees with the rule read directly (every placed
 // pod of the node's domain against the pod's terms, and every placed pod's terms against the pod),
-// on random clusters with zones of several nodes, nodes without a zone, and hostname domains; and
-// after a RemovePod, as preemption calls it.
+// on random clusters with zones of several nodes, nodes without a zone, and hostname domains (in some
+// rounds a node without a hostname label, so that not every node is its own domain); and after a
+// RemovePod, as preemption calls it.
 func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	changed := 0
@@ -284,7 +285,14 @@ func TestAntiAffinityPerDomainMatchesTheRule(t *testing.T) {
 			if rng.IntN(6) == 0 {
 				z = ""
 			}
-			nodes = append(nodes, node(name, z))
+			n := node(name, z)
+			if round%4 == 3 && i == 5 {
+				n = st.Node(name)
+				if z != "" {
+					n.Label(zone, z)
+				}
+			}
+			nodes = append(nodes, n)
 			for j := range rng.IntN(3) {
 				existing[name] = append(existing[name], mkPod(fmt.Sprintf("%s-%d", name, j)))
 			}
