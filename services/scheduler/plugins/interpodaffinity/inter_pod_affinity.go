@@ -196,33 +196,28 @@ func (*InterPodAffinity) PreFilter(state *framework.CycleState, pod *framework.P
 
 // domainsAreNodes reports (and remembers for the cycle) whether every domain of key is one node.
 func (l *lazyCounts) domainsAreNodes(key string) bool {
-	single, ok := l.singles[key]
+	return remember(&l.singles, key, l.snap.DomainsAreNodes)
+}
+
+// remember returns f(key), computed once per map.
+func remember(m *map[string]bool, key string, f func(string) bool) bool {
+	v, ok := (*m)[key]
 	if !ok {
-		if l.singles == nil {
-			l.singles = map[string]bool{}
+		if *m == nil {
+			*m = map[string]bool{}
 		}
-		single = l.snap.DomainsAreNodes(key)
-		l.singles[key] = single
+		v = f(key)
+		(*m)[key] = v
 	}
-	return single
+	return v
 }
 
 // value is node's value of key for counting with deltas (the counts a preemption changed) of that
 // kind: "" when every node carries key as its own domain and nothing changed the counts, since count
 // then counts the node itself and never reads the value. ok is false when the node lacks key.
 func (l *lazyCounts) value(labels map[string]string, key string, deltas int) (string, bool) {
-	if deltas == 0 {
-		own, known := l.ownDomains[key]
-		if !known {
-			if l.ownDomains == nil {
-				l.ownDomains = map[string]bool{}
-			}
-			own = l.snap.EveryNodeIsADomain(key)
-			l.ownDomains[key] = own
-		}
-		if own {
-			return "", true
-		}
+	if deltas == 0 && remember(&l.ownDomains, key, l.snap.EveryNodeIsADomain) {
+		return "", true
 	}
 	v, ok := labels[key]
 	return v, ok
