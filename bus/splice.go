@@ -13,7 +13,9 @@ import (
 // on as they are instead of encoding the pod again: encoding pods was a visible share of the
 // pipeline's CPU. Readers see an ordinary message (a field's place in the wire form does not matter).
 func Splice(m proto.Message, num protowire.Number, raw []byte) ([]byte, error) {
-	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, proto.Size(m)+len(raw)+16), m)
+	// Sized once: the marshal reuses the size the Size call cached in the message.
+	n := proto.Size(m)
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(make([]byte, 0, n+len(raw)+16), m)
 	if err != nil {
 		return nil, fmt.Errorf("marshal %T: %w", m, err)
 	}
