@@ -105,20 +105,20 @@ func (p *Publisher) PublishAsync(subject string, m proto.Message, meta Meta) (je
 	if err != nil {
 		return nil, err
 	}
+	return p.publishAsync(msg)
+}
+
+func (p *Publisher) publishAsync(msg *nats.Msg) (jetstream.PubAckFuture, error) {
 	f, err := p.js.PublishMsgAsync(msg)
 	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
+		return nil, fmt.Errorf("publish %s: %w", msg.Subject, err)
 	}
 	return f, nil
 }
 
 // PublishEncodedAsync is PublishAsync for a message already encoded (see Splice).
 func (p *Publisher) PublishEncodedAsync(subject string, data []byte, meta Meta) (jetstream.PubAckFuture, error) {
-	f, err := p.js.PublishMsgAsync(wrap(p.actor, subject, data, meta))
-	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
-	}
-	return f, nil
+	return p.publishAsync(wrap(p.actor, subject, data, meta))
 }
 
 // Wait waits for the futures of async publishes and returns the first error.

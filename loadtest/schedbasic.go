@@ -407,19 +407,22 @@ func observe(ctx context.Context, kv jetstream.KeyValue, want int) (*observer, e
 			}
 			// A binding needs only spec.nodeName, read off the wire; the rest (an unschedulable pod's
 			// condition) is decoded only for pods that have none.
-			var p pb.Pod
-			if nodeName(e.Value()) != "" {
-				p.Spec = &pb.PodSpec{NodeName: "set"}
-			} else if proto.Unmarshal(e.Value(), &p) != nil {
-				continue
+			bound, unsch := nodeName(e.Value()) != "", false
+			if !bound {
+				var p pb.Pod
+				if proto.Unmarshal(e.Value(), &p) != nil {
+					continue
+				}
+				c := podutil.PodCondition(&p, podutil.PodScheduled)
+				unsch = c != nil && c.GetStatus() == podutil.False
 			}
 			o.mu.Lock()
-			if p.GetSpec().GetNodeName() != "" {
+			if bound {
 				if _, ok := o.bound[k]; !ok {
 					o.bound[k] = e.Created()
 					delete(o.unsch, k)
 				}
-			} else if c := podutil.PodCondition(&p, podutil.PodScheduled); c != nil && c.GetStatus() == podutil.False {
+			} else if unsch {
 				o.unsch[k] = true
 			}
 			finished := len(o.bound)+len(o.unsch) >= o.want

@@ -222,12 +222,13 @@ func (s *Service) announce(ctx context.Context, pod *pb.Pod, raw []byte, rev uin
 	var bound jetstream.PubAckFuture
 	var err error
 	if raw == nil {
-		bound, err = s.pub.PublishAsync(subject, &pb.PodBinding{Pod: pod, Revision: rev, Node: node}, mt)
-	} else {
-		var data []byte
-		if data, err = bus.Splice(&pb.PodBinding{Revision: rev, Node: node}, bindingPodField, raw); err == nil {
-			bound, err = s.pub.PublishEncodedAsync(subject, data, mt)
-		}
+		raw, err = proto.Marshal(pod)
+	}
+	if err == nil {
+		raw, err = bus.Splice(&pb.PodBinding{Revision: rev, Node: node}, bindingPodField, raw)
+	}
+	if err == nil {
+		bound, err = s.pub.PublishEncodedAsync(subject, raw, mt)
 	}
 	if err != nil {
 		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)

@@ -191,11 +191,14 @@ var (
 // sendDecision publishes d, a decision for the pod of the pending message m, with the pod's bytes as m
 // carried them (the decision's pod is the pending one, unchanged).
 func (s *Service) sendDecision(d *pb.SchedulingDecision, m *bus.Msg, meta bus.Meta) (jetstream.PubAckFuture, error) {
+	pod := d.Pod
 	raw, ok := bus.Field(m.Data, pendingPodField)
 	if !ok {
-		return s.pub.PublishAsync(bus.SubjPodScheduled, d, meta)
+		var err error
+		if raw, err = proto.Marshal(pod); err != nil {
+			return nil, err
+		}
 	}
-	pod := d.Pod
 	d.Pod = nil
 	data, err := bus.Splice(d, decisionPodField, raw)
 	d.Pod = pod

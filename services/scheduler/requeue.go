@@ -28,7 +28,6 @@ const (
 // publisher is what the scheduler needs of bus.Publisher.
 type publisher interface {
 	Publish(ctx context.Context, subject string, m proto.Message, meta bus.Meta) error
-	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
 	PublishEncodedAsync(subject string, data []byte, meta bus.Meta) (jetstream.PubAckFuture, error)
 }
 

@@ -85,16 +85,16 @@ var pendingPodField = bus.FieldNumber(&pb.PendingPod{}, "pod")
 func (s *Service) created(ctx context.Context, pod *pb.Pod, data []byte, rev uint64, queue bool, in bus.Meta) (*pb.CommandResult, error) {
 	if queue {
 		uid := pod.GetMetadata().GetUid()
-		msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeCreated}
 		subject, mt := bus.PendingSubject(podutil.ConstraintGroup(pod)), meta(pod, fmt.Sprintf("pending-%s-%d", uid, rev), in)
 		var err error
-		if data != nil {
-			msg.Pod = nil
-			if data, err = bus.Splice(msg, pendingPodField, data); err == nil {
-				err = s.batch.PublishEncoded(ctx, subject, data, mt)
-			}
-		} else {
-			err = s.batch.Publish(ctx, subject, msg, mt)
+		if data == nil {
+			data, err = proto.Marshal(pod)
+		}
+		if err == nil {
+			data, err = bus.Splice(&pb.PendingPod{Revision: rev, Cause: causeCreated}, pendingPodField, data)
+		}
+		if err == nil {
+			err = s.batch.PublishEncoded(ctx, subject, data, mt)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("queue created pod %s: %w", uid, err)
