@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/podbus/podbus/internal/podlogs"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/podbus/podbus/bus"
@@ -15,13 +17,13 @@ import (
 
 // LogRequest and LogResponse are the wire format of bus.SubjLogs, shared with the other side.
 type (
-	LogRequest  = bus.LogRequest
-	LogResponse = bus.LogResponse
+	LogRequest  = podlogs.LogRequest
+	LogResponse = podlogs.LogResponse
 )
 
 // serveLogs answers log requests until ctx ends.
 func (a *Agent) serveLogs(ctx context.Context) error {
-	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), bus.QueueLogs, func(m *nats.Msg) {
+	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), podlogs.QueueLogs, func(m *nats.Msg) {
 		go a.answerLogs(ctx, m)
 	})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/audit"
@@ -77,7 +79,7 @@ func TestScanFindsEventsInNamespaceBatches(t *testing.T) {
 	_, c := bustest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	rec := bus.NewRecorder(bus.NewBatcher(c.JS, "binder/b"), "default-scheduler", "b")
+	rec := events.NewRecorder(bus.NewBatcher(c.JS, "binder/b"), "default-scheduler", "b")
 	var futures []jetstream.PubAckFuture
 	for i := range 40 {
 		name := fmt.Sprintf("p%d", i%10) // four events per pod, all at once

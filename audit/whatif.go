@@ -14,8 +14,8 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/framework"
 	"github.com/podbus/podbus/services/scheduler"
-	"github.com/podbus/podbus/services/scheduler/framework"
 )
 
 // WhatIfOptions shape a what-if run.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -137,8 +139,8 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 		ack, err := b.js.PublishMsg(ctx, msg)
 		cancel()
 		if err == nil && n > 1 {
-			Count("batch.groups", 1)
-			Count("batch.entries", int64(n))
+			metrics.Count("batch.groups", 1)
+			metrics.Count("batch.entries", int64(n))
 		}
 		finish(group, ack, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -219,7 +221,7 @@ func TestUnbatchReadsTheWireFormat(t *testing.T) {
 func TestBatcherGroupsEventsPerNamespace(t *testing.T) {
 	_, c := bustest.Start(t)
 	ctx := context.Background()
-	rec := bus.NewRecorder(bus.NewBatcher(c.JS, "test/1"), "default-scheduler", "test/1")
+	rec := events.NewRecorder(bus.NewBatcher(c.JS, "test/1"), "default-scheduler", "test/1")
 	ref := func(ns, name string) *pb.ObjectReference {
 		return &pb.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, Uid: ns + "-" + name}
 	}

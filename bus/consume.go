@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -258,7 +260,7 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 			// A missed heartbeat (the consumer's leader moved when a NATS node left), a deleted consumer, a
 			// reconnect: the service must not sit idle. Start over with the consumer and a new pull.
 			log.Warn("pull failed; resuming", "consumer", spec.Durable, "err", err)
-			Count("pull_restarts."+spec.Durable, 1)
+			metrics.Count("pull_restarts."+spec.Durable, 1)
 			it.Stop()
 			next, rerr := resume(ctx, js, spec, batch)
 			if rerr != nil {
@@ -469,7 +471,7 @@ func (w *worker) remember(seq uint64, n, i int) {
 func (w *worker) handle(ctx context.Context, m *Msg) {
 	start := time.Now()
 	err := w.safeHandle(ctx, m)
-	Count("handle_us."+w.spec.Durable, time.Since(start).Microseconds())
+	metrics.Count("handle_us."+w.spec.Durable, time.Since(start).Microseconds())
 	w.settle(ctx, m, err)
 }
 
@@ -484,8 +486,8 @@ func (w *worker) handleGroup(ctx context.Context, ms []*Msg) {
 		}
 		return
 	}
-	Count("group_us."+w.spec.Durable, time.Since(start).Microseconds())
-	Count("groups."+w.spec.Durable, 1)
+	metrics.Count("group_us."+w.spec.Durable, time.Since(start).Microseconds())
+	metrics.Count("groups."+w.spec.Durable, 1)
 	for i, m := range ms {
 		w.settle(ctx, m, errs[i])
 	}
@@ -509,10 +511,10 @@ func (w *worker) settle(ctx context.Context, m *Msg, err error) {
 	var re *RetryError
 	switch {
 	case err == nil:
-		Count("handled."+name, 1)
+		metrics.Count("handled."+name, 1)
 		_ = raw.Ack()
 	case errors.Is(err, ErrMalformed) || errors.Is(err, ErrPermanent):
-		Count("malformed."+name, 1)
+		metrics.Count("malformed."+name, 1)
 		if perr := Park(ctx, w.js, m, err); perr != nil {
 			w.log.Error("cannot park message; will retry", "consumer", name, "subject", m.Subject, "err", perr)
 			_ = raw.NakWithDelay(time.Second)
@@ -521,10 +523,10 @@ func (w *worker) settle(ctx context.Context, m *Msg, err error) {
 		w.log.Warn("message parked", "consumer", name, "subject", m.Subject, "err", err)
 		_ = raw.Term()
 	case errors.As(err, &re):
-		Count("retries."+name, 1)
+		metrics.Count("retries."+name, 1)
 		_ = raw.NakWithDelay(re.Delay)
 	default:
-		Count("errors."+name, 1)
+		metrics.Count("errors."+name, 1)
 		d := backoff(m.Delivered)
 		w.log.Warn("handler failed; will retry", "consumer", name, "subject", m.Subject, "delivery", m.Delivered, "in", d, "err", err)
 		_ = raw.NakWithDelay(d)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -25,7 +27,7 @@ func TestConsumeAcksParksAndRetries(t *testing.T) {
 	defer cancel()
 	pub := bus.NewPublisher(c.JS, "test/1")
 
-	malformedBefore := bus.Counter("malformed.t") // counters are process-wide; -count=N reruns the test
+	malformedBefore := metrics.Counter("malformed.t") // counters are process-wide; -count=N reruns the test
 	var handled, attempts, keptWrong atomic.Int64
 	done := make(chan error, 1)
 	go func() {
@@ -89,7 +91,7 @@ func TestConsumeAcksParksAndRetries(t *testing.T) {
 	if m.Header.Get(bus.HdrDeadReason) == "" || m.Header.Get(bus.HdrDeadSubject) != bus.SubjPodDeleted {
 		t.Errorf("parked message headers: %v", m.Header)
 	}
-	if got := bus.Counter("malformed.t") - malformedBefore; got != 2 {
+	if got := metrics.Counter("malformed.t") - malformedBefore; got != 2 {
 		t.Errorf("malformed counter = %d, want 2", got)
 	}
 	cancel()
@@ -213,7 +215,7 @@ func TestConsumeResumesAfterConsumerLoss(t *testing.T) {
 	if err := c.JS.DeleteConsumer(ctx, bus.StreamPods, "resume"); err != nil {
 		t.Fatal(err)
 	}
-	bustest.Eventually(t, 20*time.Second, func() bool { return bus.Counter("pull_restarts.resume") > 0 }, "pull resumed")
+	bustest.Eventually(t, 20*time.Second, func() bool { return metrics.Counter("pull_restarts.resume") > 0 }, "pull resumed")
 	if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "b"}, bus.Meta{}); err != nil {
 		t.Fatal(err)
 	}

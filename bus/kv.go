@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/podbus/podbus/internal/metrics"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -109,7 +110,7 @@ func Mutate[T proto.Message](ctx context.Context, kv jetstream.KeyValue, key str
 		}
 		newRev, err := Update(ctx, kv, key, m, rev)
 		if errors.Is(err, ErrConflict) {
-			Count("kv.conflicts."+kv.Bucket(), 1)
+			metrics.Count("kv.conflicts."+kv.Bucket(), 1)
 			continue
 		}
 		if err != nil {

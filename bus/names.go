@@ -119,7 +119,7 @@ const (
 const SubjReplyPrefix = "podbus.reply."
 
 // SubjSchedulerMembers is the core NATS subject on which scheduler replicas announce their ids, to
-// share the pinned pending partitions fairly (see services/scheduler/balance.go).
+// share the pinned pending partitions fairly (see the scheduler service's balance.go).
 const SubjSchedulerMembers = "podbus.schedulers"
 
 // SubjLogsPrefix is the request/reply subject prefix for a node agent's container logs.

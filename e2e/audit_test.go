@@ -15,7 +15,7 @@ import (
 	"github.com/podbus/podbus/audit"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/services/scheduler"
 )
 

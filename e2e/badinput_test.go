@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -240,7 +242,7 @@ func TestBadInputIsRejectedAndLosesNothing(t *testing.T) {
 	baseline := map[string]int64{}
 	for _, tg := range garbageTargets {
 		expected[tg.durable] += int64(len(garbageKinds))
-		baseline[tg.durable] = bus.Counter("malformed." + tg.durable)
+		baseline[tg.durable] = metrics.Counter("malformed." + tg.durable)
 	}
 	type published struct {
 		stream string
@@ -289,7 +291,7 @@ func TestBadInputIsRejectedAndLosesNothing(t *testing.T) {
 		t.Logf("%s: %d parked, reason %q", key, len(msgs), msgs[0].Header.Get(bus.HdrDeadReason))
 	}
 	for durable, n := range expected {
-		if got := bus.Counter("malformed."+durable) - baseline[durable]; got < n {
+		if got := metrics.Counter("malformed."+durable) - baseline[durable]; got < n {
 			t.Errorf("malformed.%s grew by %d, want at least %d", durable, got, n)
 		}
 	}

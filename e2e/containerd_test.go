@@ -1,6 +1,6 @@
 package e2e
 
-// Real containers through the whole pipeline: the real kubectl, the services of internal/up, and node
+// Real containers through the whole pipeline: the real kubectl, the services of cluster/up, and node
 // agents on the containerd runtime (agent/cri) pulling podbus's built-in images from a registry on
 // loopback. They need root, containerd (deploy/containerd/start.sh), runc, the CNI plugins and
 // busybox-static: without them they skip, but with CI=true they fail.
@@ -34,8 +34,8 @@ import (
 	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/cluster/up"
 	podimages "github.com/podbus/podbus/internal/images"
-	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/scheduler"

@@ -17,8 +17,8 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/up"
 )
 
 const kubectlBin = "/usr/bin/kubectl"

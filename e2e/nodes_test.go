@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podbus/podbus/internal/nodepool"
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/nodepool"
+	"github.com/podbus/podbus/cluster/up"
 )
 
 const pinnedPod = `apiVersion: v1

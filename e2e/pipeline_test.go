@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

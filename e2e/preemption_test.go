@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/up"
+	"github.com/podbus/podbus/cluster/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

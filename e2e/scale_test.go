@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/cluster/schedsim"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/schedsim"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/store"
@@ -132,7 +134,7 @@ func scaleRound(t *testing.T, bin string, mix []string, kill bool) {
 	for i := range pods {
 		pods[i] = scalePod(i, mix[i%len(mix)])
 	}
-	conflicts := bus.Counter("binder.conflicts")
+	conflicts := metrics.Counter("binder.conflicts")
 	start := time.Now()
 	if err := schedsim.Submit(ctx, bus.NewPublisher(conn.JS, "e2e"), pods, 256); err != nil {
 		t.Fatal(err)
@@ -170,7 +172,7 @@ func scaleRound(t *testing.T, bin string, mix []string, kill bool) {
 		}
 	}
 	t.Logf("%d pods decided in %s: binder conflicts %d; live schedulers' conflict requeues %d, cache waits %d", scalePods,
-		time.Since(start).Round(time.Millisecond), bus.Counter("binder.conflicts")-conflicts, requeues, waits)
+		time.Since(start).Round(time.Millisecond), metrics.Counter("binder.conflicts")-conflicts, requeues, waits)
 	checkScale(t, conn, b, nodes, all)
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -73,7 +75,7 @@ func startCeiling(start func(string, func(context.Context, *bus.Conn) error) err
 	}
 	return start("ceiling-binder", func(ctx context.Context, c *bus.Conn) error {
 		pub := bus.NewPublisher(c.JS, "binder/ceiling")
-		h := binderStandIn(b, &pods, pub, bus.NewRecorder(bus.NewBatcher(c.JS, "binder/ceiling"), "default-scheduler", "binder/ceiling"))
+		h := binderStandIn(b, &pods, pub, events.NewRecorder(bus.NewBatcher(c.JS, "binder/ceiling"), "default-scheduler", "binder/ceiling"))
 		return bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerBinder,
 			Filters: []string{bus.SubjPodScheduled}, Workers: 32, Key: decisionNode}, h)
 	})
@@ -94,7 +96,7 @@ func fnv32(s string) uint32 {
 	return h
 }
 
-func binderStandIn(b bus.Buckets, pods *sync.Map, pub *bus.Publisher, rec *bus.Recorder) bus.Handler {
+func binderStandIn(b bus.Buckets, pods *sync.Map, pub *bus.Publisher, rec *events.Recorder) bus.Handler {
 	var mu sync.Mutex
 	type held struct {
 		a   *pb.NodeAllocation
@@ -151,7 +153,7 @@ func binderStandIn(b bus.Buckets, pods *sync.Map, pub *bus.Publisher, rec *bus.R
 		if err != nil {
 			return err
 		}
-		ev, err := rec.Event(bus.PodRef(pod), "Normal", "Scheduled", "Successfully assigned "+md.GetName()+" to "+node, node, time.Now())
+		ev, err := rec.Event(events.PodRef(pod), "Normal", "Scheduled", "Successfully assigned "+md.GetName()+" to "+node, node, time.Now())
 		if err != nil {
 			return err
 		}

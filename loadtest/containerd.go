@@ -23,8 +23,8 @@ import (
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/images"
-	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

@@ -20,14 +20,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/nodepool"
+	"github.com/podbus/podbus/cluster/nodepool"
+	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -275,7 +277,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.Verbose {
 		printHandlerTimes(w)
 		fmt.Fprintln(w, "conflicts and retries:")
-		printCounters(w, bus.Counters())
+		printCounters(w, metrics.Counters())
 	}
 	return nil
 }
@@ -506,10 +508,10 @@ func printHandlerTimes(w io.Writer) {
 	slices.Sort(names)
 	fmt.Fprintf(w, "%-24s %9s %12s\n", "consumer", "handled", "mean µs")
 	for _, n := range names {
-		h := bus.Counter("handled." + n)
+		h := metrics.Counter("handled." + n)
 		if h == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%-24s %9d %12.0f\n", n, h, float64(bus.Counter("handle_us."+n))/float64(h))
+		fmt.Fprintf(w, "%-24s %9d %12.0f\n", n, h, float64(metrics.Counter("handle_us."+n))/float64(h))
 	}
 }

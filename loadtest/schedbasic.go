@@ -15,12 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/cluster/schedsim"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/schedsim"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/scheduler"
@@ -485,8 +487,8 @@ func (o *observer) result(r *basicRun) {
 	}
 }
 
-// The counters a scheduling run prints with -v (bus metrics, see bus.Count).
-func snapshotCounters() map[string]int64 { return bus.Counters() }
+// The counters a scheduling run prints with -v (bus metrics, see metrics.Count).
+func snapshotCounters() map[string]int64 { return metrics.Counters() }
 
 func counterDelta(before, after map[string]int64) map[string]int64 {
 	out := map[string]int64{}

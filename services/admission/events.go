@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +33,7 @@ func decodeEvents(msg jetstream.Msg, filter string, after uint64) ([]*corev1.Eve
 	}
 	entries, err := bus.Unbatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		bus.Count("admission.events.malformed", 1)
+		metrics.Count("admission.events.malformed", 1)
 		return nil, nil
 	}
 	var out []*corev1.Event
@@ -42,7 +44,7 @@ func decodeEvents(msg jetstream.Msg, filter string, after uint64) ([]*corev1.Eve
 		}
 		e := &pb.Event{}
 		if err := proto.Unmarshal(en.Data, e); err != nil {
-			bus.Count("admission.events.malformed", 1)
+			metrics.Count("admission.events.malformed", 1)
 			continue
 		}
 		ev := convert.EventFromPB(e, pos) // resourceVersion: the position

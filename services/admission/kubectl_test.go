@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -45,7 +47,7 @@ func runFakeAgent(t *testing.T, conn *bus.Conn) {
 	if _, err := bus.Create(ctx, b.Nodes, bus.NodeKey("n1"), node); err != nil {
 		t.Fatal(err)
 	}
-	rec := bus.NewRecorder(bus.NewPublisher(conn.JS, "test/agent"), "default-scheduler", "")
+	rec := events.NewRecorder(bus.NewPublisher(conn.JS, "test/agent"), "default-scheduler", "")
 	w, err := b.Pods.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +91,7 @@ func runFakeAgent(t *testing.T, conn *bus.Conn) {
 					})
 				}
 				if _, err := bus.Update(ctx, b.Pods, e.Key(), p, e.Revision()); err == nil {
-					_, _ = rec.Event(bus.PodRef(p), "Normal", "Scheduled", "Successfully assigned "+p.GetMetadata().GetNamespace()+"/"+p.GetMetadata().GetName()+" to n1", "", time.Now())
+					_, _ = rec.Event(events.PodRef(p), "Normal", "Scheduled", "Successfully assigned "+p.GetMetadata().GetNamespace()+"/"+p.GetMetadata().GetName()+" to n1", "", time.Now())
 				}
 			}
 		}

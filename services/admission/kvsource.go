@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/podbus/podbus/bus"
 )
 
 // kvSource serves one KV bucket as a Kubernetes resource: resourceVersion = KV revision, a list's
@@ -84,7 +84,7 @@ func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtim
 			}
 			o, err := s.decode(e.Key(), e.Value(), e.Revision())
 			if err != nil {
-				bus.Count("admission.list.malformed", 1)
+				metrics.Count("admission.list.malformed", 1)
 				continue
 			}
 			if m.matches(s.ki, o) {
@@ -153,7 +153,7 @@ func (s *kvSource) watch(ctx context.Context, ww func() *watchWriter, filter str
 		}
 		o, err := s.decode(key, msg.Data(), seq)
 		if err != nil {
-			bus.Count("admission.watch.malformed", 1)
+			metrics.Count("admission.watch.malformed", 1)
 			return nil
 		}
 		_, seen := known[key]

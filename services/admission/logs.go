@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/podbus/podbus/internal/podlogs"
+
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,8 +20,8 @@ import (
 
 // LogRequest and LogResponse are the wire format of bus.SubjLogs, shared with the other side.
 type (
-	LogRequest  = bus.LogRequest
-	LogResponse = bus.LogResponse
+	LogRequest  = podlogs.LogRequest
+	LogResponse = podlogs.LogResponse
 )
 
 const logTimeout = 10 * time.Second

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
@@ -175,7 +177,7 @@ func (s *Service) updateNode(w http.ResponseWriter, r *http.Request, req request
 		out, warnings, err := s.updateNodeOnce(r.Context(), req, mode, apply)
 		if errors.Is(err, bus.ErrConflict) {
 			if !precondition && attempt < nodeUpdateAttempts {
-				bus.Count("admission.update.retries", 1)
+				metrics.Count("admission.update.retries", 1)
 				continue
 			}
 			err = nodeConflict(req.name)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -295,7 +297,7 @@ func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request)
 			return
 		}
 		if res.code == http.StatusConflict && !precondition && attempt < updateAttempts {
-			bus.Count("admission.update.retries", 1)
+			metrics.Count("admission.update.retries", 1)
 			continue
 		}
 		addWarnings(w, warnings)

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -173,12 +175,12 @@ func (s *Service) onReply(m *nats.Msg) {
 	i := strings.LastIndexByte(m.Subject, '.')
 	n, err := strconv.ParseUint(m.Subject[i+1:], 10, 64)
 	if err != nil {
-		bus.Count("admission.reply.malformed", 1)
+		metrics.Count("admission.reply.malformed", 1)
 		return
 	}
 	res := &pb.CommandResult{}
 	if err := proto.Unmarshal(m.Data, res); err != nil {
-		bus.Count("admission.reply.malformed", 1)
+		metrics.Count("admission.reply.malformed", 1)
 		return
 	}
 	s.mu.Lock()

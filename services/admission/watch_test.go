@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,7 +146,7 @@ func TestNodes(t *testing.T) {
 
 func TestEvents(t *testing.T) {
 	e := start(t, nil, true)
-	rec := bus.NewRecorder(bus.NewPublisher(e.conn.JS, "test"), "kubelet", "n1")
+	rec := events.NewRecorder(bus.NewPublisher(e.conn.JS, "test"), "kubelet", "n1")
 	record := func(ns, name, reason string) {
 		f, err := rec.Event(&pb.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, Uid: "uid-" + name}, "Normal", reason, reason+" "+name, "", time.Now())
 		if err == nil {
@@ -224,7 +226,7 @@ func TestEvents(t *testing.T) {
 // entry inside a batch starts with the entry after it.
 func TestBatchedEvents(t *testing.T) {
 	e := start(t, nil, true)
-	rec := bus.NewRecorder(bus.NewBatcher(e.conn.JS, "test"), "default-scheduler", "b1")
+	rec := events.NewRecorder(bus.NewBatcher(e.conn.JS, "test"), "default-scheduler", "b1")
 	var futures []jetstream.PubAckFuture
 	for i := range 60 {
 		ns := []string{"default", "other"}[i%2]

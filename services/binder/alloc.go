@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -88,7 +90,7 @@ func (s *Service) reserveAs(ctx context.Context, node string, pod *pb.Pod, tenta
 		a.Total = total(a)
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev) // rev 0: create the record
 		if errors.Is(err, bus.ErrConflict) {
-			bus.Count("binder.cas_conflicts.alloc", 1)
+			metrics.Count("binder.cas_conflicts.alloc", 1)
 			s.alloc.forget(node)
 			continue
 		}
@@ -316,7 +318,7 @@ func (s *Service) settle(ctx context.Context, node, uid, tentative string, keep 
 		}
 		newRev, err := bus.Update(ctx, s.b.Alloc, key, a, rev)
 		if errors.Is(err, bus.ErrConflict) {
-			bus.Count("binder.cas_conflicts.alloc", 1)
+			metrics.Count("binder.cas_conflicts.alloc", 1)
 			s.alloc.forget(node)
 			fresh = true
 			continue

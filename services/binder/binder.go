@@ -26,6 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -50,7 +52,7 @@ type Service struct {
 	actor string
 	conn  *bus.Conn
 	pub   *bus.Publisher
-	rec   *bus.Recorder
+	rec   *events.Recorder
 	log   *slog.Logger
 	b     bus.Buckets // opened by Run (or open)
 	nodes nodeCache
@@ -88,7 +90,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		actor: actor,
 		conn:  conn,
 		pub:   pub,
-		rec:   bus.NewRecorder(bus.NewBatcher(conn.JS, actor), componentScheduler, actor),
+		rec:   events.NewRecorder(bus.NewBatcher(conn.JS, actor), componentScheduler, actor),
 		log:   slog.Default().With("actor", actor),
 		nodes: nodeCache{nodes: map[string]*pb.Node{}},
 		now:   time.Now,

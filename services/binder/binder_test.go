@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go"
@@ -210,7 +212,7 @@ func TestDecide(t *testing.T) {
 					}
 				}
 			}
-			conflicts := bus.Counter("binder.conflicts")
+			conflicts := metrics.Counter("binder.conflicts")
 
 			// Twice: a redelivered decision must change nothing more.
 			for range 2 {
@@ -279,7 +281,7 @@ func TestDecide(t *testing.T) {
 					t.Errorf("requeue trigger = %q, want a<alloc revision> or none", tr)
 				}
 			}
-			if got := bus.Counter("binder.conflicts") - conflicts; got != wantConflicts {
+			if got := metrics.Counter("binder.conflicts") - conflicts; got != wantConflicts {
 				t.Errorf("binder.conflicts grew by %d, want %d", got, wantConflicts)
 			}
 
@@ -342,14 +344,14 @@ func TestMalformedIsParked(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := setup(t)
 			h.run("b1")
-			before := bus.Counter("malformed." + tt.consumer)
+			before := metrics.Counter("malformed." + tt.consumer)
 			if _, err := h.conn.JS.PublishMsg(context.Background(), &nats.Msg{Subject: tt.subject, Data: tt.data}); err != nil {
 				t.Fatal(err)
 			}
 			bustest.Eventually(t, 10*time.Second, func() bool {
 				return len(h.msgs(bus.StreamDead, bus.SubjDeadPrefix+tt.subject)) == 1
 			}, "message never parked")
-			if got := bus.Counter("malformed."+tt.consumer) - before; got != 1 {
+			if got := metrics.Counter("malformed."+tt.consumer) - before; got != 1 {
 				t.Errorf("malformed.%s grew by %d, want 1", tt.consumer, got)
 			}
 		})

@@ -33,16 +33,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/cache"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
-	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
+	"github.com/podbus/podbus/sched/cache"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
+	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
 )
 
 // errViewBehind: the view did not catch up with the alloc stream in time; the decision is retried.
@@ -407,7 +409,7 @@ func (s *Service) reserveCheckedGroup(ctx context.Context, reqs []*checkReq) {
 			return
 		}
 		// Another checked commit got in between: judge them again on a view that includes it.
-		bus.Count("binder.cas_conflicts.commit", 1)
+		metrics.Count("binder.cas_conflicts.commit", 1)
 		s.settleAll(ctx, held, false)
 		pending = slices.DeleteFunc(held, func(r *checkReq) bool { return r.err != nil })
 	}
@@ -432,7 +434,7 @@ func (s *Service) checkAndReserve(ctx context.Context, reqs []*checkReq, seen ui
 		uid := r.pi.UID()
 		if st := s.view.violates(r.pi, r.node); st != nil {
 			s.log.Debug("inter-pod constraints refuse the decision", "pod", uid, "node", r.node, "why", st.Message())
-			bus.Count("binder.constraint_refusals", 1)
+			metrics.Count("binder.constraint_refusals", 1)
 			// Our own tentative reservation of an earlier delivery goes with the refusal.
 			r.res, r.rev, r.err = reservationConstraint, seen, s.settle(ctx, r.node, uid, r.id, false)
 			continue

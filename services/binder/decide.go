@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/podbus/podbus/internal/events"
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -97,7 +100,7 @@ func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq 
 		}
 		switch judge(pod, d) {
 		case verdictRelease:
-			bus.Count("binder.stale_decisions", 1)
+			metrics.Count("binder.stale_decisions", 1)
 			return s.release(ctx, d.GetNode(), d.GetUid())
 		case verdictDone:
 			return nil
@@ -112,7 +115,7 @@ func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq 
 		}
 		pre = nil
 		if errors.Is(err, bus.ErrConflict) {
-			bus.Count("binder.cas_conflicts.pod", 1)
+			metrics.Count("binder.cas_conflicts.pod", 1)
 			continue // the pod changed under us: judge the decision again
 		}
 		return err
@@ -234,7 +237,7 @@ func (s *Service) announce(ctx context.Context, pod *pb.Pod, raw []byte, rev uin
 		return fmt.Errorf("hand pod %s to %s: %w", md.GetUid(), node, err)
 	}
 	msg := fmt.Sprintf("Successfully assigned %s/%s to %s", md.GetNamespace(), md.GetName(), node)
-	ev, err := s.rec.Event(bus.PodRef(pod), "Normal", "Scheduled", msg, node, s.now())
+	ev, err := s.rec.Event(events.PodRef(pod), "Normal", "Scheduled", msg, node, s.now())
 	if err != nil {
 		return fmt.Errorf("record Scheduled for %s: %w", md.GetUid(), err)
 	}
@@ -253,7 +256,7 @@ func (s *Service) rebind(ctx context.Context, pod *pb.Pod, rev uint64, node stri
 	switch res {
 	case reservationAdded:
 		// Only a deletion can take a bound pod's reservation away; if one raced with us, undo.
-		bus.Count("binder.reservations_restored", 1)
+		metrics.Count("binder.reservations_restored", 1)
 		cur, _, err := s.pod(ctx, bus.PodKey(pod.GetMetadata().GetNamespace(), pod.GetMetadata().GetName()))
 		if err != nil {
 			return err
@@ -299,7 +302,7 @@ func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod
 	}
 	// Deduplicated by the revision the scheduler saw, which a redelivery repeats.
 	dedup := strconv.FormatUint(d.GetPodRevision(), 10)
-	f, err := s.rec.Event(bus.PodRef(pod), "Warning", "FailedScheduling", d.GetMessage(), dedup, s.now())
+	f, err := s.rec.Event(events.PodRef(pod), "Warning", "FailedScheduling", d.GetMessage(), dedup, s.now())
 	if err != nil {
 		return fmt.Errorf("record FailedScheduling for %s: %w", key, err)
 	}
@@ -313,8 +316,8 @@ func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod
 // names the alloc record's revision, so the scheduler that takes the pod waits until its cache has
 // seen it rather than repeating the same stale choice.
 func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why reservation, allocRev uint64) error {
-	bus.Count("binder.conflicts", 1)
-	bus.Count("binder.conflicts."+d.GetScheduler(), 1)
+	metrics.Count("binder.conflicts", 1)
+	metrics.Count("binder.conflicts."+d.GetScheduler(), 1)
 	uid := pod.GetMetadata().GetUid()
 	s.log.Info("decision refused; pod goes back to the schedulers", "pod", uid, "node", d.GetNode(), "why", why, "scheduler", d.GetScheduler())
 	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}

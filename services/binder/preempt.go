@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -52,7 +54,7 @@ func (s *Service) nomination(ctx context.Context, pod *pb.Pod, d *pb.SchedulingD
 				if err := s.unnominate(ctx, want, uid); err != nil { // marks a lost claim may have left
 					return nomination{}, err
 				}
-				bus.Count("binder.preemptions_superseded", 1)
+				metrics.Count("binder.preemptions_superseded", 1)
 			}
 			return nomination{node: old}, nil
 		}
@@ -205,6 +207,6 @@ func (s *Service) evict(ctx context.Context, pod *pb.Pod, nom nomination) error 
 	if err := bus.Wait(ctx, futures...); err != nil {
 		return fmt.Errorf("preempt for %s on %s: %w", uid, nom.node, err)
 	}
-	bus.Count("binder.preemption_victims", int64(len(nom.victims)))
+	metrics.Count("binder.preemption_victims", int64(len(nom.victims)))
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/podbus/podbus/bus"
@@ -136,7 +138,7 @@ func (s *Service) servePartition(ctx context.Context, p *partition) error {
 			return err
 		}
 		p.handled.Store(0)
-		bus.Count("scheduler.partition_yields", 1)
+		metrics.Count("scheduler.partition_yields", 1)
 		s.log.Info("yielding a pinned partition to another replica", "consumer", p.spec.Durable)
 		if st, err := s.conn.JS.Stream(ctx, p.spec.Stream); err == nil {
 			_ = st.UnpinConsumer(ctx, p.spec.Durable, p.spec.PinnedGroup) // no pin to lift is fine

@@ -9,7 +9,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 func TestToYield(t *testing.T) {

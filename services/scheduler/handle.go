@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/sched/framework"
 )
 
 // maxCacheWaits bounds how often a requeued pod waits for the cache to catch up before it is scheduled
@@ -40,13 +42,13 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	if md.GetDeletionTimestamp() != nil {
 		s.cache.Forget(uid)
 		s.parks.Remove(uid)
-		bus.Count("scheduler.skipped_deleting", 1)
+		metrics.Count("scheduler.skipped_deleting", 1)
 		return nil
 	}
 	conflicted := pp.GetCause() == CauseConflict
 	if conflicted && m.Delivered == 1 {
-		bus.Count("scheduler.conflict_requeues", 1)
-		bus.Count("scheduler.conflict_requeues."+s.cfg.ID, 1)
+		metrics.Count("scheduler.conflict_requeues", 1)
+		metrics.Count("scheduler.conflict_requeues."+s.cfg.ID, 1)
 	}
 	// A requeue names the change that caused it (a requeue's message id, a conflict's trigger header):
 	// deciding before the cache has it would repeat the choice that just failed.
@@ -55,7 +57,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		t = m.Meta.Trigger
 	}
 	if t != "" && !s.cache.HasSeen(t) && m.Delivered < maxCacheWaits {
-		bus.Count("scheduler.cache_waits", 1)
+		metrics.Count("scheduler.cache_waits", 1)
 		return bus.RetryAfter(20*time.Millisecond, errCacheBehind)
 	}
 
@@ -79,7 +81,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	if algo == nil {
 		// Another scheduler's pod (spec.schedulerName names no profile of ours): leave it alone, as
 		// kube-scheduler does; it stays pending.
-		bus.Count("scheduler.skipped_other_scheduler", 1)
+		metrics.Count("scheduler.skipped_other_scheduler", 1)
 		return nil
 	}
 	s.cycle.Lock()
@@ -131,7 +133,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			s.cache.Forget(uid)
 			return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), sendErr)
 		}
-		bus.Count("scheduler.decisions", 1)
+		metrics.Count("scheduler.decisions", 1)
 		return nil
 
 	case errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable):
@@ -146,8 +148,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			})
 		}
 		if len(d.Victims) > 0 {
-			bus.Count("scheduler.preemptions", 1)
-			bus.Count("scheduler.preemption_victims", int64(len(d.Victims)))
+			metrics.Count("scheduler.preemptions", 1)
+			metrics.Count("scheduler.preemption_victims", int64(len(d.Victims)))
 		}
 		if fit != nil {
 			d.Reasons = fit.Reasons
@@ -159,8 +161,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			return err
 		}
 		s.parks.Add(pod, pp.GetRevision(), seen, curedByPodAdds(fit))
-		bus.Count("scheduler.decisions", 1)
-		bus.Count("scheduler.unschedulable", 1)
+		metrics.Count("scheduler.decisions", 1)
+		metrics.Count("scheduler.unschedulable", 1)
 		return nil
 
 	default: // a plugin failed: no decision, retry with back-off

@@ -12,8 +12,8 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/cache"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	"github.com/podbus/podbus/sched/cache"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 // A requeued pod that reaches a replica whose cache has not applied the triggering change yet waits

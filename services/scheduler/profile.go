@@ -8,9 +8,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/mostallocated"
-	"github.com/podbus/podbus/services/scheduler/plugins/noderesources"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/mostallocated"
+	"github.com/podbus/podbus/sched/plugins/noderesources"
 )
 
 // Scoring strategies of a Profile.

@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/mostallocated"
-	"github.com/podbus/podbus/services/scheduler/plugins/noderesources"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/mostallocated"
+	"github.com/podbus/podbus/sched/plugins/noderesources"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 func TestParseProfile(t *testing.T) {

@@ -7,16 +7,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/cache"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
-	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
+	"github.com/podbus/podbus/sched/cache"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
+	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
 )
 
 // PendingPod causes: a requeue by a scheduler, a decision the binder refused.
@@ -218,7 +220,7 @@ func (r *requeuer) flush(ctx context.Context) time.Duration {
 		sent++
 	}
 	if sent > 0 {
-		bus.Count("scheduler.requeues", int64(sent))
+		metrics.Count("scheduler.requeues", int64(sent))
 	}
 	return next
 }

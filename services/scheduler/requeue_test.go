@@ -18,10 +18,10 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
-	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
+	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 // fakePublisher records messages; fail makes the next publishes fail.

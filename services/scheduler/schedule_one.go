@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/podbus/podbus/services/scheduler/framework"
+	"github.com/podbus/podbus/sched/framework"
 )
 
 // The scheduling cycle of one pod, as kube-scheduler's schedulePod: PreFilter, then Filter over nodes

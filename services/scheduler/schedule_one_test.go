@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	"github.com/podbus/podbus/sched/framework"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 func testAlgorithm(t testing.TB) *algorithm {

@@ -24,24 +24,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/scheduler/cache"
-	"github.com/podbus/podbus/services/scheduler/framework"
-	"github.com/podbus/podbus/services/scheduler/plugins/balancedallocation"
-	"github.com/podbus/podbus/services/scheduler/plugins/defaultpreemption"
-	"github.com/podbus/podbus/services/scheduler/plugins/imagelocality"
-	"github.com/podbus/podbus/services/scheduler/plugins/interpodaffinity"
-	"github.com/podbus/podbus/services/scheduler/plugins/nodeaffinity"
-	"github.com/podbus/podbus/services/scheduler/plugins/nodename"
-	"github.com/podbus/podbus/services/scheduler/plugins/nodeready"
-	"github.com/podbus/podbus/services/scheduler/plugins/noderesources"
-	"github.com/podbus/podbus/services/scheduler/plugins/nodeunschedulable"
-	"github.com/podbus/podbus/services/scheduler/plugins/podtopologyspread"
-	"github.com/podbus/podbus/services/scheduler/plugins/tainttoleration"
+	"github.com/podbus/podbus/sched/cache"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/balancedallocation"
+	"github.com/podbus/podbus/sched/plugins/defaultpreemption"
+	"github.com/podbus/podbus/sched/plugins/imagelocality"
+	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
+	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
+	"github.com/podbus/podbus/sched/plugins/nodename"
+	"github.com/podbus/podbus/sched/plugins/nodeready"
+	"github.com/podbus/podbus/sched/plugins/noderesources"
+	"github.com/podbus/podbus/sched/plugins/nodeunschedulable"
+	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
+	"github.com/podbus/podbus/sched/plugins/tainttoleration"
 )
 
 // Config configures one scheduler replica.
@@ -429,7 +431,7 @@ func (s *Service) watchDeleted(ctx context.Context, wg *sync.WaitGroup) error {
 func (s *Service) expireAssumptions(ctx context.Context) {
 	every(ctx, time.Second, func() {
 		if n := s.cache.Cleanup(); n > 0 {
-			bus.Count("scheduler.assumptions_expired", int64(n))
+			metrics.Count("scheduler.assumptions_expired", int64(n))
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +21,7 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	st "github.com/podbus/podbus/services/scheduler/schedtest"
+	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 const wait = 10 * time.Second
@@ -352,12 +354,12 @@ func TestConflictRequeueWaitsForTheCache(t *testing.T) {
 	}
 	ctx := context.Background()
 	s.cache.UpsertAlloc("n1", &pb.NodeAllocation{Node: "n1"}, 39)
-	waits := bus.Counter("scheduler.cache_waits")
+	waits := metrics.Counter("scheduler.cache_waits")
 	var re *bus.RetryError
 	if err := s.handlePending(ctx, msg(1)); !errors.As(err, &re) || !errors.Is(err, errCacheBehind) {
 		t.Fatalf("behind the refusing revision: %v, want a retry for errCacheBehind", err)
 	}
-	if got := bus.Counter("scheduler.cache_waits") - waits; got != 1 {
+	if got := metrics.Counter("scheduler.cache_waits") - waits; got != 1 {
 		t.Errorf("cache_waits grew by %d, want 1", got)
 	}
 	s.cache.UpsertAlloc("n1", &pb.NodeAllocation{Node: "n1"}, 40)

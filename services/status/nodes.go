@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -219,7 +221,7 @@ func (s *Service) markUnknown(ctx context.Context, key string, c cachedNode, now
 		return err
 	}
 	name := n.GetMetadata().GetName()
-	rec := bus.NewRecorder(s.events, "node-controller", s.cfg.ID)
+	rec := events.NewRecorder(s.events, "node-controller", s.cfg.ID)
 	obj := &pb.ObjectReference{Kind: "Node", ApiVersion: "v1", Name: name, Uid: n.GetMetadata().GetUid()}
 	f, err := rec.Event(obj, "Normal", "NodeNotReady", fmt.Sprintf("Node %s status is now: NodeNotReady", name),
 		fmt.Sprintf("%s-%d", name, c.rev), now)

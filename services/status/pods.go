@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/events"
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -48,7 +51,7 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	// Events are recorded even for stale reports: a redelivered report may have been applied before its
 	// events were stored. The recorder's dedup gives a second recording the first one's name, so it is
 	// stored once when alone (message id) and listed once when batched.
-	rec := bus.NewRecorder(s.events, "kubelet", rep.GetNode())
+	rec := events.NewRecorder(s.events, "kubelet", rep.GetNode())
 	for i, ev := range rep.GetEvents() {
 		obj := &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: rep.GetNamespace(), Name: rep.GetName(),
 			Uid: rep.GetUid(), FieldPath: ev.GetFieldPath()}
@@ -81,11 +84,11 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	}
 	switch res {
 	case applied:
-		bus.Count("status.applied", 1)
+		metrics.Count("status.applied", 1)
 	case removed:
-		bus.Count("status.removed", 1)
+		metrics.Count("status.removed", 1)
 	default:
-		bus.Count("status.stale", 1)
+		metrics.Count("status.stale", 1)
 	}
 	return nil
 }
@@ -146,7 +149,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		mergeStatus(pod, rep)
 		newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
 		if errors.Is(err, bus.ErrConflict) {
-			bus.Count("kv.conflicts.status", 1)
+			metrics.Count("kv.conflicts.status", 1)
 			continue
 		}
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -525,7 +527,7 @@ func TestMalformedCommandIsParked(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := start(t)
-			before := bus.Counter("malformed.store")
+			before := metrics.Counter("malformed.store")
 			msg := &nats.Msg{Subject: bus.SubjPodCreate, Data: tt.data, Header: nats.Header{bus.HdrKey: []string{"default/web"}}}
 			if _, err := h.conn.JS.PublishMsg(context.Background(), msg); err != nil {
 				t.Fatal(err)
@@ -533,7 +535,7 @@ func TestMalformedCommandIsParked(t *testing.T) {
 			bustest.Eventually(t, 10*time.Second, func() bool {
 				return len(h.msgs(bus.StreamDead, bus.SubjDeadPrefix+bus.SubjPodCreate)) == 1
 			}, "command never parked on dead.pod.cmd.create")
-			if got := bus.Counter("malformed.store") - before; got != 1 {
+			if got := metrics.Counter("malformed.store") - before; got != 1 {
 				t.Errorf("malformed.store grew by %d, want 1", got)
 			}
 			if _, _, err := h.get(); !errors.Is(err, bus.ErrNotFound) {

@@ -1,0 +1,74 @@
+package events
+
+import (
+	"encoding/hex"
+	"hash/fnv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Recorder records Kubernetes events on event.<ns>.<name>, like a component's EventRecorder.
+type Recorder struct {
+	pub       EventPublisher
+	component string
+	host      string
+}
+
+// EventPublisher is a Publisher or, where events come in bulk, a Batcher: it stores the events of one
+// namespace that were recorded together as one message.
+type EventPublisher interface {
+	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
+}
+
+// NewRecorder records events as component (scheduler, kubelet, ...) on host (node name or replica).
+func NewRecorder(pub EventPublisher, component, host string) *Recorder {
+	return &Recorder{pub: pub, component: component, host: host}
+}
+
+// Event publishes one event asynchronously. dedup makes the event idempotent: the same object, reason
+// and dedup key give the same event name and message id, so a redelivered step does not record twice
+// (in a batch, which has no message id, it is stored twice under the same name, and a list shows it
+// once).
+func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup string, at time.Time) (jetstream.PubAckFuture, error) {
+	h := fnv.New64a()
+	for _, s := range []string{obj.GetUid(), obj.GetName(), reason, r.component, dedup} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	id := hex.EncodeToString(h.Sum(nil))
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ts := timestamppb.New(at)
+	ev := &pb.Event{
+		Metadata: &pb.ObjectMeta{
+			Name:              obj.GetName() + "." + id,
+			Namespace:         obj.GetNamespace(),
+			Uid:               id,
+			CreationTimestamp: ts,
+		},
+		InvolvedObject:     obj,
+		Reason:             reason,
+		Message:            message,
+		Source:             &pb.EventSource{Component: r.component, Host: r.host},
+		FirstTimestamp:     ts,
+		LastTimestamp:      ts,
+		Count:              1,
+		Type:               typ,
+		ReportingComponent: r.component,
+		ReportingInstance:  r.host,
+	}
+	return r.pub.PublishAsync(bus.SubjEvent(obj.GetNamespace(), obj.GetName()), ev, bus.Meta{MsgID: "ev-" + id, PodUID: obj.GetUid()})
+}
+
+// PodRef is the ObjectReference of a pod.
+func PodRef(p *pb.Pod) *pb.ObjectReference {
+	md := p.GetMetadata()
+	return &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: md.GetNamespace(), Name: md.GetName(), Uid: md.GetUid()}
+}

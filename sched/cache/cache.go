@@ -1,0 +1,544 @@
+// Package cache is the scheduler's view of the nodes: the `nodes` bucket (pb.Node), the `alloc` bucket
+// (pb.NodeAllocation: what the binder committed per node) and the pods this scheduler assumed, folded
+// into immutable framework.NodeInfos. Snapshot hands out a copy-on-write view that stays valid however
+// the cache changes afterwards; it is rebuilt only when something changed.
+//
+// An assumed pod ("decided, not yet committed by the binder") goes through these states:
+//
+//	                   Assume
+//	(pending pod) ───────────────▶ Assumed ──the node's alloc record lists the uid──▶ gone (now counted
+//	                                 │                                                   through alloc)
+//	                                 ├──Forget: back on pod.pending (conflict) or deleted──▶ gone
+//	                                 └──TTL (30 s) without either──────────────────────────▶ expired
+//
+// Every NodeInfo lists the pods on its node (framework.PlacedPod: labels, namespace, priority, compiled
+// pod (anti-)affinity), from the alloc record's entries and the assumed pods alike, so the inter-pod
+// plugins count both. A PlacedPod is built once per pod (an assumed pod's is reused when the alloc
+// record lists it) and shared by every later NodeInfo; the snapshot also carries the nodes that host
+// pods with (required anti-)affinity and the image counts, all copy-on-write like the node list.
+//
+// The cache also decides which changes may make an unschedulable pod fit (a node added, its allocatable,
+// labels, taints, unschedulable or Ready changed, an alloc record lost a pod or a nomination) and names each such
+// change with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for alloc) that requeues use as
+// their de-duplication id. An alloc record that gained a pod yields a pod-added trigger ("p<rev>",
+// see IsPodAdded): it matters only to pods waiting for pod affinity or topology spread.
+package cache
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/framework"
+)
+
+// ErrNodeNotFound is returned by Assume for a node the cache does not know (any more).
+var ErrNodeNotFound = errors.New("node not in cache")
+
+// DefaultAssumeTTL is how long an assumption lives without the binder committing it.
+const DefaultAssumeTTL = 30 * time.Second
+
+// Trigger prefixes.
+const (
+	triggerNodes    = 'n'
+	triggerAlloc    = 'a'
+	triggerPodAdded = 'p'
+)
+
+// IsPodAdded reports whether trigger names an alloc record that gained pods (and lost none).
+func IsPodAdded(trigger string) bool { return len(trigger) > 1 && trigger[0] == triggerPodAdded }
+
+// Cache is safe for concurrent use.
+type Cache struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu      sync.Mutex
+	nodes   map[string]*nodeState
+	assumed map[string]*assumedPod // by pod uid
+	// sorted holds the NodeInfo of every existing node, by name. After Snapshot it is shared with the
+	// snapshot and cloned before the next change (copy-on-write), as is imageNodes.
+	sorted       framework.NodeListBuilder
+	imageNodes   map[string]int // nodes per image
+	imagesShared bool
+	// affinity counts the placed pods' inter-pod terms; topology is shared by the snapshots until a
+	// node is added, removed or relabelled (nil: start a new one).
+	affinity framework.AffinityRegistry
+	topology *framework.TopologyIndex
+	snap     *framework.Snapshot // nil when stale
+
+	nodesRev, allocRev uint64 // highest revision applied per bucket
+	changes            uint64 // count of requeue-worthy changes
+	lastTrigger        string
+}
+
+type nodeState struct {
+	name        string
+	node        *pb.Node // nil: no entry in the nodes bucket
+	allocatable framework.Resource
+	images      map[string]int64   // normalised image -> size
+	alloc       *pb.NodeAllocation // nil: no alloc record
+	allocTotal  framework.Resource // alloc.total
+	// cpu/memory of the alloc record's pods with the scoring defaults applied.
+	allocNZCPU, allocNZMem int64
+	// allocPods are the alloc record's pods, by uid order; allocByUID indexes them for reuse.
+	allocPods  []*framework.PlacedPod
+	allocByUID map[string]*framework.PlacedPod
+	// nominated are the alloc record's nominations (pods waiting for their victims' room), by uid order.
+	nominated []*framework.PlacedPod
+	assumed   map[string]*assumedPod
+	info      *framework.NodeInfo // current, nil when node is nil
+}
+
+type assumedPod struct {
+	uid, node    string
+	req          framework.Resource
+	nzCPU, nzMem int64
+	seq          uint64
+	deadline     time.Time
+	placed       *framework.PlacedPod
+}
+
+// Options configure a cache.
+type Options struct {
+	AssumeTTL time.Duration    // default DefaultAssumeTTL
+	Now       func() time.Time // default time.Now
+}
+
+// New returns an empty cache.
+func New(o Options) *Cache {
+	if o.AssumeTTL <= 0 {
+		o.AssumeTTL = DefaultAssumeTTL
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Cache{ttl: o.AssumeTTL, now: o.Now, nodes: map[string]*nodeState{}, assumed: map[string]*assumedPod{}}
+}
+
+// Snapshot returns an immutable view of the nodes and the change count it reflects (see Changes).
+func (c *Cache) Snapshot() (*framework.Snapshot, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snap == nil {
+		c.snap = framework.NewSnapshotFromParts(framework.SnapshotParts{
+			Nodes:      c.sorted.List(),
+			ImageNodes: c.imageNodes, Topology: c.topology, Affinity: &c.affinity,
+		})
+		c.topology = c.snap.Topology()
+		c.imagesShared = true
+	}
+	return c.snap, c.changes
+}
+
+// Changes returns how many requeue-worthy changes the cache has seen and the trigger of the last one.
+func (c *Cache) Changes() (uint64, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changes, c.lastTrigger
+}
+
+// HasSeen reports whether the change named by trigger is already applied, so a pod requeued because of
+// it is not evaluated against an older view. Unknown triggers count as seen.
+func (c *Cache) HasSeen(trigger string) bool {
+	bucket, rev, ok := parseTrigger(trigger)
+	if !ok {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch bucket {
+	case triggerNodes:
+		return c.nodesRev >= rev
+	case triggerAlloc, triggerPodAdded:
+		return c.allocRev >= rev
+	}
+	return true
+}
+
+// Revisions returns the highest revision applied from the nodes and alloc buckets.
+func (c *Cache) Revisions() (nodes, alloc uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodesRev, c.allocRev
+}
+
+func parseTrigger(t string) (byte, uint64, bool) {
+	if len(t) < 2 {
+		return 0, 0, false
+	}
+	rev, err := strconv.ParseUint(t[1:], 10, 64)
+	return t[0], rev, err == nil
+}
+
+func (c *Cache) trigger(bucket byte, rev uint64) string {
+	t := string(bucket) + strconv.FormatUint(rev, 10)
+	c.changes++
+	c.lastTrigger = t
+	return t
+}
+
+func (c *Cache) state(name string) *nodeState {
+	ns := c.nodes[name]
+	if ns == nil {
+		ns = &nodeState{name: name, assumed: map[string]*assumedPod{}}
+		c.nodes[name] = ns
+	}
+	return ns
+}
+
+// UpsertNode applies a nodes-bucket entry. It returns a trigger when the change may let pending pods
+// fit (a new node, or a change to what the filters look at), "" otherwise (a heartbeat).
+func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
+	name := n.GetMetadata().GetName()
+	if name == "" {
+		return ""
+	}
+	alloc := framework.ResourceOf(podutil.NodeAllocatable(n))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodesRev = max(c.nodesRev, rev)
+	ns := c.state(name)
+	changed := ns.node == nil || schedulingChanged(ns.node, n, ns.allocatable, alloc)
+	if ns.node == nil || !maps.Equal(ns.node.GetMetadata().GetLabels(), n.GetMetadata().GetLabels()) {
+		c.topology = nil
+	}
+	ns.node, ns.allocatable = n, alloc
+	if imgs := n.GetStatus().GetImages(); len(imgs) > 0 || ns.images != nil {
+		c.setImages(ns, framework.NodeImageSizes(n))
+	}
+	c.refresh(ns)
+	if changed {
+		return c.trigger(triggerNodes, rev)
+	}
+	return ""
+}
+
+// RemoveNode applies a deleted nodes-bucket entry.
+func (c *Cache) RemoveNode(name string, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodesRev = max(c.nodesRev, rev)
+	if ns := c.nodes[name]; ns != nil {
+		if ns.node != nil {
+			c.topology = nil
+		}
+		ns.node, ns.allocatable = nil, framework.Resource{}
+		c.setImages(ns, nil)
+		c.refresh(ns)
+	}
+}
+
+// UpsertAlloc applies an alloc-bucket entry: the committed requests replace the assumptions of the pods
+// it lists. It returns a trigger when the record lost a pod (resources were freed), or else a
+// pod-added trigger when it gained one.
+func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trigger string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.allocRev = max(c.allocRev, rev)
+	ns := c.state(node)
+	if c.confirmOnly(ns, a) {
+		return c.trigger(triggerPodAdded, rev)
+	}
+	shrunk := false
+	for uid := range ns.alloc.GetPods() {
+		if _, ok := a.GetPods()[uid]; !ok {
+			shrunk = true
+			break
+		}
+	}
+	// A nomination dropped (its pod bound, deleted or nominated elsewhere) frees room for lower
+	// priorities too.
+	for uid := range ns.alloc.GetNominated() {
+		if _, ok := a.GetNominated()[uid]; !ok {
+			shrunk = true
+			break
+		}
+	}
+	grown := false
+	ns.alloc, ns.allocTotal = a, framework.ResourceOf(a.GetTotal())
+	ns.allocNZCPU, ns.allocNZMem = 0, 0
+	byUID := make(map[string]*framework.PlacedPod, len(a.GetPods()))
+	pods := make([]*framework.PlacedPod, 0, len(a.GetPods()))
+	for uid, p := range a.GetPods() {
+		cpu, mem := framework.NonZeroRequests(p.GetRequests())
+		ns.allocNZCPU += cpu
+		ns.allocNZMem += mem
+		pp := ns.allocByUID[uid]
+		if pp == nil {
+			grown = true
+		}
+		if ap := c.assumed[uid]; ap != nil {
+			if pp == nil && ap.node == node {
+				pp = ap.placed
+			}
+			if other := c.forgetLocked(ap); other != ns {
+				c.refresh(other)
+			}
+		}
+		if pp == nil {
+			pp = framework.NewPlacedPod(uid, p)
+		} else {
+			pp = pp.Committed(p)
+		}
+		byUID[uid] = pp
+		pods = append(pods, pp)
+	}
+	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	ns.allocPods, ns.allocByUID = pods, byUID
+	ns.nominated = nil
+	for uid, p := range a.GetNominated() {
+		ns.nominated = append(ns.nominated, framework.NewPlacedPod(uid, p))
+	}
+	slices.SortFunc(ns.nominated, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	c.refresh(ns)
+	switch {
+	case shrunk:
+		return c.trigger(triggerAlloc, rev)
+	case grown:
+		return c.trigger(triggerPodAdded, rev)
+	}
+	return ""
+}
+
+// confirmOnly applies a, the node's new alloc record, when it only adds pods this replica assumed
+// there, with the requests it assumed: the binder committed this replica's decisions and nothing else
+// changed. The node counts the same then, so its NodeInfo stays (rebuilding it copied a chunk of the
+// node list, for every pod); the assumed PlacedPods are confirmed in place. It reports false, having
+// changed nothing, for any other record.
+func (c *Cache) confirmOnly(ns *nodeState, a *pb.NodeAllocation) bool {
+	if ns.info == nil || len(a.GetNominated()) > 0 || len(ns.nominated) > 0 || len(a.GetPods()) <= len(ns.allocPods) {
+		return false
+	}
+	want := ns.allocTotal
+	var added []*assumedPod
+	for uid, p := range a.GetPods() {
+		if pp := ns.allocByUID[uid]; pp != nil {
+			if pp.PreemptedBy != p.GetPreemptedBy() {
+				return false
+			}
+			continue
+		}
+		ap := ns.assumed[uid]
+		if ap == nil || p.GetPreemptedBy() != "" {
+			return false
+		}
+		if cpu, mem := framework.NonZeroRequests(p.GetRequests()); cpu != ap.nzCPU || mem != ap.nzMem {
+			return false
+		}
+		want.Add(ap.req)
+		added = append(added, ap)
+	}
+	// Every pod of the old record is still listed (more pods, and each old one found above).
+	if len(a.GetPods()) != len(ns.allocPods)+len(added) || !sameResource(want, framework.ResourceOf(a.GetTotal())) {
+		return false
+	}
+	pods := slices.Grow(slices.Clone(ns.allocPods), len(added))
+	byUID := maps.Clone(ns.allocByUID)
+	if byUID == nil {
+		byUID = make(map[string]*framework.PlacedPod, len(added))
+	}
+	for _, ap := range added {
+		ap.placed.Confirm()
+		delete(c.assumed, ap.uid)
+		delete(ns.assumed, ap.uid)
+		ns.allocNZCPU += ap.nzCPU
+		ns.allocNZMem += ap.nzMem
+		pods = append(pods, ap.placed)
+		byUID[ap.uid] = ap.placed
+	}
+	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	ns.alloc, ns.allocTotal, ns.allocPods, ns.allocByUID = a, want, pods, byUID
+	return true
+}
+
+func sameResource(x, y framework.Resource) bool {
+	return x.MilliCPU == y.MilliCPU && x.Memory == y.Memory && x.EphemeralStorage == y.EphemeralStorage &&
+		x.Pods == y.Pods && maps.Equal(x.Scalar, y.Scalar)
+}
+
+// RemoveAlloc applies a deleted alloc-bucket entry (a trigger if it listed pods).
+func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.allocRev = max(c.allocRev, rev)
+	ns := c.nodes[node]
+	if ns == nil || ns.alloc == nil {
+		return ""
+	}
+	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
+	ns.alloc, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, framework.Resource{}, 0, 0
+	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
+	c.refresh(ns)
+	if had {
+		return c.trigger(triggerAlloc, rev)
+	}
+	return ""
+}
+
+// Assume counts pod on node until the binder's alloc record shows it, it is forgotten, or the TTL passes.
+// seq identifies the decision (the pending message's stream sequence). A pod assumed elsewhere moves.
+func (c *Cache) Assume(pod *framework.PodInfo, node string, seq uint64) error {
+	uid := pod.UID()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := c.nodes[node]
+	if ns == nil || ns.node == nil {
+		return fmt.Errorf("assume %s on %s: %w", uid, node, ErrNodeNotFound)
+	}
+	if old := c.assumed[uid]; old != nil {
+		if other := c.forgetLocked(old); other != ns {
+			c.refresh(other)
+		}
+	}
+	if _, committed := ns.alloc.GetPods()[uid]; committed {
+		c.refresh(ns)
+		return nil
+	}
+	ap := &assumedPod{uid: uid, node: node, req: pod.Request, nzCPU: pod.NonZeroMilliCPU, nzMem: pod.NonZeroMemory,
+		seq: seq, deadline: c.now().Add(c.ttl), placed: pod.Placed()}
+	c.assumed[uid] = ap
+	ns.assumed[uid] = ap
+	c.refresh(ns)
+	return nil
+}
+
+// Assumed returns where uid is assumed and by which decision.
+func (c *Cache) Assumed(uid string) (node string, seq uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ap := c.assumed[uid]
+	if ap == nil {
+		return "", 0, false
+	}
+	return ap.node, ap.seq, true
+}
+
+// Forget drops uid's assumption; it reports whether there was one.
+func (c *Cache) Forget(uid string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ap := c.assumed[uid]
+	if ap == nil {
+		return false
+	}
+	c.refresh(c.forgetLocked(ap))
+	return true
+}
+
+// Cleanup drops assumptions past their TTL and returns how many.
+func (c *Cache) Cleanup() int {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ap := range c.assumed {
+		if now.After(ap.deadline) {
+			c.refresh(c.forgetLocked(ap))
+			n++
+		}
+	}
+	return n
+}
+
+// NumAssumed is the number of live assumptions.
+func (c *Cache) NumAssumed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.assumed)
+}
+
+// forgetLocked removes ap and returns its node's state, which the caller must refresh.
+func (c *Cache) forgetLocked(ap *assumedPod) *nodeState {
+	delete(c.assumed, ap.uid)
+	ns := c.nodes[ap.node]
+	delete(ns.assumed, ap.uid)
+	return ns
+}
+
+// refresh rebuilds ns's NodeInfo and puts it in the sorted lists (cloning a list first if a snapshot
+// shares it).
+func (c *Cache) refresh(ns *nodeState) {
+	c.snap = nil
+	if ns.node == nil {
+		if ns.info != nil {
+			c.sorted.Set(ns.name, nil)
+			c.affinity.Update(ns.info, nil)
+			ns.info = nil
+		}
+		if ns.alloc == nil && len(ns.assumed) == 0 {
+			delete(c.nodes, ns.name)
+		}
+		return
+	}
+	req := ns.allocTotal
+	nzCPU, nzMem := ns.allocNZCPU, ns.allocNZMem
+	pods := ns.allocPods
+	if len(ns.assumed) > 0 {
+		assumed := make([]*assumedPod, 0, len(ns.assumed))
+		for _, ap := range ns.assumed {
+			req.Add(ap.req)
+			nzCPU += ap.nzCPU
+			nzMem += ap.nzMem
+			assumed = append(assumed, ap)
+		}
+		// Decision order, so the pod list is a function of the cache's contents.
+		slices.SortFunc(assumed, func(x, y *assumedPod) int { return cmp.Compare(x.seq, y.seq) })
+		pods = make([]*framework.PlacedPod, len(ns.allocPods), len(ns.allocPods)+len(assumed))
+		copy(pods, ns.allocPods)
+		for _, ap := range assumed {
+			pods = append(pods, ap.placed)
+		}
+	}
+	info := &framework.NodeInfo{Allocatable: ns.allocatable, Requested: req, NonZeroMilliCPU: nzCPU, NonZeroMemory: nzMem,
+		ImageSizes: ns.images, Nominated: ns.nominated}
+	info.SetNode(ns.node)
+	info.SetPods(pods)
+	c.sorted.Set(ns.name, info)
+	c.affinity.Update(ns.info, info)
+	ns.info = info
+}
+
+// setImages replaces ns's images and keeps the per-image node counts.
+func (c *Cache) setImages(ns *nodeState, imgs map[string]int64) {
+	if maps.Equal(ns.images, imgs) {
+		return
+	}
+	if c.imagesShared || c.imageNodes == nil {
+		c.imageNodes = maps.Clone(c.imageNodes)
+		if c.imageNodes == nil {
+			c.imageNodes = map[string]int{}
+		}
+		c.imagesShared = false
+	}
+	for img := range ns.images {
+		if c.imageNodes[img]--; c.imageNodes[img] <= 0 {
+			delete(c.imageNodes, img)
+		}
+	}
+	for img := range imgs {
+		c.imageNodes[img]++
+	}
+	ns.images = imgs
+}
+
+// schedulingChanged reports whether a node update changes anything a filter looks at.
+func schedulingChanged(old, cur *pb.Node, oldAlloc, curAlloc framework.Resource) bool {
+	return oldAlloc.MilliCPU != curAlloc.MilliCPU || oldAlloc.Memory != curAlloc.Memory ||
+		oldAlloc.EphemeralStorage != curAlloc.EphemeralStorage || oldAlloc.Pods != curAlloc.Pods ||
+		!maps.Equal(oldAlloc.Scalar, curAlloc.Scalar) ||
+		!maps.Equal(old.GetMetadata().GetLabels(), cur.GetMetadata().GetLabels()) ||
+		old.GetSpec().GetUnschedulable() != cur.GetSpec().GetUnschedulable() ||
+		podutil.NodeIsReady(old) != podutil.NodeIsReady(cur) ||
+		!slices.EqualFunc(old.GetSpec().GetTaints(), cur.GetSpec().GetTaints(), func(a, b *pb.Taint) bool {
+			return a.GetKey() == b.GetKey() && a.GetValue() == b.GetValue() && a.GetEffect() == b.GetEffect()
+		})
+}

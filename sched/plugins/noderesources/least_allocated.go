@@ -1,0 +1,48 @@
+package noderesources
+
+import (
+	"github.com/podbus/podbus/sched/framework"
+)
+
+// LeastAllocatedName is the name of the score plugin.
+const LeastAllocatedName = "NodeResourcesLeastAllocated"
+
+// LeastAllocated scores nodes by the share of cpu and memory left after placing the pod, as
+// Kubernetes' NodeResourcesFit with the LeastAllocated strategy (weights cpu=1, memory=1):
+//
+//	score = mean over resources with allocatable > 0 of (allocatable - requested) * 100 / allocatable
+//
+// where requested counts pods without requests at 100m / 200Mi, this pod included.
+type LeastAllocated struct{}
+
+var _ framework.ScorePlugin = &LeastAllocated{}
+
+// NewLeastAllocated returns the score plugin.
+func NewLeastAllocated() *LeastAllocated { return &LeastAllocated{} }
+
+// Name implements framework.Plugin.
+func (*LeastAllocated) Name() string { return LeastAllocatedName }
+
+// Score implements framework.ScorePlugin.
+func (*LeastAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
+	var sum, n int64
+	if a := node.Allocatable.MilliCPU; a > 0 {
+		sum += leastRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
+		n++
+	}
+	if a := node.Allocatable.Memory; a > 0 {
+		sum += leastRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return sum / n, nil
+}
+
+func leastRequestedScore(requested, capacity int64) int64 {
+	if capacity == 0 || requested > capacity {
+		return 0
+	}
+	return (capacity - requested) * framework.MaxNodeScore / capacity
+}
