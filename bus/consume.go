@@ -205,9 +205,9 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	for i := range queues {
-		// Short queues: a message waiting behind a slow handler ages toward its ack wait, and long
-		// queues (workers × batch) turned a slow stretch into a storm of redeliveries. With them full,
-		// the pull below stops taking messages.
+		// Short queues: a message waiting behind a slow handler ages toward its ack wait, so long
+		// queues (workers × batch) would turn a slow stretch into a storm of redeliveries. With them
+		// full, the pull below stops taking messages.
 		queues[i] = make(chan *Msg, min(batch, workerQueue))
 		wg.Add(1)
 		go func(q <-chan *Msg) {

@@ -69,7 +69,7 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 // status changes reach the nodes bucket, which is sourced) and the streams of the pods and nodes
 // buckets. The alloc bucket is left out: it is the binder's ledger, rebuilt from the pods' bindings and
 // deletions alone, and each of its records holds every pod of its node, so a log kept forever would
-// grow with the square of the pods per node, and copying it cost ~0.02 ms of CPU per pod. Sourced
+// grow with the square of the pods per node, and copying it would cost CPU on every binding. Sourced
 // messages keep their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus
 // Nats-Stream-Source naming the origin stream and sequence. DenyDelete and DenyPurge make the log
 // append-only through the API. No de-duplication window: every sourced message is kept, even one whose
@@ -191,8 +191,8 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 
 // kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets. A direct get may be
 // answered by any replica, including a follower a few writes behind: a binder could then read "no such pod"
-// just after the store created it and drop the decision (seen in the compose test, about 2 % of pods stuck
-// Pending). Without direct gets every read goes to the stream leader, which has applied every acknowledged
+// just after the store created it and drop the decision, leaving the pod Pending. Without direct gets
+// every read goes to the stream leader, which has applied every acknowledged
 // write. Replicated buckets are always made this way (never through CreateKeyValue, which would turn direct
 // gets back on), so every replica of every service provisions the same configuration.
 func kvStreamConfig(kv jetstream.KeyValueConfig) jetstream.StreamConfig {

@@ -10,8 +10,9 @@ import (
 
 // Splice encodes m and appends raw, the wire form of a message, as m's field num, which m must leave
 // unset. A service that has a pod's bytes at hand (it just stored them, or received them) sends them
-// on as they are instead of encoding the pod again: encoding pods was a visible share of the
-// pipeline's CPU. Readers see an ordinary message (a field's place in the wire form does not matter).
+// on as they are instead of encoding the pod again: the pod is most of a pipeline message, so its
+// encoding is most of the message's. Readers see an ordinary message (a field's place in the wire form
+// does not matter).
 func Splice(m proto.Message, num protowire.Number, raw []byte) ([]byte, error) {
 	// Sized once: the marshal reuses the size the Size call cached in the message.
 	n := proto.Size(m)

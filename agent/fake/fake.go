@@ -5,8 +5,8 @@
 //	command+args ending in "sleep N"  runs N seconds (fractions allowed), then exits 0
 //	anything else                     runs until stopped
 //
-// It is cheap: no goroutine per container (timers only), one mutex, so a process can hold 100 nodes
-// of 50 pods each.
+// It is cheap: no goroutine per container (timers only), one mutex, so one process can simulate
+// many nodes full of pods.
 package fake
 
 import (

@@ -85,7 +85,7 @@ func runStore(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("store", flag.ExitOnError)
 	c.register(fs, "store")
-	workers := fs.Int("workers", 8, "commands handled at once")
+	workers := fs.Int("workers", 32, "commands handled at once (podbus up runs the store with the same)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

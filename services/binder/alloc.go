@@ -187,7 +187,7 @@ type cachedAlloc struct {
 }
 
 // get returns a copy of the node's record whose maps the caller may change; their entries are shared
-// and must be replaced, not changed (deep copies were 1 % of a basic run). Without a record, known
+// and must be replaced, not changed (a deep copy per decision is work for nothing). Without a record, known
 // reports that the node has none as far as the cache knows, rather than that the cache does not know.
 func (c *allocCache) get(node string) (_ *pb.NodeAllocation, rev uint64, known bool) {
 	c.mu.Lock()

@@ -207,10 +207,10 @@ func decisionOf(m *bus.Msg) (*pb.SchedulingDecision, error) {
 
 // handleCheckedDecisions handles the decisions for pods with inter-pod constraints of their own that
 // arrived together, in the order the schedulers made them. Their checked reservations are made first,
-// as one group (reserveCheckedGroup), which is what kept such commits to about a thousand a second when
-// each took its own token round. Then the decisions are finished concurrently: those with a
-// reservation bind and announce, while the rest (unschedulable ones, which may preempt, and those the
-// group could not prepare) go one by one, in order, as before.
+// as one group (reserveCheckedGroup), so that they share one token round instead of taking one each:
+// the token serializes checked commits, so its round trips bound their rate. Then the decisions are
+// finished concurrently: those with a reservation bind and announce, while the rest (unschedulable
+// ones, which may preempt, and those the group could not prepare) go one by one, in order.
 func (s *Service) handleCheckedDecisions(ctx context.Context, ms []*bus.Msg) []error {
 	errs := make([]error, len(ms))
 	ds := make([]*pb.SchedulingDecision, len(ms))

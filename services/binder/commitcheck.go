@@ -70,8 +70,8 @@ type commitView struct {
 	applied   chan struct{}
 
 	// Alloc records are decoded as they come but reach the cache only when a check reads it (flush):
-	// applying one rebuilds its node's NodeInfo, and a binder that commits no constrained pod never
-	// reads them (2.6 % of a basic run). pending holds the latest record per node (nil: gone),
+	// applying one rebuilds its node's NodeInfo, which a binder that commits no constrained pod never
+	// needs. pending holds the latest record per node (nil: gone),
 	// received the highest revision decoded, and antiNodes the nodes whose latest record holds a pod
 	// with required anti-affinity: all that concerns asks for a pod without constraints of its own.
 	pmu       sync.Mutex
