@@ -94,9 +94,10 @@ func TestSchedule(t *testing.T) {
 		}, "b", 0, "", nil},
 		{"nodeName", st.Pod("p", "u").NodeName("small"), []*framework.NodeInfo{big.Info(), small.Info()}, "small", 0, "", nil},
 		// total = 3*100 (taints) + 2*0 (affinity) + 1*leastAllocated(cpu 93, memory 98 -> 95)
-		// + 1*balancedAllocation(fractions 1/16 and 1/64: (1 - 0.0234) * 100 -> 97); spread, inter-pod
-		// affinity and image locality skip (no constraints, no pods, no images).
-		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95 + 97, "", nil},
+		// + 1*balancedAllocation(with the pod, fractions 1/16 and 1/64: (1 - 0.0234) * 100 -> 97; without,
+		// 0 and 0 -> 100; 50 + (50 + 97 - 100) / 2 = 73); spread, inter-pod affinity and image locality
+		// skip (no constraints, no pods, no images).
+		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95 + 73, "", nil},
 		{"no nodes", st.Pod("p", "u"), nil, "", 0, "no nodes available to schedule pods", nil},
 		{"one reason per node", st.Pod("p", "u").Req("3", "1Gi").NodeSelector("zone", "z1"), []*framework.NodeInfo{
 			big.Info(),
