@@ -94,9 +94,10 @@ func TestSchedule(t *testing.T) {
 		}, "b", 0, "", nil},
 		{"nodeName", st.Pod("p", "u").NodeName("small"), []*framework.NodeInfo{big.Info(), small.Info()}, "small", 0, "", nil},
 		// total = 3*100 (taints) + 2*0 (affinity) + 1*leastAllocated(cpu 93, memory 98 -> 95)
-		// + 1*balancedAllocation(fractions 1/16 and 1/64: (1 - 0.0234) * 100 -> 97); spread, inter-pod
-		// affinity and image locality skip (no constraints, no pods, no images).
-		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95 + 97, "", nil},
+		// + 1*balancedAllocation(with the pod, fractions 1/16 and 1/64: (1 - 0.0234) * 100 -> 97; without,
+		// 0 and 0 -> 100; 50 + (50 + 97 - 100) / 2 = 73); spread, inter-pod affinity and image locality
+		// skip (no constraints, no pods, no images).
+		{"score is the weighted sum", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{big.Info()}, "big", 300 + 95 + 73, "", nil},
 		{"no nodes", st.Pod("p", "u"), nil, "", 0, "no nodes available to schedule pods", nil},
 		{"one reason per node", st.Pod("p", "u").Req("3", "1Gi").NodeSelector("zone", "z1"), []*framework.NodeInfo{
 			big.Info(),
@@ -105,15 +106,38 @@ func TestSchedule(t *testing.T) {
 			st.Node("down").Capacity("2", "4Gi", 110).Label("zone", "z1").Info(),
 			st.Node("tainted").Capacity("8", "4Gi", 110).Label("zone", "z1").Ready().Taint("dedicated", "db", "NoSchedule").Info(),
 			st.Node("cordoned").Capacity("8", "4Gi", 110).Label("zone", "z1").Ready().Unschedulable().Info(),
-		}, "", 0, "0/6 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: db}, " +
+		}, "", 0, "0/6 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s), " +
 			"1 node(s) were not ready, 1 node(s) were unschedulable, 2 Insufficient cpu. " +
-			"preemption: 0/6 nodes are available: 2 No preemption victims found for incoming pod, 4 Preemption is not helpful for scheduling.",
+			"preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling.",
 			map[string]int32{
-				"node(s) didn't match Pod's node affinity/selector": 1, "node(s) had untolerated taint {dedicated: db}": 1,
+				"node(s) didn't match Pod's node affinity/selector": 1, "node(s) had untolerated taint(s)": 1,
 				"node(s) were not ready": 1, "node(s) were unschedulable": 1, "Insufficient cpu": 2,
 			}},
+		// kube-scheduler v1.37's text for a mixed cluster: a full node preemption could help (but finds
+		// no lower-priority pods on), two tainted nodes it cannot (the one with two untolerated taints
+		// counts once), and a node smaller than the pod's request it cannot either.
+		{"mixed cluster", st.Pod("p", "u").Req("3", "1Gi"), []*framework.NodeInfo{
+			st.Node("full").Capacity("4", "8Gi", 110).Ready().InfoRequested(&pb.Resources{MilliCpu: 2000, Pods: 2}),
+			st.Node("t1").Capacity("8", "16Gi", 110).Ready().Taint("dedicated", "db", "NoSchedule").Info(),
+			st.Node("t2").Capacity("8", "16Gi", 110).Ready().Taint("a", "1", "NoSchedule").Taint("b", "2", "NoExecute").Info(),
+			st.Node("small").Capacity("2", "4Gi", 110).Ready().Info(),
+		}, "", 0, "0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint(s). " +
+			"preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling.",
+			map[string]int32{"Insufficient cpu": 2, "node(s) had untolerated taint(s)": 2}},
+		{"mixed cluster, the pod fits every node's size", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{
+			st.Node("full").Capacity("4", "8Gi", 110).Ready().InfoRequested(&pb.Resources{MilliCpu: 3500, Pods: 3}),
+			st.Node("t1").Capacity("8", "16Gi", 110).Ready().Taint("dedicated", "db", "NoSchedule").Info(),
+			st.Node("t2").Capacity("8", "16Gi", 110).Ready().Taint("a", "1", "NoSchedule").Taint("b", "2", "NoExecute").Info(),
+		}, "", 0, "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint(s). " +
+			"preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.",
+			map[string]int32{"Insufficient cpu": 1, "node(s) had untolerated taint(s)": 2}},
+		// 3 cpu and 5Gi exceed the whole 2-cpu/4Gi node: preemption cannot help.
 		{"several resources on one node", st.Pod("p", "u").Req("3", "5Gi"), []*framework.NodeInfo{small.Info()}, "",
-			0, "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.", map[string]int32{"Insufficient cpu": 1, "Insufficient memory": 1}},
+			0, "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.", map[string]int32{"Insufficient cpu": 1, "Insufficient memory": 1}},
+		{"several resources on a busy node", st.Pod("p", "u").Req("1", "1Gi"), []*framework.NodeInfo{
+			st.Node("small").Capacity("2", "4Gi", 110).Ready().InfoRequested(&pb.Resources{MilliCpu: 1500, Memory: 3584 << 20, Pods: 2}),
+		}, "", 0, "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+			map[string]int32{"Insufficient cpu": 1, "Insufficient memory": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

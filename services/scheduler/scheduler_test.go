@@ -251,10 +251,12 @@ func TestScheduleUnschedulableAndRequeue(t *testing.T) {
 	}
 	h.putAlloc("n2", map[string]*pb.Pod{"uid-b": podB})
 
-	// 5. C needs 3 cpu: no node has it until B leaves n2 (the alloc record shrinks).
+	// 5. C needs 3 cpu: no node has it until B leaves n2 (the alloc record shrinks). n1 has only 2
+	// cores, so preemption could not help there at all.
 	podC := st.Pod("c", "uid-c").Req("3", "").Obj()
 	h.publishPending(podC, 9)
-	if dC := h.decision("uid-c", 1).dec; dC.Message != "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod." {
+	if dC := h.decision("uid-c", 1).dec; dC.Message != "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: "+
+		"1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling." {
 		t.Errorf("decision for C: %v", dC)
 	}
 	h.putAlloc("n2", map[string]*pb.Pod{})

@@ -10,12 +10,15 @@ import (
 // Name of the plugin.
 const Name = "NodeResourcesMostAllocated"
 
-// MostAllocated scores a node by the share of cpu and memory used once the pod is placed (weights
-// cpu=1, memory=1, integer arithmetic as in Kubernetes):
+// MostAllocated scores a node by the share of cpu and memory used once the pod is placed, as
+// kube-scheduler v1.37 with its default weights (cpu=1, memory=1;
+// pkg/scheduler/framework/plugins/noderesources/most_allocated.go):
 //
 //	score = mean over resources with allocatable > 0 of min(requested, allocatable) * 100 / allocatable
 //
-// where requested counts pods without requests at 100m / 200Mi, this pod included.
+// in integer arithmetic (each term and the mean truncated), where requested counts a pod without a
+// cpu or memory request at 100m / 200Mi, this pod included. Kube applies those defaults per
+// container; podbus per pod, as the alloc record keeps pod totals.
 type MostAllocated struct{}
 
 var _ framework.ScorePlugin = &MostAllocated{}

@@ -8,11 +8,14 @@ import (
 const LeastAllocatedName = "NodeResourcesLeastAllocated"
 
 // LeastAllocated scores nodes by the share of cpu and memory left after placing the pod, as
-// Kubernetes' NodeResourcesFit with the LeastAllocated strategy (weights cpu=1, memory=1):
+// kube-scheduler v1.37's NodeResourcesFit with the LeastAllocated strategy and its default weights
+// (cpu=1, memory=1; pkg/scheduler/framework/plugins/noderesources/least_allocated.go):
 //
 //	score = mean over resources with allocatable > 0 of (allocatable - requested) * 100 / allocatable
 //
-// where requested counts pods without requests at 100m / 200Mi, this pod included.
+// in integer arithmetic (each term and the mean truncated), where requested counts a pod without a
+// cpu or memory request at 100m / 200Mi, this pod included, and a request beyond allocatable scores
+// 0. Kube applies those defaults per container; podbus per pod, as the alloc record keeps pod totals.
 type LeastAllocated struct{}
 
 var _ framework.ScorePlugin = &LeastAllocated{}

@@ -3,32 +3,20 @@
 package tainttoleration
 
 import (
-	"fmt"
-	"sync"
-
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
 )
 
 // Name of the plugin.
 const Name = "TaintToleration"
 
-// ErrReasonUntoleratedFormat is Kubernetes' reason for the first untolerated taint: its key and value.
-const ErrReasonUntoleratedFormat = "node(s) had untolerated taint {%s: %s}"
+// ErrReasonUntolerated is kube-scheduler's filter reason (v1.37): one fixed text per node, whatever
+// and however many its untolerated taints, so the message counts nodes rather than taints.
+const ErrReasonUntolerated = "node(s) had untolerated taint(s)"
 
-// Reason returns the filter reason for an untolerated taint.
-func Reason(t *pb.Taint) string {
-	return fmt.Sprintf(ErrReasonUntoleratedFormat, t.GetKey(), t.GetValue())
-}
+var statusUntolerated = framework.NewStatus(framework.UnschedulableAndUnresolvable, ErrReasonUntolerated)
 
 // TaintToleration is the plugin.
-type TaintToleration struct {
-	// statuses caches rejections per taint so that a tainted node costs no allocation per pod.
-	mu       sync.RWMutex
-	statuses map[taintID]*framework.Status
-}
-
-type taintID struct{ key, value string }
+type TaintToleration struct{}
 
 var (
 	_ framework.FilterPlugin         = &TaintToleration{}
@@ -37,13 +25,13 @@ var (
 )
 
 // New returns the plugin.
-func New() *TaintToleration { return &TaintToleration{statuses: map[taintID]*framework.Status{}} }
+func New() *TaintToleration { return &TaintToleration{} }
 
 // Name implements framework.Plugin.
 func (*TaintToleration) Name() string { return Name }
 
 // Filter rejects the node if a NoSchedule or NoExecute taint is not tolerated.
-func (p *TaintToleration) Filter(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
+func (*TaintToleration) Filter(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) *framework.Status {
 	tols := pod.Pod.GetSpec().GetTolerations()
 	for _, t := range node.Taints {
 		e := t.GetEffect()
@@ -51,30 +39,10 @@ func (p *TaintToleration) Filter(_ *framework.CycleState, pod *framework.PodInfo
 			continue
 		}
 		if !framework.TolerationsTolerateTaint(tols, t) {
-			return p.status(t)
+			return statusUntolerated
 		}
 	}
 	return nil
-}
-
-// maxCached bounds the status cache; taints beyond it allocate their status each time.
-const maxCached = 1024
-
-func (p *TaintToleration) status(t *pb.Taint) *framework.Status {
-	id := taintID{t.GetKey(), t.GetValue()}
-	p.mu.RLock()
-	st, ok := p.statuses[id]
-	p.mu.RUnlock()
-	if ok {
-		return st
-	}
-	st = framework.NewStatus(framework.UnschedulableAndUnresolvable, Reason(t))
-	p.mu.Lock()
-	if len(p.statuses) < maxCached {
-		p.statuses[id] = st
-	}
-	p.mu.Unlock()
-	return st
 }
 
 // Score counts the PreferNoSchedule taints not tolerated by the pod's tolerations whose effect is

@@ -9,8 +9,10 @@ import (
 	st "github.com/podbus/podbus/sched/schedtest"
 )
 
-// Cases from the Kubernetes docs ("Taints and Tolerations").
+// Cases from the Kubernetes docs ("Taints and Tolerations"). The reason is kube-scheduler v1.37's
+// fixed text, one per node: it names no taint.
 func TestFilter(t *testing.T) {
+	untolerated := []string{"node(s) had untolerated taint(s)"}
 	tests := []struct {
 		name string
 		pod  *st.PodWrapper
@@ -18,23 +20,18 @@ func TestFilter(t *testing.T) {
 		want []string
 	}{
 		{"no taints", st.Pod("p", "u"), st.Node("n"), nil},
-		{"untolerated NoSchedule", st.Pod("p", "u"), st.Node("n").Taint("key1", "value1", "NoSchedule"),
-			[]string{"node(s) had untolerated taint {key1: value1}"}},
-		{"untolerated NoExecute", st.Pod("p", "u"), st.Node("n").Taint("dedicated", "gpu", "NoExecute"),
-			[]string{"node(s) had untolerated taint {dedicated: gpu}"}},
+		{"untolerated NoSchedule", st.Pod("p", "u"), st.Node("n").Taint("key1", "value1", "NoSchedule"), untolerated},
+		{"untolerated NoExecute", st.Pod("p", "u"), st.Node("n").Taint("dedicated", "gpu", "NoExecute"), untolerated},
 		{"PreferNoSchedule does not filter", st.Pod("p", "u"), st.Node("n").Taint("key1", "value1", "PreferNoSchedule"), nil},
 		{"Equal toleration", st.Pod("p", "u").Toleration("key1", "Equal", "value1", "NoSchedule"), st.Node("n").Taint("key1", "value1", "NoSchedule"), nil},
 		{"empty operator means Equal", st.Pod("p", "u").Toleration("key1", "", "value1", "NoSchedule"), st.Node("n").Taint("key1", "value1", "NoSchedule"), nil},
-		{"Equal toleration, other value", st.Pod("p", "u").Toleration("key1", "Equal", "value2", "NoSchedule"), st.Node("n").Taint("key1", "value1", "NoSchedule"),
-			[]string{"node(s) had untolerated taint {key1: value1}"}},
+		{"Equal toleration, other value", st.Pod("p", "u").Toleration("key1", "Equal", "value2", "NoSchedule"), st.Node("n").Taint("key1", "value1", "NoSchedule"), untolerated},
 		{"Exists toleration", st.Pod("p", "u").Toleration("key1", "Exists", "", "NoSchedule"), st.Node("n").Taint("key1", "value1", "NoSchedule"), nil},
 		{"empty effect matches all effects", st.Pod("p", "u").Toleration("key1", "Exists", "", ""), st.Node("n").Taint("key1", "v", "NoExecute"), nil},
 		{"empty key with Exists tolerates everything", st.Pod("p", "u").Toleration("", "Exists", "", ""), st.Node("n").Taint("a", "1", "NoSchedule").Taint("b", "2", "NoExecute"), nil},
-		{"toleration for another effect", st.Pod("p", "u").Toleration("key1", "Exists", "", "NoExecute"), st.Node("n").Taint("key1", "value1", "NoSchedule"),
-			[]string{"node(s) had untolerated taint {key1: value1}"}},
-		{"every taint must be tolerated; first untolerated is named", st.Pod("p", "u").Toleration("key1", "Equal", "value1", "NoSchedule"),
-			st.Node("n").Taint("key1", "value1", "NoSchedule").Taint("key2", "", "NoSchedule").Taint("key3", "x", "NoExecute"),
-			[]string{"node(s) had untolerated taint {key2: }"}},
+		{"toleration for another effect", st.Pod("p", "u").Toleration("key1", "Exists", "", "NoExecute"), st.Node("n").Taint("key1", "value1", "NoSchedule"), untolerated},
+		{"every taint must be tolerated; one reason for several untolerated", st.Pod("p", "u").Toleration("key1", "Equal", "value1", "NoSchedule"),
+			st.Node("n").Taint("key1", "value1", "NoSchedule").Taint("key2", "", "NoSchedule").Taint("key3", "x", "NoExecute"), untolerated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
