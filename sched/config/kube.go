@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"sigs.k8s.io/yaml"
 
@@ -335,13 +334,11 @@ func (kp *KubeProfile) registrations(profile string) ([]framework.Registration, 
 		if s.multi {
 			on |= impl &^ s.off
 		}
-		if on == 0 {
-			continue
+		r := framework.Registration{Plugin: p, Weight: s.weight, Disabled: impl &^ on}
+		if r.Enabled() == 0 {
+			continue // e.g. a score plugin whose score is disabled: its preScore serves nothing
 		}
-		regs = append(regs, framework.Registration{Plugin: p, Weight: s.weight, Disabled: impl &^ on})
-	}
-	if i := slices.IndexFunc(regs, func(r framework.Registration) bool { return r.Enabled() == 0 }); i >= 0 {
-		return nil, fail("plugin %s runs at no extension point", regs[i].Plugin.Name())
+		regs = append(regs, r)
 	}
 	return regs, nil
 }
