@@ -14,14 +14,15 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/config"
+	"github.com/podbus/podbus/sched/core"
 	"github.com/podbus/podbus/sched/framework"
-	"github.com/podbus/podbus/services/scheduler"
 )
 
 // WhatIfOptions shape a what-if run.
 type WhatIfOptions struct {
 	Stream  string // default bus.StreamAudit
-	Profile scheduler.Profile
+	Profile config.Profile
 	// Since: decisions before it are taken as recorded; from it on they are re-run with Profile.
 	Since time.Time
 }
@@ -49,7 +50,7 @@ type WhatIfReport struct {
 // the log. The same history and profile always give the same report.
 func WhatIf(ctx context.Context, js jetstream.JetStream, o WhatIfOptions) (WhatIfReport, error) {
 	var rep WhatIfReport
-	sim, err := scheduler.NewSimulator(o.Profile)
+	sim, err := core.NewSimulator(o.Profile)
 	if err != nil {
 		return rep, err
 	}

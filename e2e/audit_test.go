@@ -16,7 +16,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
-	"github.com/podbus/podbus/services/scheduler"
+	"github.com/podbus/podbus/sched/config"
 )
 
 // TestAudit runs 300 pods (100m, 256Mi: 64 fit on one of the 6 nodes, so spreading uses 6 and packing 5) (30 of them deleted again) and one unschedulable pod, then checks the audit log:
@@ -153,7 +153,7 @@ func TestAudit(t *testing.T) {
 		if fmt.Sprint(again) != fmt.Sprint(same) {
 			t.Errorf("not deterministic: %+v then %+v", same, again)
 		}
-		packed, err := audit.WhatIf(ctx, c.JS, audit.WhatIfOptions{Profile: scheduler.Profile{Scoring: scheduler.MostAllocated}})
+		packed, err := audit.WhatIf(ctx, c.JS, audit.WhatIfOptions{Profile: config.Profile{Scoring: config.MostAllocated}})
 		if err != nil {
 			t.Fatal(err)
 		}

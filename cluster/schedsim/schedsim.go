@@ -20,8 +20,8 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/plugins"
 	"github.com/podbus/podbus/services/binder"
-	"github.com/podbus/podbus/services/scheduler"
 )
 
 // Well-known topology labels.
@@ -151,7 +151,7 @@ func Place(ctx context.Context, b bus.Buckets, pods []*pb.Pod, nodeOf func(i int
 // HasPlugin reports whether the scheduler's default plugin set has a plugin called name (tests and
 // benchmarks enable the pods that need it only then).
 func HasPlugin(name string) bool {
-	for _, r := range scheduler.DefaultPlugins() {
+	for _, r := range plugins.DefaultPlugins() {
 		if r.Plugin.Name() == name {
 			return true
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
+	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
@@ -79,7 +80,7 @@ type Config struct {
 	ContainerdNamespace string
 	// Profiles configure the schedulers (nil: the default profile); PriorityClasses the API's
 	// priority classes besides the built-in ones (nil: those only).
-	Profiles        []scheduler.Profile
+	Profiles        []config.Profile
 	PriorityClasses *convert.PriorityClasses
 	// RegistryAddr is where the built-in images (podbus/demo-web, podbus/busybox) are served when a real
 	// node runs (default DefaultRegistryAddr; "off": no registry).

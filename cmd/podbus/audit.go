@@ -11,7 +11,7 @@ import (
 
 	"github.com/podbus/podbus/audit"
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/services/scheduler"
+	"github.com/podbus/podbus/sched/config"
 )
 
 const auditUsage = `usage: podbus audit <verb> [flags]
@@ -113,7 +113,7 @@ func runAudit(ctx context.Context, args []string) error {
 		return nil
 
 	case "what-if":
-		profile := fs.String("profile", "", "scheduler profile (YAML: scoring: LeastAllocated|MostAllocated, weights: {plugin: n})")
+		profile := profileFlag(fs, " (what-if uses the default-scheduler's, else the first)")
 		since := fs.String("since", "", "re-run decisions from this time (earlier ones are taken as recorded)")
 		if err := parse(fs, args); err != nil {
 			return err
@@ -121,7 +121,7 @@ func runAudit(ctx context.Context, args []string) error {
 		o := audit.WhatIfOptions{Stream: *stream}
 		var err error
 		if *profile != "" {
-			if o.Profile, err = scheduler.LoadProfile(*profile); err != nil {
+			if o.Profile, err = config.LoadProfile(*profile); err != nil {
 				return err
 			}
 		}

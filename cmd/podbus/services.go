@@ -20,6 +20,7 @@ import (
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/health"
 	"github.com/podbus/podbus/loadtest"
+	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
@@ -94,18 +95,30 @@ func runStore(ctx context.Context, args []string) error {
 	})
 }
 
+// profileFlag registers --profile and its alias --config: a scheduler configuration file, either
+// kube-scheduler's KubeSchedulerConfiguration or podbus's profile file (told apart by apiVersion and
+// kind; see sched/config).
+func profileFlag(fs *flag.FlagSet, note string) *string {
+	p := new(string)
+	usage := "scheduler configuration file: a KubeSchedulerConfiguration (apiVersion " + config.KubeAPIVersion +
+		") or a podbus profile file (YAML; one profile or profiles: [...]); pods pick a profile by spec.schedulerName" + note
+	fs.StringVar(p, "profile", "", usage)
+	fs.StringVar(p, "config", "", "alias of --profile")
+	return p
+}
+
 func runScheduler(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
 	c.register(fs, "scheduler")
-	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName); every replica must load the same")
+	profile := profileFlag(fs, "; every replica must load the same")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	var profiles []scheduler.Profile
+	var profiles []config.Profile
 	if *profile != "" {
 		var err error
-		if profiles, err = scheduler.LoadProfiles(*profile); err != nil {
+		if profiles, err = config.LoadProfiles(*profile); err != nil {
 			return err
 		}
 	}
@@ -311,7 +324,7 @@ func runUp(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
 	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR of the real node")
-	profile := fs.String("profile", "", "scheduler profile file (YAML; one profile or profiles: [...] selected by spec.schedulerName)")
+	profile := profileFlag(fs, "")
 	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
 	fs.StringVar(&cfg.RegistryAddr, "registry", up.DefaultRegistryAddr, "with a real node: where to serve the built-in images (podbus/demo-web, podbus/busybox); off: none")
 	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
@@ -333,7 +346,7 @@ func runUp(ctx context.Context, args []string) error {
 		cfg.NodePools = &p
 	}
 	if *profile != "" {
-		p, err := scheduler.LoadProfiles(*profile)
+		p, err := config.LoadProfiles(*profile)
 		if err != nil {
 			return err
 		}

@@ -14,14 +14,18 @@
 // Every NodeInfo lists the pods on its node (framework.PlacedPod: labels, namespace, priority, compiled
 // pod (anti-)affinity), from the alloc record's entries and the assumed pods alike, so the inter-pod
 // plugins count both. A PlacedPod is built once per pod (an assumed pod's is reused when the alloc
-// record lists it) and shared by every later NodeInfo; the snapshot also carries the nodes that host
-// pods with (required anti-)affinity and the image counts, all copy-on-write like the node list.
+// record lists it) and shared by every later NodeInfo. The snapshot shares the node list and the
+// per-image node counts copy-on-write, and the topology index until a node is added, removed or
+// relabelled; the cache keeps no list of the nodes hosting pods with (anti-)affinity: a snapshot picks
+// those from its node list when a cycle first asks, and the affinity registry (kept in step here)
+// tells the inter-pod plugins which placed terms exist at all.
 //
-// The cache also decides which changes may make an unschedulable pod fit (a node added, its allocatable,
-// labels, taints, unschedulable or Ready changed, an alloc record lost a pod or a nomination) and names each such
-// change with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for alloc) that requeues use as
-// their de-duplication id. An alloc record that gained a pod yields a pod-added trigger ("p<rev>",
-// see IsPodAdded): it matters only to pods waiting for pod affinity or topology spread.
+// The cache also decides which changes may make an unschedulable pod fit (a node added, its
+// allocatable, labels, taints, unschedulable or Ready changed, an alloc record lost or gained a pod or
+// lost a nomination) and names each with a trigger ("n<rev>" for the nodes bucket, "a<rev>" for an
+// alloc record that lost something, "p<rev>" for one that only gained pods, see IsPodAdded) that
+// requeues use as their de-duplication id, and with a framework.ClusterEvent (see Change) that the
+// requeuer matches against the events the rejecting plugins registered.
 package cache
 
 import (
@@ -195,19 +199,35 @@ func (c *Cache) state(name string) *nodeState {
 	return ns
 }
 
+// Change is a change that may let pending pods fit: its trigger and what happened, as a cluster
+// event (the zero Change: nothing that matters to pending pods).
+type Change struct {
+	Trigger string
+	Event   framework.ClusterEvent
+}
+
 // UpsertNode applies a nodes-bucket entry. It returns a trigger when the change may let pending pods
 // fit (a new node, or a change to what the filters look at), "" otherwise (a heartbeat).
 func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
+	return c.UpsertNodeChange(n, rev).Trigger
+}
+
+// UpsertNodeChange is UpsertNode that also says what changed: Node Add, or Node Update* (one bit per
+// kind of change).
+func (c *Cache) UpsertNodeChange(n *pb.Node, rev uint64) Change {
 	name := n.GetMetadata().GetName()
 	if name == "" {
-		return ""
+		return Change{}
 	}
 	alloc := framework.ResourceOf(podutil.NodeAllocatable(n))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodesRev = max(c.nodesRev, rev)
 	ns := c.state(name)
-	changed := ns.node == nil || schedulingChanged(ns.node, n, ns.allocatable, alloc)
+	action := framework.Add
+	if ns.node != nil {
+		action = nodeChanges(ns.node, n, ns.allocatable, alloc)
+	}
 	if ns.node == nil || !maps.Equal(ns.node.GetMetadata().GetLabels(), n.GetMetadata().GetLabels()) {
 		c.topology = nil
 	}
@@ -216,10 +236,10 @@ func (c *Cache) UpsertNode(n *pb.Node, rev uint64) (trigger string) {
 		c.setImages(ns, framework.NodeImageSizes(n))
 	}
 	c.refresh(ns)
-	if changed {
-		return c.trigger(triggerNodes, rev)
+	if action != 0 {
+		return Change{Trigger: c.trigger(triggerNodes, rev), Event: framework.ClusterEvent{Resource: framework.Node, ActionType: action}}
 	}
-	return ""
+	return Change{}
 }
 
 // RemoveNode applies a deleted nodes-bucket entry.
@@ -241,12 +261,18 @@ func (c *Cache) RemoveNode(name string, rev uint64) {
 // it lists. It returns a trigger when the record lost a pod (resources were freed), or else a
 // pod-added trigger when it gained one.
 func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trigger string) {
+	return c.UpsertAllocChange(node, a, rev).Trigger
+}
+
+// UpsertAllocChange is UpsertAlloc that also says what changed: AssignedPod Delete (a pod or a
+// nomination left), AssignedPod Add (pods came), or both.
+func (c *Cache) UpsertAllocChange(node string, a *pb.NodeAllocation, rev uint64) Change {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.state(node)
 	if c.confirmOnly(ns, a) {
-		return c.trigger(triggerPodAdded, rev)
+		return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
 	}
 	shrunk := false
 	for uid := range ns.alloc.GetPods() {
@@ -301,18 +327,24 @@ func (c *Cache) UpsertAlloc(node string, a *pb.NodeAllocation, rev uint64) (trig
 	slices.SortFunc(ns.nominated, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
 	c.refresh(ns)
 	switch {
+	case shrunk && grown:
+		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete | framework.Add)}
 	case shrunk:
-		return c.trigger(triggerAlloc, rev)
+		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
 	case grown:
-		return c.trigger(triggerPodAdded, rev)
+		return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
 	}
-	return ""
+	return Change{}
+}
+
+func podEvent(a framework.ActionType) framework.ClusterEvent {
+	return framework.ClusterEvent{Resource: framework.AssignedPod, ActionType: a}
 }
 
 // confirmOnly applies a, the node's new alloc record, when it only adds pods this replica assumed
 // there, with the requests it assumed: the binder committed this replica's decisions and nothing else
-// changed. The node counts the same then, so its NodeInfo stays (rebuilding it copied a chunk of the
-// node list, for every pod); the assumed PlacedPods are confirmed in place. It reports false, having
+// changed. The node counts the same then, so its NodeInfo stays (a rebuild would copy a chunk of the
+// node list for every committed pod); the assumed PlacedPods are confirmed in place. It reports false, having
 // changed nothing, for any other record.
 func (c *Cache) confirmOnly(ns *nodeState, a *pb.NodeAllocation) bool {
 	if ns.info == nil || len(a.GetNominated()) > 0 || len(ns.nominated) > 0 || len(a.GetPods()) <= len(ns.allocPods) {
@@ -367,21 +399,26 @@ func sameResource(x, y framework.Resource) bool {
 
 // RemoveAlloc applies a deleted alloc-bucket entry (a trigger if it listed pods).
 func (c *Cache) RemoveAlloc(node string, rev uint64) (trigger string) {
+	return c.RemoveAllocChange(node, rev).Trigger
+}
+
+// RemoveAllocChange is RemoveAlloc that also says what changed (AssignedPod Delete).
+func (c *Cache) RemoveAllocChange(node string, rev uint64) Change {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.nodes[node]
 	if ns == nil || ns.alloc == nil {
-		return ""
+		return Change{}
 	}
 	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
 	ns.alloc, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, framework.Resource{}, 0, 0
 	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
 	c.refresh(ns)
 	if had {
-		return c.trigger(triggerAlloc, rev)
+		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
 	}
-	return ""
+	return Change{}
 }
 
 // Assume counts pod on node until the binder's alloc record shows it, it is forgotten, or the TTL passes.
@@ -530,15 +567,25 @@ func (c *Cache) setImages(ns *nodeState, imgs map[string]int64) {
 	ns.images = imgs
 }
 
-// schedulingChanged reports whether a node update changes anything a filter looks at.
-func schedulingChanged(old, cur *pb.Node, oldAlloc, curAlloc framework.Resource) bool {
-	return oldAlloc.MilliCPU != curAlloc.MilliCPU || oldAlloc.Memory != curAlloc.Memory ||
+// nodeChanges returns the changes of a node update that a filter looks at (0: none).
+func nodeChanges(old, cur *pb.Node, oldAlloc, curAlloc framework.Resource) framework.ActionType {
+	var a framework.ActionType
+	if oldAlloc.MilliCPU != curAlloc.MilliCPU || oldAlloc.Memory != curAlloc.Memory ||
 		oldAlloc.EphemeralStorage != curAlloc.EphemeralStorage || oldAlloc.Pods != curAlloc.Pods ||
-		!maps.Equal(oldAlloc.Scalar, curAlloc.Scalar) ||
-		!maps.Equal(old.GetMetadata().GetLabels(), cur.GetMetadata().GetLabels()) ||
-		old.GetSpec().GetUnschedulable() != cur.GetSpec().GetUnschedulable() ||
-		podutil.NodeIsReady(old) != podutil.NodeIsReady(cur) ||
+		!maps.Equal(oldAlloc.Scalar, curAlloc.Scalar) {
+		a |= framework.UpdateNodeAllocatable
+	}
+	if !maps.Equal(old.GetMetadata().GetLabels(), cur.GetMetadata().GetLabels()) {
+		a |= framework.UpdateNodeLabel
+	}
+	if old.GetSpec().GetUnschedulable() != cur.GetSpec().GetUnschedulable() ||
 		!slices.EqualFunc(old.GetSpec().GetTaints(), cur.GetSpec().GetTaints(), func(a, b *pb.Taint) bool {
 			return a.GetKey() == b.GetKey() && a.GetValue() == b.GetValue() && a.GetEffect() == b.GetEffect()
-		})
+		}) {
+		a |= framework.UpdateNodeTaint
+	}
+	if podutil.NodeIsReady(old) != podutil.NodeIsReady(cur) {
+		a |= framework.UpdateNodeCondition
+	}
+	return a
 }

@@ -166,36 +166,46 @@ func TestTriggers(t *testing.T) {
 	base := func() *st.NodeWrapper {
 		return st.Node("n1").Capacity("4", "8Gi", 110).Label("zone", "a").Ready()
 	}
+	node := func(a framework.ActionType) framework.ClusterEvent {
+		return framework.ClusterEvent{Resource: framework.Node, ActionType: a}
+	}
+	pod := func(a framework.ActionType) framework.ClusterEvent {
+		return framework.ClusterEvent{Resource: framework.AssignedPod, ActionType: a}
+	}
 	tests := []struct {
-		name  string
-		apply func(c *Cache) string
-		want  string
+		name      string
+		apply     func(c *Cache) Change
+		want      string
+		wantEvent framework.ClusterEvent
 	}{
-		{"new node", func(c *Cache) string { return c.UpsertNode(st.Node("n2").Obj(), 10) }, "n10"},
-		{"heartbeat only", func(c *Cache) string {
+		{"new node", func(c *Cache) Change { return c.UpsertNodeChange(st.Node("n2").Obj(), 10) }, "n10", node(framework.Add)},
+		{"heartbeat only", func(c *Cache) Change {
 			n := base().Obj()
 			n.Status.Conditions[0].Reason = "KubeletReady"
-			return c.UpsertNode(n, 10)
-		}, ""},
-		{"allocatable", func(c *Cache) string { return c.UpsertNode(base().Capacity("8", "8Gi", 110).Obj(), 10) }, "n10"},
-		{"labels", func(c *Cache) string { return c.UpsertNode(base().Label("zone", "b").Obj(), 10) }, "n10"},
-		{"taints", func(c *Cache) string { return c.UpsertNode(base().Taint("k", "v", "NoSchedule").Obj(), 10) }, "n10"},
-		{"unschedulable", func(c *Cache) string { return c.UpsertNode(base().Unschedulable().Obj(), 10) }, "n10"},
-		{"ready", func(c *Cache) string { return c.UpsertNode(base().Condition("Ready", "False").Obj(), 10) }, "n10"},
-		{"node removed", func(c *Cache) string { c.RemoveNode("n1", 10); return "" }, ""},
-		{"alloc grows", func(c *Cache) string {
-			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}}), 10)
-		}, "p10"}, // only pods waiting for pod affinity or spread care
-		{"alloc unchanged pods", func(c *Cache) string {
-			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 10)
-		}, ""},
-		{"alloc swaps a pod", func(c *Cache) string {
-			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"y": {Pods: 1}}), 10)
-		}, "a10"},
-		{"alloc shrinks", func(c *Cache) string {
-			return c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{}), 10)
-		}, "a10"},
-		{"alloc removed", func(c *Cache) string { return c.RemoveAlloc("n1", 10) }, "a10"},
+			return c.UpsertNodeChange(n, 10)
+		}, "", framework.ClusterEvent{}},
+		{"allocatable", func(c *Cache) Change { return c.UpsertNodeChange(base().Capacity("8", "8Gi", 110).Obj(), 10) }, "n10", node(framework.UpdateNodeAllocatable)},
+		{"labels", func(c *Cache) Change { return c.UpsertNodeChange(base().Label("zone", "b").Obj(), 10) }, "n10", node(framework.UpdateNodeLabel)},
+		{"taints", func(c *Cache) Change { return c.UpsertNodeChange(base().Taint("k", "v", "NoSchedule").Obj(), 10) }, "n10", node(framework.UpdateNodeTaint)},
+		{"unschedulable", func(c *Cache) Change { return c.UpsertNodeChange(base().Unschedulable().Obj(), 10) }, "n10", node(framework.UpdateNodeTaint)},
+		{"ready", func(c *Cache) Change { return c.UpsertNodeChange(base().Condition("Ready", "False").Obj(), 10) }, "n10", node(framework.UpdateNodeCondition)},
+		{"labels and taints", func(c *Cache) Change {
+			return c.UpsertNodeChange(base().Label("zone", "b").Taint("k", "v", "NoSchedule").Obj(), 10)
+		}, "n10", node(framework.UpdateNodeLabel | framework.UpdateNodeTaint)},
+		{"node removed", func(c *Cache) Change { c.RemoveNode("n1", 10); return Change{} }, "", framework.ClusterEvent{}},
+		{"alloc grows", func(c *Cache) Change {
+			return c.UpsertAllocChange("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}, "y": {Pods: 1}}), 10)
+		}, "p10", pod(framework.Add)}, // only pods waiting for pod affinity or spread care
+		{"alloc unchanged pods", func(c *Cache) Change {
+			return c.UpsertAllocChange("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 10)
+		}, "", framework.ClusterEvent{}},
+		{"alloc swaps a pod", func(c *Cache) Change {
+			return c.UpsertAllocChange("n1", alloc("n1", map[string]*pb.Resources{"y": {Pods: 1}}), 10)
+		}, "a10", pod(framework.Add | framework.Delete)},
+		{"alloc shrinks", func(c *Cache) Change {
+			return c.UpsertAllocChange("n1", alloc("n1", map[string]*pb.Resources{}), 10)
+		}, "a10", pod(framework.Delete)},
+		{"alloc removed", func(c *Cache) Change { return c.RemoveAllocChange("n1", 10) }, "a10", pod(framework.Delete)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,9 +213,13 @@ func TestTriggers(t *testing.T) {
 			c.UpsertNode(base().Obj(), 1)
 			c.UpsertAlloc("n1", alloc("n1", map[string]*pb.Resources{"x": {Pods: 1}}), 1)
 			before, _ := c.Changes()
-			got := tt.apply(c)
+			ch := tt.apply(c)
+			got := ch.Trigger
 			if got != tt.want {
 				t.Errorf("trigger = %q, want %q", got, tt.want)
+			}
+			if ch.Event != tt.wantEvent {
+				t.Errorf("event = %v, want %v", ch.Event, tt.wantEvent)
 			}
 			after, last := c.Changes()
 			if (got != "") != (after != before) || (got != "" && last != got) {

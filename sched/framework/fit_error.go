@@ -20,6 +20,9 @@ type FitError struct {
 	Reasons map[string]int32
 	// PostFilterMsg is why PostFilter (preemption) could not help either, appended to the message.
 	PostFilterMsg string
+	// Plugins names the plugins that rejected the pod (kube-scheduler's UnschedulablePlugins): their
+	// registered events decide when the pod is worth another cycle (see Framework.RequeueFor).
+	Plugins []string
 }
 
 // Error formats "0/12 nodes are available: 3 Insufficient cpu, 9 node(s) didn't match Pod's node

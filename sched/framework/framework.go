@@ -9,9 +9,62 @@ import (
 var ErrConfig = errors.New("invalid framework config")
 
 // Registration enables a plugin. Weight multiplies its normalised score (score plugins only; 0 means 1).
+// Disabled lists extension points the plugin implements but must not run at (a profile disabled them):
+// a disabled Filter takes its PreFilter along, a disabled Score its PreScore, since their state would
+// serve nothing.
 type Registration struct {
-	Plugin Plugin
-	Weight int64
+	Plugin   Plugin
+	Weight   int64
+	Disabled ExtensionPoint
+}
+
+// ExtensionPoint is a set of extension points (a bit mask).
+type ExtensionPoint uint16
+
+// Extension points a registration can disable.
+const (
+	PreFilterPoint ExtensionPoint = 1 << iota
+	FilterPoint
+	PostFilterPoint
+	PreScorePoint
+	ScorePoint
+	ReservePoint
+)
+
+// Points returns the extension points p implements.
+func Points(p Plugin) ExtensionPoint {
+	var e ExtensionPoint
+	if _, ok := p.(PreFilterPlugin); ok {
+		e |= PreFilterPoint
+	}
+	if _, ok := p.(FilterPlugin); ok {
+		e |= FilterPoint
+	}
+	if _, ok := p.(PostFilterPlugin); ok {
+		e |= PostFilterPoint
+	}
+	if _, ok := p.(PreScorePlugin); ok {
+		e |= PreScorePoint
+	}
+	if _, ok := p.(ScorePlugin); ok {
+		e |= ScorePoint
+	}
+	if _, ok := p.(ReservePlugin); ok {
+		e |= ReservePoint
+	}
+	return e
+}
+
+// Enabled returns the extension points r runs at.
+func (r Registration) Enabled() ExtensionPoint {
+	off := r.Disabled
+	if off&FilterPoint != 0 {
+		off |= PreFilterPoint
+	}
+	if off&ScorePoint != 0 {
+		off |= PreScorePoint
+	}
+	return Points(r.Plugin) &^ off
 }
 
 // Framework runs the enabled plugins at each extension point, in registration order.
@@ -30,6 +83,8 @@ type Framework struct {
 	// preScoreIndex maps a PreScore plugin to its Score's index (or -1), as skipIndex.
 	preScoreIndex []int
 	reserves      []ReservePlugin
+	// events are the registrations of the plugins that reject pods and implement EnqueueExtensions.
+	events map[string][]ClusterEventWithHint
 }
 
 // New checks the registrations and sorts the plugins into extension points.
@@ -48,40 +103,52 @@ func New(regs ...Registration) (*Framework, error) {
 		if r.Weight < 0 {
 			return nil, fmt.Errorf("%w: plugin %q has negative weight %d", ErrConfig, name, r.Weight)
 		}
-		used := false
-		if p, ok := r.Plugin.(PreFilterPlugin); ok {
-			f.preFilters = append(f.preFilters, p)
-			used = true
+		on := r.Enabled()
+		if r.Disabled&^Points(r.Plugin) != 0 {
+			return nil, fmt.Errorf("%w: plugin %q: cannot disable an extension point it does not implement", ErrConfig, name)
 		}
-		if p, ok := r.Plugin.(FilterPlugin); ok {
-			f.filters = append(f.filters, p)
-			used = true
+		// A PreFilter computes the state its Filter reads (and a PreScore its Score's): the second
+		// cannot run alone.
+		if on&FilterPoint != 0 && Points(r.Plugin)&PreFilterPoint != 0 && on&PreFilterPoint == 0 {
+			return nil, fmt.Errorf("%w: plugin %q: its filter needs its preFilter", ErrConfig, name)
 		}
-		if p, ok := r.Plugin.(PostFilterPlugin); ok {
-			f.postFilters = append(f.postFilters, p)
-			used = true
+		if on&ScorePoint != 0 && Points(r.Plugin)&PreScorePoint != 0 && on&PreScorePoint == 0 {
+			return nil, fmt.Errorf("%w: plugin %q: its score needs its preScore", ErrConfig, name)
 		}
-		if p, ok := r.Plugin.(PreScorePlugin); ok {
-			f.preScores = append(f.preScores, p)
-			used = true
+		used := on != 0
+		if on&PreFilterPoint != 0 {
+			f.preFilters = append(f.preFilters, r.Plugin.(PreFilterPlugin))
 		}
-		if p, ok := r.Plugin.(ReservePlugin); ok {
-			f.reserves = append(f.reserves, p)
-			used = true
+		if on&FilterPoint != 0 {
+			f.filters = append(f.filters, r.Plugin.(FilterPlugin))
 		}
-		if p, ok := r.Plugin.(ScorePlugin); ok {
+		if on&PostFilterPoint != 0 {
+			f.postFilters = append(f.postFilters, r.Plugin.(PostFilterPlugin))
+		}
+		if on&PreScorePoint != 0 {
+			f.preScores = append(f.preScores, r.Plugin.(PreScorePlugin))
+		}
+		if on&ReservePoint != 0 {
+			f.reserves = append(f.reserves, r.Plugin.(ReservePlugin))
+		}
+		if on&ScorePoint != 0 {
 			w := r.Weight
 			if w == 0 {
 				w = 1
 			}
 			n, _ := r.Plugin.(NormalizeScorePlugin)
-			f.scores = append(f.scores, p)
+			f.scores = append(f.scores, r.Plugin.(ScorePlugin))
 			f.normalizers = append(f.normalizers, n)
 			f.weights = append(f.weights, w)
-			used = true
+		}
+		if ee, ok := r.Plugin.(EnqueueExtensions); ok && on&(PreFilterPoint|FilterPoint) != 0 {
+			if f.events == nil {
+				f.events = map[string][]ClusterEventWithHint{}
+			}
+			f.events[name] = ee.EventsToRegister()
 		}
 		if !used {
-			return nil, fmt.Errorf("%w: plugin %q implements no extension point", ErrConfig, name)
+			return nil, fmt.Errorf("%w: plugin %q runs at no extension point", ErrConfig, name)
 		}
 	}
 	f.skipIndex = make([]int, len(f.preFilters))
@@ -122,6 +189,12 @@ func (f *Framework) HasScorePlugins() bool { return len(f.scores) > 0 }
 // RunPreFilterPlugins runs every PreFilter. skip (len NumFilters) is set for filters to skip this cycle.
 // A rejection or an error stops at the first plugin that returns it.
 func (f *Framework) RunPreFilterPlugins(state *CycleState, pod *PodInfo, skip []bool) *Status {
+	st, _ := f.PreFilter(state, pod, skip)
+	return st
+}
+
+// PreFilter is RunPreFilterPlugins that also names the plugin that rejected the pod.
+func (f *Framework) PreFilter(state *CycleState, pod *PodInfo, skip []bool) (st *Status, rejectedBy string) {
 	for i, p := range f.preFilters {
 		st := p.PreFilter(state, pod)
 		switch st.Code() {
@@ -131,29 +204,39 @@ func (f *Framework) RunPreFilterPlugins(state *CycleState, pod *PodInfo, skip []
 				skip[j] = true
 			}
 		case Error:
-			return AsStatus(fmt.Errorf("prefilter %s: %w", p.Name(), st.AsError()))
+			return AsStatus(fmt.Errorf("prefilter %s: %w", p.Name(), st.AsError())), p.Name()
 		default:
-			return st
+			return st, p.Name()
 		}
 	}
-	return nil
+	return nil, ""
 }
 
 // RunFilterPlugins runs the filters on one node and returns the first non-success status.
 func (f *Framework) RunFilterPlugins(state *CycleState, pod *PodInfo, node *NodeInfo, skip []bool) *Status {
+	st, _ := f.Filter(state, pod, node, skip)
+	return st
+}
+
+// Filter is RunFilterPlugins that also returns the index of the filter that rejected the node (see
+// FilterName), -1 when none did.
+func (f *Framework) Filter(state *CycleState, pod *PodInfo, node *NodeInfo, skip []bool) (st *Status, rejectedBy int) {
 	for i, p := range f.filters {
 		if skip[i] {
 			continue
 		}
 		if st := p.Filter(state, pod, node); !st.IsSuccess() {
 			if st.Code() == Error {
-				return AsStatus(fmt.Errorf("filter %s on node %s: %w", p.Name(), node.Name(), st.AsError()))
+				return AsStatus(fmt.Errorf("filter %s on node %s: %w", p.Name(), node.Name(), st.AsError())), i
 			}
-			return st
+			return st, i
 		}
 	}
-	return nil
+	return nil, -1
 }
+
+// FilterName is the name of filter i.
+func (f *Framework) FilterName(i int) string { return f.filters[i].Name() }
 
 // RunCandidatePlugins returns the fewest candidate nodes any filter not skipped names (see
 // CandidatePlugin), and in skipOn the filters to skip on them: skip plus that filter when its

@@ -2,7 +2,7 @@
 // extension-point interfaces, a status whose code keeps "unschedulable" apart from "internal error",
 // a per-cycle state, and an immutable node snapshot that plugins read.
 //
-// One scheduling cycle runs the extension points in this order (see services/scheduler/schedule_one.go):
+// One scheduling cycle runs the extension points in this order (see sched/core/schedule_one.go):
 //
 //	PreFilter (once per pod: compute, stash in CycleState, maybe Skip own Filter)
 //	   └─▶ Filter (per node, first failure wins; reasons are counted per node)

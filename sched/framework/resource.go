@@ -9,7 +9,7 @@ import (
 
 // Resource is an amount of resources held by value inside NodeInfo and PodInfo, so the filters and
 // scores that run for hundreds of nodes per pod read plain fields instead of chasing a pointer to a
-// protobuf message per node (the cache misses, not the arithmetic, were the cost at 5,000 nodes).
+// protobuf message per node: the memory accesses, not the arithmetic, are what such a loop costs.
 type Resource struct {
 	MilliCPU, Memory, EphemeralStorage, Pods int64
 	// Scalar holds extended resources (example.com/gpu); nil when there are none. Shared between

@@ -283,7 +283,7 @@ type Snapshot struct {
 	// The nodes as a slice, and those hosting pods with pod (anti-)affinity / required anti-affinity
 	// (kube-scheduler's HavePodsWithAffinityList and HavePodsWithRequiredAntiAffinityList), built on
 	// first use: most cycles never need them. The last two are picked from the nodes then rather than
-	// kept by the cache, where every change copied a chunk of each (a tenth of an anti-affinity run).
+	// kept by the cache, which would have to copy a chunk of each on every change.
 	flat, flatAffinity, flatAnti lazySlice
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/cache"
 	"github.com/podbus/podbus/sched/framework"
 )
 
@@ -73,7 +74,10 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	if s.cache.Forget(uid) && conflicted {
 		// Its assumption held room on its node in this replica's view; pods parked as unschedulable
 		// against that view may fit now.
-		s.parks.Trigger("f" + s.cfg.ID + "-" + strconv.FormatUint(m.Position(), 10))
+		s.parks.Trigger(cache.Change{
+			Trigger: "f" + s.cfg.ID + "-" + strconv.FormatUint(m.Position(), 10),
+			Event:   framework.ClusterEvent{Resource: framework.AssignedPod, ActionType: framework.Delete},
+		})
 	}
 	s.parks.Remove(uid)
 
@@ -87,14 +91,14 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	s.cycle.Lock()
 	snap, seen := s.cache.Snapshot()
 	pi := framework.NewPodInfo(pod)
-	c := algo.acquire()
-	defer algo.release(c)
-	res, err := algo.run(c, snap, pi)
+	c := algo.Acquire()
+	defer algo.Release(c)
+	res, err := algo.Run(c, snap, pi)
 	var assumeErr error
 	if err == nil {
-		assumeErr = s.cache.Assume(pi, res.node, m.Position())
+		assumeErr = s.cache.Assume(pi, res.Node, m.Position())
 		if assumeErr == nil {
-			if assumeErr = algo.reserve(c, pi, res.node); assumeErr != nil {
+			if assumeErr = algo.Reserve(c, pi, res.Node); assumeErr != nil {
 				s.cache.Forget(uid)
 			}
 		}
@@ -105,11 +109,11 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 	d := s.decision(pp, m.Position())
 	d.DecidedAt = timestamppb.New(decidedAt)
 	d.Requests = pi.Requests
-	d.NodesEvaluated = int32(res.evaluated)
+	d.NodesEvaluated = int32(res.Evaluated)
 	var sent jetstream.PubAckFuture
 	var sendErr error
 	if err == nil && assumeErr == nil {
-		d.Node, d.Score = res.node, res.score
+		d.Node, d.Score = res.Node, res.Score
 		// Sent before the cycle lock is released, so decisions reach the stream in the order they were
 		// made: the binder commits constrained pods in stream order, and each then finds committed
 		// exactly the pods this replica had assumed when it decided.
@@ -129,7 +133,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			cancel()
 		}
 		if sendErr != nil {
-			algo.unreserve(c, pi, res.node) // undo: nobody will commit this assumption
+			algo.Unreserve(c, pi, res.Node) // undo: nobody will commit this assumption
 			s.cache.Forget(uid)
 			return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), sendErr)
 		}
@@ -141,8 +145,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		d.Message = err.Error()
 		// Preemption: the binder records the nomination and evicts the victims; the pod stays parked
 		// until their room is released (the alloc record losing them requeues it).
-		d.NominatedNode = res.post.GetNominatedNode()
-		for _, v := range res.post.GetVictims() {
+		d.NominatedNode = res.Post.GetNominatedNode()
+		for _, v := range res.Post.GetVictims() {
 			d.Victims = append(d.Victims, &pb.PreemptionVictim{
 				Uid: v.UID, Namespace: v.Namespace, Name: v.Name, Priority: v.Priority,
 			})
@@ -160,7 +164,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		if err := s.publishDecision(ctx, pod, d, m.Position()); err != nil {
 			return err
 		}
-		s.parks.Add(pod, pp.GetRevision(), seen, curedByPodAdds(fit))
+		s.parks.Add(pod, pp.GetRevision(), seen, algo.RequeueFor(fit))
 		metrics.Count("scheduler.decisions", 1)
 		metrics.Count("scheduler.unschedulable", 1)
 		return nil

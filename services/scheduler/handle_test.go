@@ -13,6 +13,10 @@ import (
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/cache"
+	"github.com/podbus/podbus/sched/config"
+	"github.com/podbus/podbus/sched/core"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins"
 	st "github.com/podbus/podbus/sched/schedtest"
 )
 
@@ -22,7 +26,7 @@ func TestHandlePendingBeforeDecision(t *testing.T) {
 	c := cache.New(cache.Options{})
 	c.UpsertNode(st.Node("n1").Obj(), 4)
 	pub := &fakePublisher{}
-	s := &Service{cache: c, pub: pub, algos: map[string]*algorithm{DefaultSchedulerName: testAlgorithm(t)}, now: time.Now,
+	s := &Service{cache: c, pub: pub, algos: map[string]*core.Algorithm{config.DefaultSchedulerName: newTestAlgorithm(t, nil)}, now: time.Now,
 		parks: newRequeuer(pub, time.Second, c.Changes, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	data, _ := proto.Marshal(&pb.PendingPod{Pod: st.Pod("p", "u1").Obj(), Revision: 3, Cause: CauseNodeChanged})
 	noUID, _ := proto.Marshal(&pb.PendingPod{Pod: st.Pod("p", "").Obj()})
@@ -53,4 +57,16 @@ func TestHandlePendingBeforeDecision(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTestAlgorithm returns the algorithm over fw (nil: the default plugins).
+func newTestAlgorithm(t testing.TB, fw *framework.Framework) *core.Algorithm {
+	t.Helper()
+	if fw == nil {
+		var err error
+		if fw, err = framework.New(plugins.DefaultPlugins()...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return core.NewAlgorithm(fw, 0)
 }

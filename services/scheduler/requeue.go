@@ -17,8 +17,6 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/cache"
 	"github.com/podbus/podbus/sched/framework"
-	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
-	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
 )
 
 // PendingPod causes: a requeue by a scheduler, a decision the binder refused.
@@ -34,9 +32,10 @@ type publisher interface {
 }
 
 // requeuer remembers the pods this replica found unschedulable and sends them back to pod.pending
-// when the cache reports a change that may let them fit:
+// when the cache reports a change that may let them fit: a cluster event that one of the plugins that
+// rejected the pod registered (framework.EnqueueExtensions), as kube-scheduler's queue does.
 //
-//	unschedulable decision ─Add─▶ parked ──Trigger(change)──▶ due ──backoff passed──▶ pod.pending ─▶ (gone)
+//	unschedulable decision ─Add─▶ parked ──Trigger(matching event)──▶ due ──backoff passed──▶ pod.pending ─▶ (gone)
 //	                                └──Remove (scheduled, deleted, back on pod.pending)──▶ (gone)
 //
 // A pod goes back at most once per backoff; a change that arrives sooner is not lost, the pod is only
@@ -58,24 +57,8 @@ type parkedPod struct {
 	pod     *pb.Pod
 	rev     uint64
 	trigger string // "" while waiting for a change
-	// podAdds: a pod placed somewhere may let this one fit (it waits for pod affinity or for spread),
-	// so it also wakes on the cache's pod-added triggers, which the others ignore.
-	podAdds bool
-}
-
-// curedByPodAdds reports whether a pod rejected for fit may fit once another pod is placed: pod
-// affinity wants a matching pod in the domain, and topology spread a higher minimum elsewhere.
-// Everything else (resources, anti-affinity, taints, ...) is helped only by pods leaving or nodes
-// changing, which wake every parked pod.
-func curedByPodAdds(fit *framework.FitError) bool {
-	if fit == nil {
-		return false
-	}
-	if fit.PreFilterMsg != "" {
-		return false
-	}
-	return fit.Reasons[interpodaffinity.ErrReasonAffinityRulesNotMatch] > 0 ||
-		fit.Reasons[podtopologyspread.ErrReasonConstraintsNotMatch] > 0
+	// wake: the events that may let it fit.
+	wake framework.Requeue
 }
 
 func newRequeuer(pub publisher, backoff time.Duration, changes func() (uint64, string), log *slog.Logger) *requeuer {
@@ -88,12 +71,12 @@ func newRequeuer(pub publisher, backoff time.Duration, changes func() (uint64, s
 // Add parks an unschedulable pod. seen is the cache's change count of the snapshot the pod was judged
 // against: if the cache changed since, the change may have been missed, so the pod is due at once.
 // The check runs under the lock that Trigger takes, so no change falls between the two.
-// podAdds: the pod also wakes when another pod is placed (see curedByPodAdds).
-func (r *requeuer) Add(pod *pb.Pod, rev uint64, seen uint64, podAdds bool) {
+// wake says which changes may let the pod fit (see framework.Framework.RequeueFor).
+func (r *requeuer) Add(pod *pb.Pod, rev uint64, seen uint64, wake framework.Requeue) {
 	uid := pod.GetMetadata().GetUid()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := &parkedPod{pod: pod, rev: rev, podAdds: podAdds}
+	p := &parkedPod{pod: pod, rev: rev, wake: wake}
 	if n, t := r.changes(); n != seen {
 		p.trigger = t
 	}
@@ -125,18 +108,16 @@ func (r *requeuer) Len() int {
 	return len(r.parked)
 }
 
-// Trigger marks every parked pod due because of the change named trigger; a pod-added trigger (see
-// cache.IsPodAdded) only those waiting for pods.
-func (r *requeuer) Trigger(trigger string) {
-	onlyPodAdds := cache.IsPodAdded(trigger)
+// Trigger marks due, because of ch, the parked pods that its event may let fit.
+func (r *requeuer) Trigger(ch cache.Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	woke := false
 	for _, p := range r.parked {
-		if onlyPodAdds && !p.podAdds {
+		if !p.wake.Match(ch.Event) {
 			continue
 		}
-		p.trigger = trigger
+		p.trigger = ch.Trigger
 		woke = true
 	}
 	if woke {

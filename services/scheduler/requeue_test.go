@@ -18,8 +18,11 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/cache"
 	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins"
 	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
+	"github.com/podbus/podbus/sched/plugins/noderesources"
 	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
 	st "github.com/podbus/podbus/sched/schedtest"
 )
@@ -102,6 +105,23 @@ type fakeChanges struct {
 
 func (f *fakeChanges) get() (uint64, string) { return f.n, f.last }
 
+var (
+	anyEvent   framework.Requeue // a rejection nothing is known of: every event may help
+	podAdded   = framework.ClusterEvent{Resource: framework.AssignedPod, ActionType: framework.Add}
+	podDeleted = framework.ClusterEvent{Resource: framework.AssignedPod, ActionType: framework.Delete}
+	nodeUpdate = framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNode}
+)
+
+// requeueFor is what the default plugins register for a pod rejected with fit.
+func requeueFor(t *testing.T, fit *framework.FitError) framework.Requeue {
+	t.Helper()
+	fw, err := framework.New(plugins.DefaultPlugins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fw.RequeueFor(fit)
+}
+
 func newTestRequeuer(backoff time.Duration) (*requeuer, *fakePublisher, *fakeChanges, *clock) {
 	pub, ch, clk := &fakePublisher{}, &fakeChanges{}, &clock{t: time.Unix(1000, 0)}
 	r := newRequeuer(pub, backoff, ch.get, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -118,13 +138,13 @@ func TestRequeuer(t *testing.T) {
 	r, pub, ch, clk := newTestRequeuer(time.Second)
 	a, b := st.Pod("a", "ua").Obj(), st.Pod("b", "ub").Obj()
 
-	r.Add(a, 10, 0, false)
-	r.Add(b, 11, 0, false)
+	r.Add(a, 10, 0, anyEvent)
+	r.Add(b, 11, 0, anyEvent)
 	if next := r.flush(ctx); next != 0 || len(pub.take()) != 0 {
 		t.Fatalf("nothing is due without a change (next %v)", next)
 	}
 
-	r.Trigger("n5") // marks the pods due; flush (the run loop, woken by Trigger) sends them
+	r.Trigger(cache.Change{Trigger: "n5", Event: nodeUpdate}) // marks the pods due; flush (the run loop, woken by Trigger) sends them
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-ua-n5", "retry-ub-n5"}, pub.take()); diff != "" {
 		t.Errorf("first trigger (-want +got):\n%s", diff)
@@ -137,9 +157,9 @@ func TestRequeuer(t *testing.T) {
 	}
 
 	// a comes back unschedulable and a change arrives within the backoff: delayed, not lost.
-	r.Add(a, 12, 0, false)
+	r.Add(a, 12, 0, anyEvent)
 	clk.t = clk.t.Add(300 * time.Millisecond)
-	r.Trigger("a7")
+	r.Trigger(cache.Change{Trigger: "a7", Event: podDeleted})
 	if next := r.flush(ctx); next != 700*time.Millisecond {
 		t.Errorf("next = %v, want 700ms", next)
 	}
@@ -154,7 +174,7 @@ func TestRequeuer(t *testing.T) {
 
 	// Added after a change the snapshot did not include: due at once, with that change's trigger.
 	ch.n, ch.last = 3, "n9"
-	r.Add(b, 13, 2, false)
+	r.Add(b, 13, 2, anyEvent)
 	clk.t = clk.t.Add(time.Second)
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-ub-n9"}, pub.take()); diff != "" {
@@ -162,9 +182,9 @@ func TestRequeuer(t *testing.T) {
 	}
 
 	// Removed pods are not requeued.
-	r.Add(a, 14, 3, false)
+	r.Add(a, 14, 3, anyEvent)
 	r.Remove("ua")
-	r.Trigger("n10")
+	r.Trigger(cache.Change{Trigger: "n10", Event: nodeUpdate})
 	clk.t = clk.t.Add(time.Second)
 	r.flush(ctx)
 	if got := pub.take(); len(got) != 0 {
@@ -175,9 +195,9 @@ func TestRequeuer(t *testing.T) {
 func TestRequeuerPublishFailureKeepsPod(t *testing.T) {
 	ctx := context.Background()
 	r, pub, _, clk := newTestRequeuer(time.Second)
-	r.Add(st.Pod("a", "ua").Obj(), 1, 0, false)
+	r.Add(st.Pod("a", "ua").Obj(), 1, 0, anyEvent)
 	pub.fail = errors.New("nats down")
-	r.Trigger("n1")
+	r.Trigger(cache.Change{Trigger: "n1", Event: nodeUpdate})
 	if next := r.flush(ctx); next != time.Second {
 		t.Errorf("retry in %v", next)
 	}
@@ -197,35 +217,112 @@ func TestRequeuerPublishFailureKeepsPod(t *testing.T) {
 func TestRequeuerPodAddedWakesOnlyAffinityWaiters(t *testing.T) {
 	ctx := context.Background()
 	r, pub, _, _ := newTestRequeuer(time.Second)
-	r.Add(st.Pod("cpu", "u-cpu").Obj(), 1, 0, false)
-	r.Add(st.Pod("aff", "u-aff").Obj(), 2, 0, true)
-	r.Trigger("p7")
+	r.Add(st.Pod("cpu", "u-cpu").Obj(), 1, 0, requeueFor(t, &framework.FitError{Reasons: map[string]int32{noderesources.ErrReasonInsufficientCPU: 2}, Plugins: []string{noderesources.FitName}}))
+	r.Add(st.Pod("aff", "u-aff").Obj(), 2, 0, requeueFor(t, &framework.FitError{Reasons: map[string]int32{interpodaffinity.ErrReasonAffinityRulesNotMatch: 2}, Plugins: []string{interpodaffinity.Name}}))
+	r.Trigger(cache.Change{Trigger: "p7", Event: podAdded})
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-u-aff-p7"}, pub.take()); diff != "" {
 		t.Errorf("pod-added trigger (-want +got):\n%s", diff)
 	}
-	r.Trigger("a8") // a pod left: everyone may fit now
+	r.Trigger(cache.Change{Trigger: "a8", Event: podDeleted}) // a pod left: everyone may fit now
 	r.flush(ctx)
 	if diff := cmp.Diff([]string{"retry-u-cpu-a8"}, pub.take()); diff != "" {
 		t.Errorf("alloc-shrunk trigger (-want +got):\n%s", diff)
 	}
 }
 
-func TestCuredByPodAdds(t *testing.T) {
+// The default plugins' registrations keep today's triggers: a pod placed wakes only pods rejected
+// for pod affinity or spread skew; a pod leaving wakes those rejected for room or (anti-)affinity.
+func TestDefaultPluginsRequeueOn(t *testing.T) {
+	fit := func(plugin, reason string) *framework.FitError {
+		return &framework.FitError{Reasons: map[string]int32{reason: 3}, Plugins: []string{plugin}}
+	}
 	for _, tt := range []struct {
-		name string
-		fit  *framework.FitError
-		want bool
+		name                 string
+		fit                  *framework.FitError
+		podAdded, podDeleted bool
+		label, taint         bool
 	}{
-		{"no fit error", nil, false},
-		{"resources", &framework.FitError{Reasons: map[string]int32{"Insufficient cpu": 3}}, false},
-		{"anti-affinity", &framework.FitError{Reasons: map[string]int32{interpodaffinity.ErrReasonAntiAffinityRulesNotMatch: 3}}, false},
-		{"affinity", &framework.FitError{Reasons: map[string]int32{"Insufficient cpu": 1, interpodaffinity.ErrReasonAffinityRulesNotMatch: 2}}, true},
-		{"spread", &framework.FitError{Reasons: map[string]int32{podtopologyspread.ErrReasonConstraintsNotMatch: 2}}, true},
+		{"no fit error", nil, true, true, true, true},
+		{"resources", fit(noderesources.FitName, noderesources.ErrReasonInsufficientCPU), false, true, false, false},
+		{"anti-affinity", fit(interpodaffinity.Name, interpodaffinity.ErrReasonAntiAffinityRulesNotMatch), false, true, true, false},
+		{"affinity", fit(interpodaffinity.Name, interpodaffinity.ErrReasonAffinityRulesNotMatch), true, true, true, false},
+		{"spread", fit(podtopologyspread.Name, podtopologyspread.ErrReasonConstraintsNotMatch), true, true, true, false},
+		{"spread, label missing", fit(podtopologyspread.Name, podtopologyspread.ErrReasonNodeLabelNotMatch), false, true, true, false},
+		{"taints", fit("TaintToleration", "node(s) had untolerated taint {k: v}"), false, false, false, true},
 	} {
-		if got := curedByPodAdds(tt.fit); got != tt.want {
-			t.Errorf("%s: got %v", tt.name, got)
+		rq := requeueFor(t, tt.fit)
+		for _, e := range []struct {
+			name string
+			ev   framework.ClusterEvent
+			want bool
+		}{
+			{"pod added", podAdded, tt.podAdded},
+			{"pod deleted", podDeleted, tt.podDeleted},
+			{"node label", framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNodeLabel}, tt.label},
+			{"node taint", framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNodeTaint}, tt.taint},
+			{"node added", framework.ClusterEvent{Resource: framework.Node, ActionType: framework.Add}, true},
+		} {
+			if got := rq.Match(e.ev); got != e.want {
+				t.Errorf("%s, %s: requeue %v, want %v", tt.name, e.name, got, e.want)
+			}
 		}
+	}
+}
+
+// rejecter rejects every node; it registers events when it has some.
+type rejecter struct {
+	name   string
+	events []framework.ClusterEventWithHint
+}
+
+func (r *rejecter) Name() string { return r.name }
+func (r *rejecter) Filter(*framework.CycleState, *framework.PodInfo, *framework.NodeInfo) *framework.Status {
+	return framework.NewStatus(framework.Unschedulable, r.name+" says no")
+}
+
+type registeringRejecter struct{ rejecter }
+
+func (r *registeringRejecter) EventsToRegister() []framework.ClusterEventWithHint { return r.events }
+
+// A pod rejected only by a plugin is requeued by the events that plugin registered and by no other;
+// a plugin that registers none is helped by every event.
+func TestRequeuerUsesRegisteredEvents(t *testing.T) {
+	labels := &registeringRejecter{rejecter{name: "Labels", events: []framework.ClusterEventWithHint{
+		{Event: framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNodeLabel}}}}}
+	silent := &rejecter{name: "Silent"}
+	tests := []struct {
+		name   string
+		plugin framework.FilterPlugin
+		ch     cache.Change
+		want   bool
+	}{
+		{"registered event", labels, cache.Change{Trigger: "n3", Event: framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNodeLabel | framework.UpdateNodeTaint}}, true},
+		{"event not registered", labels, cache.Change{Trigger: "p3", Event: podAdded}, false},
+		{"other node update", labels, cache.Change{Trigger: "n3", Event: framework.ClusterEvent{Resource: framework.Node, ActionType: framework.UpdateNodeAllocatable}}, false},
+		{"plugin without registrations", silent, cache.Change{Trigger: "p3", Event: podAdded}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fw, err := framework.New(framework.Registration{Plugin: tt.plugin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The rejection as a scheduling cycle reports it.
+			alg := newTestAlgorithm(t, fw)
+			_, err = alg.Schedule(framework.SnapshotOf(st.Node("n1").Ready().Info()), st.Pod("p", "u1").Info())
+			var fit *framework.FitError
+			if !errors.As(err, &fit) {
+				t.Fatalf("err = %v, want a FitError", err)
+			}
+			r, pub, _, _ := newTestRequeuer(time.Second)
+			r.Add(st.Pod("p", "u1").Obj(), 1, 0, alg.RequeueFor(fit))
+			r.Trigger(tt.ch)
+			r.flush(context.Background())
+			if got := len(pub.take()) == 1; got != tt.want {
+				t.Errorf("requeued = %v, want %v (rejected by %v)", got, tt.want, fit.Plugins)
+			}
+		})
 	}
 }
 

@@ -32,25 +32,15 @@ import (
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/cache"
-	"github.com/podbus/podbus/sched/framework"
-	"github.com/podbus/podbus/sched/plugins/balancedallocation"
-	"github.com/podbus/podbus/sched/plugins/defaultpreemption"
-	"github.com/podbus/podbus/sched/plugins/imagelocality"
-	"github.com/podbus/podbus/sched/plugins/interpodaffinity"
-	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
-	"github.com/podbus/podbus/sched/plugins/nodename"
-	"github.com/podbus/podbus/sched/plugins/nodeready"
-	"github.com/podbus/podbus/sched/plugins/noderesources"
-	"github.com/podbus/podbus/sched/plugins/nodeunschedulable"
-	"github.com/podbus/podbus/sched/plugins/podtopologyspread"
-	"github.com/podbus/podbus/sched/plugins/tainttoleration"
+	"github.com/podbus/podbus/sched/config"
+	"github.com/podbus/podbus/sched/core"
 )
 
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
 	// Workers handle pending pods concurrently, per pending consumer (default 4): the scheduling cycle
-	// itself is serialized, the publishing of decisions overlaps. Messages of one pod go to one worker.
+	// itself is serialized, waiting for decisions to be stored overlaps. Messages of one pod go to one worker.
 	Workers int
 	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
 	RequeueBackoff time.Duration
@@ -61,16 +51,17 @@ type Config struct {
 	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
 	AssumeTTL time.Duration
 	// Profile changes scoring (zero: the default plugins, LeastAllocated); used when Profiles is empty.
-	Profile Profile
+	Profile config.Profile
 	// Profiles, one per spec.schedulerName this replica serves. A pod whose schedulerName matches none
 	// is left alone (acked, never decided), as kube-scheduler ignores other schedulers' pods; since the
 	// replicas share one consumer, every replica must serve the same profiles.
-	Profiles []Profile
+	Profiles []config.Profile
 	Logger   *slog.Logger
 }
 
-// ErrConfig is returned by New for an unusable configuration.
-var ErrConfig = errors.New("invalid scheduler config")
+// ErrConfig is returned by New for an unusable configuration; it is config.ErrConfig, which a bad
+// profile wraps too.
+var ErrConfig = config.ErrConfig
 
 // errCacheBehind: a requeued pod arrived before this replica's cache saw the change that requeued it.
 var errCacheBehind = errors.New("node cache has not seen the change that requeued the pod yet")
@@ -85,39 +76,21 @@ type Service struct {
 	now   func() time.Time
 
 	cache *cache.Cache
-	algos map[string]*algorithm // by schedulerName
+	algos map[string]*core.Algorithm // by schedulerName
 	parks *requeuer
-	// cycle makes snapshot → schedule → assume one atomic step, so concurrent workers never place two pods
-	// in the same room; the publish that follows runs outside it, in parallel.
+	// cycle makes snapshot → schedule → assume → send one atomic step, so concurrent workers never place
+	// two pods in the same room and decisions reach the stream in the order they were made; waiting
+	// for the stream to store a decision happens outside it, in parallel.
 	cycle sync.Mutex
 
 	ready chan struct{} // closed once the cache holds the initial nodes and alloc records
 }
 
-// DefaultPlugins is the plugin set, in the order kube-scheduler runs its filters (cheap, unresolvable
-// checks first), with kube-scheduler's default score weights.
-func DefaultPlugins() []framework.Registration {
-	return []framework.Registration{
-		{Plugin: nodeready.New()},
-		{Plugin: nodeunschedulable.New()},
-		{Plugin: nodename.New()},
-		{Plugin: tainttoleration.New(), Weight: 3},
-		{Plugin: nodeaffinity.New(), Weight: 2},
-		{Plugin: noderesources.NewFit()},
-		{Plugin: podtopologyspread.New(), Weight: 2},
-		{Plugin: interpodaffinity.New(), Weight: 2},
-		{Plugin: noderesources.NewLeastAllocated(), Weight: 1},
-		{Plugin: balancedallocation.New(), Weight: 1},
-		{Plugin: imagelocality.New(), Weight: 1},
-		{Plugin: defaultpreemption.New()},
-	}
-}
-
 // profileFor returns the algorithm of the pod's profile, nil when this replica has none for it.
-func (s *Service) profileFor(pod *pb.Pod) *algorithm {
+func (s *Service) profileFor(pod *pb.Pod) *core.Algorithm {
 	name := pod.GetSpec().GetSchedulerName()
 	if name == "" {
-		name = DefaultSchedulerName
+		name = config.DefaultSchedulerName
 	}
 	return s.algos[name]
 }
@@ -141,14 +114,14 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	profiles := cfg.Profiles
 	if len(profiles) == 0 {
-		profiles = []Profile{cfg.Profile}
+		profiles = []config.Profile{cfg.Profile}
 	}
-	if err := validateProfiles(profiles); err != nil {
+	if err := config.Validate(profiles); err != nil {
 		return nil, err
 	}
-	algos := make(map[string]*algorithm, len(profiles))
+	algos := make(map[string]*core.Algorithm, len(profiles))
 	for _, p := range profiles {
-		a, err := p.algorithm()
+		a, err := core.ForProfile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -319,8 +292,8 @@ func (s *Service) applyNode(e jetstream.KeyValueEntry, initial bool) {
 		}
 		n.Metadata.Name = name
 	}
-	if t := s.cache.UpsertNode(n, e.Revision()); t != "" && !initial {
-		s.parks.Trigger(t)
+	if ch := s.cache.UpsertNodeChange(n, e.Revision()); ch.Trigger != "" && !initial {
+		s.parks.Trigger(ch)
 	}
 }
 
@@ -330,19 +303,19 @@ func (s *Service) applyAlloc(e jetstream.KeyValueEntry, initial bool) {
 	if !ok {
 		return
 	}
-	var t string
+	var ch cache.Change
 	if e.Operation() != jetstream.KeyValuePut {
-		t = s.cache.RemoveAlloc(name, e.Revision())
+		ch = s.cache.RemoveAllocChange(name, e.Revision())
 	} else {
 		a := &pb.NodeAllocation{}
 		if err := decodeEntry(e, a); err != nil {
 			s.log.Warn("ignoring alloc entry", "key", e.Key(), "err", err)
 			return
 		}
-		t = s.cache.UpsertAlloc(name, a, e.Revision())
+		ch = s.cache.UpsertAllocChange(name, a, e.Revision())
 	}
-	if t != "" && !initial {
-		s.parks.Trigger(t)
+	if ch.Trigger != "" && !initial {
+		s.parks.Trigger(ch)
 	}
 }
 

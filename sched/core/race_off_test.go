@@ -1,5 +1,5 @@
 //go:build !race
 
-package scheduler
+package core
 
 const raceEnabled = false

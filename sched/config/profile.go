@@ -1,6 +1,11 @@
-package scheduler
+// Package config reads scheduler profiles: kube-scheduler's own KubeSchedulerConfiguration (kube.go)
+// or podbus's shorter profile file (this file), told apart by apiVersion and kind. A Profile yields
+// the framework registrations of its plugins (Plugins), built from the in-tree registry
+// (sched/plugins).
+package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,9 +14,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins"
 	"github.com/podbus/podbus/sched/plugins/mostallocated"
 	"github.com/podbus/podbus/sched/plugins/noderesources"
 )
+
+// ErrConfig is returned (wrapped) for a profile or configuration file that cannot be used.
+var ErrConfig = errors.New("invalid scheduler config")
 
 // Scoring strategies of a Profile.
 const (
@@ -27,8 +36,10 @@ const DefaultSchedulerName = "default-scheduler"
 const resourceScoreAlias = "NodeResourcesFit"
 
 // Profile is one scheduler profile, like a kube-scheduler profile: the pods whose spec.schedulerName
-// is SchedulerName are scheduled with it. The zero Profile is the default plugin set (DefaultPlugins)
-// for "default-scheduler". A profile file holds one profile (the original form) or several:
+// is SchedulerName are scheduled with it. The zero Profile is the default plugin set
+// (plugins.DefaultPlugins) for "default-scheduler". A profile read from a KubeSchedulerConfiguration
+// keeps its plugins in Kube (see kube.go); otherwise it is podbus's own form. A podbus profile file
+// holds one profile (the original form) or several:
 //
 //	scoring: MostAllocated       # or LeastAllocated (default)
 //	weights:                     # score plugin name -> weight (0 drops a score-only plugin)
@@ -53,6 +64,9 @@ type Profile struct {
 	// PercentageOfNodesToScore bounds the feasible nodes searched for (see numFeasibleNodesToFind):
 	// nil or 0 is adaptive, 100 all nodes.
 	PercentageOfNodesToScore *int `json:"percentageOfNodesToScore,omitempty"`
+	// Kube holds the plugins of a profile read from a KubeSchedulerConfiguration; Scoring and Weights
+	// are then unused.
+	Kube *KubeProfile `json:"-"`
 }
 
 // profileFile is the file format: a single profile inline, or a list.
@@ -69,15 +83,22 @@ func (p Profile) Name() string {
 	return p.SchedulerName
 }
 
-func (p Profile) percentage() int {
+// Percentage is percentageOfNodesToScore (0: adaptive).
+func (p Profile) Percentage() int {
 	if p.PercentageOfNodesToScore == nil {
 		return 0
 	}
 	return *p.PercentageOfNodesToScore
 }
 
-// ParseProfiles reads a YAML (or JSON) profile file, either form; unknown fields are errors.
+// ParseProfiles reads a YAML (or JSON) file: a KubeSchedulerConfiguration (by its apiVersion and kind)
+// or a podbus profile file, either form; unknown fields are errors.
 func ParseProfiles(data []byte) ([]Profile, error) {
+	if isKube, err := isKubeConfig(data); err != nil {
+		return nil, err
+	} else if isKube {
+		return parseKube(data)
+	}
 	var f profileFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: profile: %v", ErrConfig, err)
@@ -94,31 +115,33 @@ func ParseProfiles(data []byte) ([]Profile, error) {
 			}
 		}
 	}
-	if err := validateProfiles(ps); err != nil {
+	if err := Validate(ps); err != nil {
 		return nil, err
 	}
 	return ps, nil
 }
 
-func validateProfiles(ps []Profile) error {
+// Validate checks profiles meant to be served together.
+func Validate(ps []Profile) error {
 	seen := map[string]bool{}
 	for _, p := range ps {
 		if seen[p.Name()] {
 			return fmt.Errorf("%w: two profiles for schedulerName %q", ErrConfig, p.Name())
 		}
 		seen[p.Name()] = true
-		if _, err := p.Plugins(); err != nil {
+		if _, err := p.Framework(); err != nil {
 			return err
 		}
-		if pc := p.percentage(); pc < 0 || pc > 100 {
+		if pc := p.Percentage(); pc < 0 || pc > 100 {
 			return fmt.Errorf("%w: profile %q: percentageOfNodesToScore %d not in 0..100", ErrConfig, p.Name(), pc)
 		}
 	}
 	return nil
 }
 
-// ParseProfile reads a profile file and returns its one profile, or, in a file with several, the
-// default-scheduler's (else the first): tools that replay decisions with one profile use it.
+// ParseProfile reads a profile or configuration file and returns its one profile, or, in a file with
+// several, the default-scheduler's (else the first): tools that replay decisions with one profile use
+// it.
 func ParseProfile(data []byte) (Profile, error) {
 	ps, err := ParseProfiles(data)
 	if err != nil {
@@ -136,7 +159,7 @@ func ParseProfile(data []byte) (Profile, error) {
 func LoadProfile(path string) (Profile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Profile{}, fmt.Errorf("read profile: %w", err)
+		return Profile{}, fmt.Errorf("%w: read profile: %w", ErrConfig, err)
 	}
 	return ParseProfile(data)
 }
@@ -145,15 +168,19 @@ func LoadProfile(path string) (Profile, error) {
 func LoadProfiles(path string) ([]Profile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read profile: %w", err)
+		return nil, fmt.Errorf("%w: read profile: %w", ErrConfig, err)
 	}
 	return ParseProfiles(data)
 }
 
-// Plugins returns the profile's plugin set: DefaultPlugins with the resource score plugin chosen by
-// Scoring and the weights overridden. A weight of 0 drops a score-only plugin.
+// Plugins returns the profile's plugin set. A podbus profile: plugins.DefaultPlugins with the resource
+// score plugin chosen by Scoring and the weights overridden (a weight of 0 drops a score-only plugin).
+// A KubeSchedulerConfiguration profile: see KubeProfile.
 func (p Profile) Plugins() ([]framework.Registration, error) {
-	regs := DefaultPlugins()
+	if p.Kube != nil {
+		return p.Kube.registrations(p.Name())
+	}
+	regs := plugins.DefaultPlugins()
 	resourceScore := noderesources.LeastAllocatedName
 	switch p.Scoring {
 	case "", LeastAllocated:
@@ -193,47 +220,15 @@ func (p Profile) Plugins() ([]framework.Registration, error) {
 	return regs, nil
 }
 
-func (p Profile) algorithm() (*algorithm, error) {
+// Framework returns a framework running the profile's plugins.
+func (p Profile) Framework() (*framework.Framework, error) {
 	regs, err := p.Plugins()
 	if err != nil {
 		return nil, err
 	}
 	fw, err := framework.New(regs...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: profile %q: %w", ErrConfig, p.Name(), err)
 	}
-	return newAlgorithm(fw, p.percentage()), nil
-}
-
-// Simulator runs scheduling cycles exactly as a replica does (same plugins, same uid-seeded choices)
-// on snapshots the caller builds, for tools that replay or re-run recorded decisions.
-type Simulator struct {
-	algo *algorithm
-}
-
-// NewSimulator returns a simulator for the profile.
-func NewSimulator(p Profile) (*Simulator, error) {
-	if err := validateProfiles([]Profile{p}); err != nil {
-		return nil, err
-	}
-	algo, err := p.algorithm()
-	if err != nil {
-		return nil, err
-	}
-	return &Simulator{algo: algo}, nil
-}
-
-// Result is the outcome of one simulated cycle that found a node.
-type Result struct {
-	Node      string
-	Score     int64
-	Evaluated int // nodes filtered
-	Feasible  int // nodes that passed every filter
-}
-
-// Schedule runs one cycle. Errors as the service's: framework.ErrNoNodesAvailable or a
-// *framework.FitError when the pod fits nowhere, anything else is a plugin failure.
-func (s *Simulator) Schedule(snap *framework.Snapshot, pod *framework.PodInfo) (Result, error) {
-	r, err := s.algo.schedule(snap, pod)
-	return Result{Node: r.node, Score: r.score, Evaluated: r.evaluated, Feasible: r.feasible}, err
+	return fw, nil
 }

@@ -1,4 +1,8 @@
-package scheduler
+// Package core is the scheduling algorithm: one cycle of a pod over a node snapshot (schedule_one.go),
+// run by the scheduler service on its cache's snapshots and by Simulator on snapshots a tool builds.
+// It knows nothing of the bus; plugins come from a framework.Framework, usually built from a
+// config.Profile.
+package core
 
 import (
 	"fmt"
@@ -11,8 +15,8 @@ import (
 
 // The scheduling cycle of one pod, as kube-scheduler's schedulePod: PreFilter, then Filter over nodes
 // in an order seeded from the pod uid until enough feasible nodes are found, then Score, then pick the
-// best node (ties broken with the same seeded generator); when no node fits, PostFilter (preemption). Given the same snapshot and uid it always
-// returns the same node, so any decision can be replayed.
+// best node (ties broken with the same seeded generator); when no node fits, PostFilter (preemption).
+// Given the same snapshot and uid it always returns the same node, so any decision can be replayed.
 
 // Like Kubernetes, large clusters are not filtered exhaustively: the search stops once
 // numFeasibleNodesToFind nodes fit — the profile's percentageOfNodesToScore of the cluster, or with 0
@@ -34,20 +38,20 @@ func numFeasibleNodesToFind(percentage, numAllNodes int) int {
 	return min(max(numAllNodes*min(percentage, 100)/100, minFeasibleNodesToFind), numAllNodes)
 }
 
-// scheduleResult is the outcome of a cycle that found a node.
-type scheduleResult struct {
-	node      string
-	score     int64
-	evaluated int // nodes filtered
-	feasible  int // nodes that passed every filter
+// Result is the outcome of a cycle.
+type Result struct {
+	Node      string // the chosen node ("" when the pod fits nowhere)
+	Score     int64
+	Evaluated int // nodes filtered
+	Feasible  int // nodes that passed every filter
 	// When the pod fits nowhere (err is a FitError): the node PostFilter (preemption) nominated and
 	// the pods to evict there (nil: none); a nomination without victims means "keep waiting there".
-	post *framework.PostFilterResult
+	Post *framework.PostFilterResult
 }
 
-// algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
+// Algorithm runs cycles over a framework. Cycles run concurrently (one per consumer worker); each
 // takes its reusable buffers from a pool.
-type algorithm struct {
+type Algorithm struct {
 	fw *framework.Framework
 	// percentage is percentageOfNodesToScore (0: adaptive).
 	percentage int
@@ -55,41 +59,43 @@ type algorithm struct {
 	fullScan   bool // filter every node even when a plugin names candidates (tests compare both)
 }
 
-func newAlgorithm(fw *framework.Framework, percentageOfNodesToScore int) *algorithm {
-	a := &algorithm{fw: fw, percentage: percentageOfNodesToScore}
+func NewAlgorithm(fw *framework.Framework, percentageOfNodesToScore int) *Algorithm {
+	a := &Algorithm{fw: fw, percentage: percentageOfNodesToScore}
 	a.pool.New = func() any { return newCycle(fw) }
 	return a
 }
 
-// cycle is the per-cycle scratch space: state, seeded generator and buffers, reused between pods.
-type cycle struct {
+// Cycle is the per-cycle scratch space: state, seeded generator and buffers, reused between pods.
+type Cycle struct {
 	state     *framework.CycleState
 	pcg       *rand.PCG
 	rng       *rand.Rand
 	skip      []bool
 	skipOn    []bool // filters to skip on a plugin's candidate nodes
 	skipScore []bool
+	rejecters []bool // filters that rejected a node this cycle
 	feasible  []*framework.NodeInfo
 	rejected  []framework.NodeStatus // kept for PostFilter, only when the framework has one
 	perPlugin [][]framework.NodeScore
 	totals    []framework.NodeScore
 }
 
-func newCycle(fw *framework.Framework) *cycle {
+func newCycle(fw *framework.Framework) *Cycle {
 	pcg := rand.NewPCG(0, 0)
-	return &cycle{
+	return &Cycle{
 		state:     framework.NewCycleState(),
 		pcg:       pcg,
 		rng:       rand.New(pcg),
 		skip:      make([]bool, fw.NumFilters()),
 		skipOn:    make([]bool, fw.NumFilters()),
 		skipScore: make([]bool, fw.NumScores()),
+		rejecters: make([]bool, fw.NumFilters()),
 		perPlugin: make([][]framework.NodeScore, fw.NumScores()),
 	}
 }
 
 // seed makes the cycle's randomness a function of the pod uid alone.
-func (c *cycle) seed(uid string) {
+func (c *Cycle) seed(uid string) {
 	// FNV-1a, inline: hash/fnv would allocate per pod.
 	s := uint64(14695981039346656037)
 	for i := 0; i < len(uid); i++ {
@@ -99,26 +105,26 @@ func (c *cycle) seed(uid string) {
 	c.pcg.Seed(s, s*0x9e3779b97f4a7c15+1)
 }
 
-// schedule finds a node for pod in snap. Errors: framework.ErrNoNodesAvailable, *framework.FitError
+// Schedule finds a node for pod in snap. Errors: framework.ErrNoNodesAvailable, *framework.FitError
 // (unschedulable), or an internal error from a plugin.
-func (a *algorithm) schedule(snap *framework.Snapshot, pod *framework.PodInfo) (scheduleResult, error) {
-	c := a.acquire()
-	defer a.release(c)
-	return a.run(c, snap, pod)
+func (a *Algorithm) Schedule(snap *framework.Snapshot, pod *framework.PodInfo) (Result, error) {
+	c := a.Acquire()
+	defer a.Release(c)
+	return a.Run(c, snap, pod)
 }
 
-// acquire takes a cycle from the pool; release gives it back. A caller that runs Reserve keeps the
+// Acquire takes a cycle from the pool; Release gives it back. A caller that runs Reserve keeps the
 // cycle (its state) until the decision is published or undone.
-func (a *algorithm) acquire() *cycle { return a.pool.Get().(*cycle) }
-func (a *algorithm) release(c *cycle) {
+func (a *Algorithm) Acquire() *Cycle { return a.pool.Get().(*Cycle) }
+func (a *Algorithm) Release(c *Cycle) {
 	c.state.Reset()
 	clear(c.rejected) // drop the snapshot's nodes while the cycle sits in the pool
 	c.rejected = c.rejected[:0]
 	a.pool.Put(c)
 }
 
-// reserve runs the Reserve plugins of a cycle that found node (after the cache assumed the pod there).
-func (a *algorithm) reserve(c *cycle, pod *framework.PodInfo, node string) error {
+// Reserve runs the Reserve plugins of a cycle that found node (after the cache assumed the pod there).
+func (a *Algorithm) Reserve(c *Cycle, pod *framework.PodInfo, node string) error {
 	if st := a.fw.RunReservePlugins(c.state, pod, node); !st.IsSuccess() {
 		if err := st.AsError(); err != nil {
 			return err
@@ -128,46 +134,47 @@ func (a *algorithm) reserve(c *cycle, pod *framework.PodInfo, node string) error
 	return nil
 }
 
-// unreserve undoes reserve when the decision is lost.
-func (a *algorithm) unreserve(c *cycle, pod *framework.PodInfo, node string) {
+// Unreserve undoes Reserve when the decision is lost.
+func (a *Algorithm) Unreserve(c *Cycle, pod *framework.PodInfo, node string) {
 	a.fw.RunUnreservePlugins(c.state, pod, node)
 }
 
-// run is one cycle on c. Errors: framework.ErrNoNodesAvailable, *framework.FitError (unschedulable),
+// Run is one cycle on c. Errors: framework.ErrNoNodesAvailable, *framework.FitError (unschedulable),
 // or an internal error from a plugin.
-func (a *algorithm) run(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) (scheduleResult, error) {
+func (a *Algorithm) Run(c *Cycle, snap *framework.Snapshot, pod *framework.PodInfo) (Result, error) {
 	n := snap.NumNodes()
 	if n == 0 {
-		return scheduleResult{}, framework.ErrNoNodesAvailable
+		return Result{}, framework.ErrNoNodesAvailable
 	}
 	c.state.Reset()
 	c.state.SetSnapshot(snap)
 	clear(c.skip)
 	clear(c.skipScore)
+	clear(c.rejecters)
 	c.seed(pod.UID())
 
-	if st := a.fw.RunPreFilterPlugins(c.state, pod, c.skip); !st.IsSuccess() {
+	if st, by := a.fw.PreFilter(c.state, pod, c.skip); !st.IsSuccess() {
 		if err := st.AsError(); err != nil {
-			return scheduleResult{}, err
+			return Result{}, err
 		}
 		msg := st.Message()
-		return scheduleResult{}, &framework.FitError{NumAllNodes: n, PreFilterMsg: msg, Reasons: map[string]int32{msg: int32(n)}}
+		return Result{}, &framework.FitError{NumAllNodes: n, PreFilterMsg: msg, Reasons: map[string]int32{msg: int32(n)}, Plugins: []string{by}}
 	}
 
 	feasible, evaluated, reasons, err := a.findNodesThatFit(c, snap, pod)
 	if err != nil {
-		return scheduleResult{}, err
+		return Result{}, err
 	}
 	if len(feasible) == 0 {
-		fit := &framework.FitError{NumAllNodes: n, Reasons: reasons}
+		fit := &framework.FitError{NumAllNodes: n, Reasons: reasons, Plugins: a.rejecters(c)}
 		if !a.fw.HasPostFilterPlugins() {
-			return scheduleResult{evaluated: evaluated}, fit
+			return Result{Evaluated: evaluated}, fit
 		}
 		res, st := a.fw.RunPostFilterPlugins(c.state, pod, snap, c.rejected, c.skip)
 		if err := st.AsError(); err != nil {
-			return scheduleResult{}, err
+			return Result{}, err
 		}
-		out := scheduleResult{evaluated: evaluated, post: res}
+		out := Result{Evaluated: evaluated, Post: res}
 		if !st.IsSuccess() {
 			fit.PostFilterMsg = st.Message()
 		}
@@ -176,15 +183,15 @@ func (a *algorithm) run(c *cycle, snap *framework.Snapshot, pod *framework.PodIn
 
 	totals, err := a.prioritizeNodes(c, pod, feasible)
 	if err != nil {
-		return scheduleResult{}, err
+		return Result{}, err
 	}
 	best := selectHost(c.rng, totals)
-	return scheduleResult{node: best.Node.Name(), score: best.Score, evaluated: evaluated, feasible: len(feasible)}, nil
+	return Result{Node: best.Node.Name(), Score: best.Score, Evaluated: evaluated, Feasible: len(feasible)}, nil
 }
 
 // findNodesThatFit filters nodes starting at a seeded offset, wrapping around, and stops once enough
 // nodes fit. Rejections are counted per reason (a node rejected for two resources counts for both).
-func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo) ([]*framework.NodeInfo, int, map[string]int32, error) {
+func (a *Algorithm) findNodesThatFit(c *Cycle, snap *framework.Snapshot, pod *framework.PodInfo) ([]*framework.NodeInfo, int, map[string]int32, error) {
 	n := snap.NumNodes()
 	want := numFeasibleNodesToFind(a.percentage, n)
 	start := c.rng.IntN(n)
@@ -207,7 +214,7 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 		}
 		evaluated++
 		// Room held for nominated pods of equal or higher priority is not this pod's to take.
-		st := a.fw.RunFilterPlugins(c.state, pod, node.WithNominated(pod), c.skip)
+		st, by := a.fw.Filter(c.state, pod, node.WithNominated(pod), c.skip)
 		if st.IsSuccess() {
 			feasible = append(feasible, node)
 			continue
@@ -215,6 +222,7 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 		if err := st.AsError(); err != nil {
 			return nil, evaluated, nil, err
 		}
+		c.rejecters[by] = true
 		if keepRejected {
 			c.rejected = append(c.rejected, framework.NodeStatus{Node: node, Status: st})
 		}
@@ -229,10 +237,21 @@ func (a *algorithm) findNodesThatFit(c *cycle, snap *framework.Snapshot, pod *fr
 	return feasible, evaluated, reasons, nil
 }
 
+// rejecters names the filters that rejected a node in c's cycle.
+func (a *Algorithm) rejecters(c *Cycle) []string {
+	var out []string
+	for i, r := range c.rejecters {
+		if r {
+			out = append(out, a.fw.FilterName(i))
+		}
+	}
+	return out
+}
+
 // filterCandidates is findNodesThatFit over the candidate positions only (ascending; every other node
 // fails a filter): in the same wrapped order from start, so it finds the nodes a full scan finds, and
 // it reports as evaluated the nodes a full scan would have visited.
-func (a *algorithm) filterCandidates(c *cycle, snap *framework.Snapshot, pod *framework.PodInfo, cand []int32, start, want int) ([]*framework.NodeInfo, int, error) {
+func (a *Algorithm) filterCandidates(c *Cycle, snap *framework.Snapshot, pod *framework.PodInfo, cand []int32, start, want int) ([]*framework.NodeInfo, int, error) {
 	n := snap.NumNodes()
 	feasible := c.feasible[:0]
 	defer func() { c.feasible = feasible }()
@@ -256,7 +275,7 @@ func (a *algorithm) filterCandidates(c *cycle, snap *framework.Snapshot, pod *fr
 }
 
 // prioritizeNodes returns the weighted total score of every feasible node.
-func (a *algorithm) prioritizeNodes(c *cycle, pod *framework.PodInfo, feasible []*framework.NodeInfo) ([]framework.NodeScore, error) {
+func (a *Algorithm) prioritizeNodes(c *Cycle, pod *framework.PodInfo, feasible []*framework.NodeInfo) ([]framework.NodeScore, error) {
 	totals := c.totals[:0]
 	for range feasible {
 		totals = append(totals, framework.NodeScore{})
@@ -290,4 +309,10 @@ func selectHost(rng *rand.Rand, totals []framework.NodeScore) framework.NodeScor
 		}
 	}
 	return best
+}
+
+// RequeueFor returns the cluster events that may make a pod this algorithm rejected with fit
+// schedulable (see framework.Framework.RequeueFor).
+func (a *Algorithm) RequeueFor(fit *framework.FitError) framework.Requeue {
+	return a.fw.RequeueFor(fit)
 }

@@ -1,15 +1,11 @@
-package scheduler
+package config
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
-	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/sched/framework"
 	"github.com/podbus/podbus/sched/plugins/mostallocated"
 	"github.com/podbus/podbus/sched/plugins/noderesources"
-	st "github.com/podbus/podbus/sched/schedtest"
 )
 
 func TestParseProfile(t *testing.T) {
@@ -65,50 +61,5 @@ func TestParseProfile(t *testing.T) {
 				t.Errorf("resource score = %q weight %d, want %q weight %d", got, w, tt.score, tt.weight)
 			}
 		})
-	}
-}
-
-// The default profile spreads pods over empty nodes; MostAllocated packs them. Same input, same output.
-func TestSimulatorSpreadsOrPacks(t *testing.T) {
-	place := func(p Profile) map[string]int {
-		sim, err := NewSimulator(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		used := map[string]*pb.Resources{}
-		perNode := map[string]int{}
-		for i := 0; i < 12; i++ {
-			var infos []*framework.NodeInfo
-			for _, n := range []string{"a", "b", "c", "d"} {
-				req := used[n]
-				if req == nil {
-					req = &pb.Resources{}
-				}
-				infos = append(infos, st.Node(n).Capacity("4", "8Gi", 110).Ready().InfoRequested(req))
-			}
-			pod := st.Pod(fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i)).Req("250m", "512Mi").Info()
-			r, err := sim.Schedule(framework.SnapshotOf(infos...), pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if used[r.Node] == nil {
-				used[r.Node] = &pb.Resources{}
-			}
-			used[r.Node].MilliCpu += pod.Requests.GetMilliCpu()
-			used[r.Node].Memory += pod.Requests.GetMemory()
-			perNode[r.Node]++
-		}
-		return perNode
-	}
-	spread := place(Profile{})
-	if len(spread) != 4 {
-		t.Errorf("LeastAllocated used %d nodes, want 4: %v", len(spread), spread)
-	}
-	packed := place(Profile{Scoring: MostAllocated})
-	if len(packed) > 2 {
-		t.Errorf("MostAllocated used %d nodes, want at most 2: %v", len(packed), packed)
-	}
-	if again := place(Profile{Scoring: MostAllocated}); fmt.Sprint(again) != fmt.Sprint(packed) {
-		t.Errorf("not deterministic: %v then %v", packed, again)
 	}
 }

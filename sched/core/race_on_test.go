@@ -1,6 +1,6 @@
 //go:build race
 
-package scheduler
+package core
 
 // raceEnabled: the race detector makes sync.Pool drop items, so allocation counts mean nothing.
 const raceEnabled = true

@@ -1,4 +1,4 @@
-package scheduler
+package core
 
 import (
 	"errors"
@@ -11,16 +11,17 @@ import (
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins"
 	st "github.com/podbus/podbus/sched/schedtest"
 )
 
-func testAlgorithm(t testing.TB) *algorithm {
+func testAlgorithm(t testing.TB) *Algorithm {
 	t.Helper()
-	fw, err := framework.New(DefaultPlugins()...)
+	fw, err := framework.New(plugins.DefaultPlugins()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newAlgorithm(fw, 0)
+	return NewAlgorithm(fw, 0)
 }
 
 // equalNodes returns n identical, empty, ready nodes.
@@ -39,13 +40,13 @@ func TestScheduleIsDeterministic(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		uid := fmt.Sprintf("uid-%d", i)
 		pod := st.Pod("p", uid).Req("100m", "64Mi").Info()
-		first, err := a.schedule(snap, pod)
+		first, err := a.Schedule(snap, pod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for j := 0; j < 3; j++ {
 			// A fresh algorithm and a rebuilt snapshot in another order: same answer.
-			again, err := testAlgorithm(t).schedule(framework.SnapshotOf(reversed(snap.Nodes())...), pod)
+			again, err := testAlgorithm(t).Schedule(framework.SnapshotOf(reversed(snap.Nodes())...), pod)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +54,7 @@ func TestScheduleIsDeterministic(t *testing.T) {
 				t.Fatalf("uid %s: %+v then %+v", uid, first, again)
 			}
 		}
-		chosen[first.node] = true
+		chosen[first.Node] = true
 	}
 	// Ties are broken by the uid: 50 pods over 20 equal nodes must not all land on a few.
 	if len(chosen) < 10 {
@@ -141,7 +142,7 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := testAlgorithm(t).schedule(framework.SnapshotOf(tt.nodes...), tt.pod.Info())
+			res, err := testAlgorithm(t).Schedule(framework.SnapshotOf(tt.nodes...), tt.pod.Info())
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("err = %v\nwant  %s", err, tt.wantErr)
@@ -157,14 +158,14 @@ func TestSchedule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.node != tt.want {
-				t.Errorf("node = %s, want %s", res.node, tt.want)
+			if res.Node != tt.want {
+				t.Errorf("node = %s, want %s", res.Node, tt.want)
 			}
-			if tt.wantScore != 0 && res.score != tt.wantScore {
-				t.Errorf("score = %d, want %d", res.score, tt.wantScore)
+			if tt.wantScore != 0 && res.Score != tt.wantScore {
+				t.Errorf("score = %d, want %d", res.Score, tt.wantScore)
 			}
-			if res.evaluated != len(tt.nodes) {
-				t.Errorf("evaluated %d of %d", res.evaluated, len(tt.nodes))
+			if res.Evaluated != len(tt.nodes) {
+				t.Errorf("evaluated %d of %d", res.Evaluated, len(tt.nodes))
 			}
 		})
 	}
@@ -186,12 +187,12 @@ func TestNumFeasibleNodesToFind(t *testing.T) {
 func TestLargeClusterStopsEarly(t *testing.T) {
 	a := testAlgorithm(t)
 	snap := framework.SnapshotOf(equalNodes(1000)...)
-	res, err := a.schedule(snap, st.Pod("p", "u").Info())
+	res, err := a.Schedule(snap, st.Pod("p", "u").Info())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.evaluated != 420 || res.feasible != 420 {
-		t.Errorf("evaluated %d, feasible %d; want 420", res.evaluated, res.feasible)
+	if res.Evaluated != 420 || res.Feasible != 420 {
+		t.Errorf("evaluated %d, feasible %d; want 420", res.Evaluated, res.Feasible)
 	}
 }
 
@@ -202,9 +203,9 @@ func TestScheduleAllocations(t *testing.T) {
 	a := testAlgorithm(t)
 	snap := framework.SnapshotOf(equalNodes(50)...)
 	pod := st.Pod("p", "u").Req("100m", "64Mi").Info()
-	_, _ = a.schedule(snap, pod) // warm the pool
+	_, _ = a.Schedule(snap, pod) // warm the pool
 	// The filter and score loops allocate nothing; what remains is per cycle (the nodeaffinity state).
-	if n := testing.AllocsPerRun(50, func() { _, _ = a.schedule(snap, pod) }); n > 4 {
+	if n := testing.AllocsPerRun(50, func() { _, _ = a.Schedule(snap, pod) }); n > 4 {
 		t.Errorf("%v allocations per cycle over 50 nodes", n)
 	}
 }
@@ -218,7 +219,7 @@ func BenchmarkSchedule(b *testing.B) {
 			pod.Pod.Spec.NodeSelector = nil
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := a.schedule(snap, pod); err != nil {
+				if _, err := a.Schedule(snap, pod); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -278,7 +279,7 @@ func BenchmarkScheduleConstrained(b *testing.B) {
 			a := testAlgorithm(b)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := a.schedule(snap, tt.pod); err != nil {
+				if _, err := a.Schedule(snap, tt.pod); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -329,12 +330,12 @@ func TestCandidateNodesDecideAsTheFullScan(t *testing.T) {
 			fast := testAlgorithm(t)
 			full := testAlgorithm(t)
 			full.fullScan = true
-			got, gotErr := fast.schedule(snap, pod)
-			want, wantErr := full.schedule(snap, pod)
+			got, gotErr := fast.Schedule(snap, pod)
+			want, wantErr := full.Schedule(snap, pod)
 			if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
 				t.Fatalf("round %d pod %d: candidates decided %+v (%v), the full scan %+v (%v)", round, k, got, gotErr, want, wantErr)
 			}
-			c := fast.pool.Get().(*cycle)
+			c := fast.pool.Get().(*Cycle)
 			c.state.SetSnapshot(snap)
 			clear(c.skip)
 			if fast.fw.RunPreFilterPlugins(c.state, pod, c.skip).IsSuccess() {
