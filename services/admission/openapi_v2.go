@@ -49,7 +49,7 @@ var openAPIV2 = sync.OnceValues(func() (jsonDoc, protoDoc []byte) {
 		"swagger":     "2.0",
 		"info":        src.Info,
 		"paths":       paths,
-		"definitions": src.Components.Schemas,
+		"definitions": v2Refs(src.Components.Schemas),
 	}
 	data, err := json.Marshal(doc)
 	if err != nil {
@@ -66,6 +66,29 @@ var openAPIV2 = sync.OnceValues(func() (jsonDoc, protoDoc []byte) {
 	}
 	return data, pb
 })
+
+// v2Refs puts a field's reference, which v3 wraps in allOf to give it a description, back beside the
+// description, as kube-apiserver's v2 document has it: kubectl's v2 parser sees no type in an allOf and
+// would treat the field as opaque, then replace whole lists in apply's patches instead of merging them.
+func v2Refs(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		if all, ok := v["allOf"].([]any); ok && len(all) == 1 {
+			if ref, ok := all[0].(map[string]any)["$ref"]; ok {
+				delete(v, "allOf")
+				v["$ref"] = ref
+			}
+		}
+		for k, e := range v {
+			v[k] = v2Refs(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = v2Refs(e)
+		}
+	}
+	return v
+}
 
 // v2Parameters moves each parameter's schema up into the parameter, as v2 has it.
 func v2Parameters(v any) []any {

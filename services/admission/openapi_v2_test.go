@@ -40,14 +40,25 @@ func TestOpenAPIV2(t *testing.T) {
 			t.Errorf("%s has no x-kubernetes-group-version-kind", name)
 		}
 	}
-	if spec, ok := models.LookupModel("io.k8s.api.core.v1.PodSpec").(*kproto.Kind); !ok {
-		t.Error("PodSpec is not a kind")
+	// kubectl apply walks from the kind down to the lists it merges by key: every step must be a reference.
+	pod, ok := models.LookupModel("io.k8s.api.core.v1.Pod").(*kproto.Kind)
+	if !ok {
+		t.Fatal("Pod is not a kind")
+	}
+	ref, ok := pod.Fields["spec"].(kproto.Reference)
+	if !ok {
+		t.Fatalf("Pod.spec is %T, want a reference", pod.Fields["spec"])
+	}
+	if spec, ok := ref.SubSchema().(*kproto.Kind); !ok {
+		t.Errorf("Pod.spec refers to %T, want a kind", ref.SubSchema())
 	} else if c := spec.Fields["containers"]; c == nil || c.GetExtensions()["x-kubernetes-patch-merge-key"] != "name" {
 		t.Errorf("PodSpec.containers lacks its patch merge key: %v", c)
 	}
 
 	patch := doc.GetPaths().GetPath()
-	i := slices.IndexFunc(patch, func(p *openapiv2.NamedPathItem) bool { return p.GetName() == "/api/v1/namespaces/{namespace}/pods/{name}" })
+	i := slices.IndexFunc(patch, func(p *openapiv2.NamedPathItem) bool {
+		return p.GetName() == "/api/v1/namespaces/{namespace}/pods/{name}"
+	})
 	if i < 0 {
 		t.Fatal("no path for one pod")
 	}
