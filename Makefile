@@ -5,7 +5,7 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test unit lint vet fmt-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
+.PHONY: run test unit lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
@@ -17,11 +17,15 @@ test: lint unit compose-test
 unit:
 	$(GO) test $(GOTESTFLAGS) ./...
 
-lint: fmt-check vet proto-check staticcheck
+lint: fmt-check tidy-check vet proto-check staticcheck
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## tidy-check: fail when go.mod or go.sum differ from what go mod tidy writes (the diff says how)
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; exit 1; }
 
 vet:
 	$(GO) vet ./...

@@ -29,13 +29,21 @@ func needKubectl(t *testing.T) {
 type kube struct {
 	t          *testing.T
 	kubeconfig string
+	bin        string // the kubectl to run; kubectlBin when empty
+}
+
+func (k kube) path() string {
+	if k.bin == "" {
+		return kubectlBin
+	}
+	return k.bin
 }
 
 func (k kube) run(args ...string) (string, error) {
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, k.path(), append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -76,7 +84,13 @@ spec:
 func TestKubectlEndToEnd(t *testing.T) {
 	needKubectl(t)
 	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 50 * time.Millisecond})
-	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	kubectlSuite(t, kubectlBin, cl.Kubeconfig)
+}
+
+// kubectlSuite runs the kubectl at bin through the pod commands against the podbus of kubeconfig. It uses
+// the pods web and api in the default namespace and leaves no pod behind when it passes.
+func kubectlSuite(t *testing.T, bin, kubeconfig string) {
+	k := kube{t: t, kubeconfig: kubeconfig, bin: bin}
 
 	if out := k.must("version"); !strings.Contains(out, "v1.32") {
 		t.Errorf("version: %s", out)
@@ -88,7 +102,7 @@ func TestKubectlEndToEnd(t *testing.T) {
 	// Watch from before the pod exists: it must show the pod going to Running 1/1.
 	wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer wcancel()
-	watch := exec.CommandContext(wctx, kubectlBin, "--kubeconfig", cl.Kubeconfig, "get", "pods", "-w")
+	watch := exec.CommandContext(wctx, bin, "--kubeconfig", kubeconfig, "get", "pods", "-w")
 	stdout, _ := watch.StdoutPipe()
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)

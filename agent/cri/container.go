@@ -10,10 +10,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/cio"
-	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/oci"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/defaults"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podbus/podbus/agent"
@@ -94,7 +95,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		// The snapshot is made before the container record; do not leave it behind.
 		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		if rerr := r.client.SnapshotService(containerd.DefaultSnapshotter).Remove(cctx, id); rerr != nil && !errdefs.IsNotFound(rerr) {
+		if rerr := r.client.SnapshotService(defaults.DefaultSnapshotter).Remove(cctx, id); rerr != nil && !errdefs.IsNotFound(rerr) {
 			r.log.Warn("undo snapshot", "container", id, "err", rerr)
 		}
 		return "", fmt.Errorf("create container %s of pod %s/%s: %w", c.GetName(), rec.Namespace, rec.Name, err)

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/containerd/containerd/pkg/netns"
+	"github.com/containerd/containerd/v2/pkg/netns"
 )
 
 // removeHalfWritten removes what a runtime killed inside saveRecord left: the temp file (".rec-*") and,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/pkg/netns"
+	"github.com/containerd/containerd/v2/pkg/netns"
 	"github.com/google/uuid"
 
 	"github.com/podbus/podbus/agent/cri"

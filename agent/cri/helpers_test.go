@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	containerdimages "github.com/containerd/containerd/images"
-	"github.com/containerd/containerd/namespaces"
+	containerdimages "github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/uuid"

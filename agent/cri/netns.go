@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/containerd/containerd/pkg/netns"
+	"github.com/containerd/containerd/v2/pkg/netns"
 )
 
 // LegacyNetNSDir is where runtimes before per-node netns dirs mounted the pods' network namespaces

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/api/services/tasks/v1"
-	"github.com/containerd/containerd/pkg/netns"
+	"github.com/containerd/containerd/v2/pkg/netns"
 	"github.com/google/uuid"
 
 	"github.com/podbus/podbus/agent"

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/containerd/pkg/netns"
+	"github.com/containerd/containerd/v2/pkg/netns"
 
 	"github.com/podbus/podbus/agent"
 	pb "github.com/podbus/podbus/proto/podbusv1"

@@ -56,6 +56,9 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user string) {
 	case path == "/api/v1":
 		handleAPIV1(w, r)
 		return
+	case path == "/openapi/v2":
+		handleOpenAPIV2(w, r)
+		return
 	case path == "/openapi/v3":
 		handleOpenAPIRoot(w, r)
 		return
