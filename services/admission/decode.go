@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -48,7 +48,7 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 }
 
 // toJSON turns a JSON or YAML body into JSON. Strict YAML conversion rejects duplicate keys.
-func toJSON(data []byte, contentType string, strict bool, kind string) ([]byte, error) {
+func toJSON(data []byte, contentType string, strict bool, k *kind) ([]byte, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	if !strings.Contains(mt, "yaml") {
 		return data, nil
@@ -59,17 +59,17 @@ func toJSON(data []byte, contentType string, strict bool, kind string) ([]byte, 
 	}
 	out, err := conv(data)
 	if err != nil {
-		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: yaml: %v", kind, kind, err)
+		return nil, badRequest("%s in version %q cannot be handled as a %s: yaml: %v", k.kind, k.version, k.kind, err)
 	}
 	return out, nil
 }
 
 // decodeStrict decodes JSON into obj following the field validation mode: Strict rejects unknown and
 // duplicate fields (400), Warn returns them as warnings, Ignore drops them.
-func decodeStrict(data []byte, mode, kind string, obj any) (warnings []string, err error) {
+func decodeStrict(data []byte, mode string, k *kind, obj any) (warnings []string, err error) {
 	strictErrs, err := kjson.UnmarshalStrict(data, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: %v", kind, kind, err)
+		return nil, badRequest("%s in version %q cannot be handled as a %s: %v", k.kind, k.version, k.kind, err)
 	}
 	if len(strictErrs) == 0 || mode == validationIgnore {
 		return nil, nil
@@ -79,18 +79,19 @@ func decodeStrict(data []byte, mode, kind string, obj any) (warnings []string, e
 		msgs[i] = e.Error()
 	}
 	if mode == validationStrict {
-		return nil, badRequest("%s in version \"v1\" cannot be handled as a %s: strict decoding error: %s", kind, kind, strings.Join(msgs, ", "))
+		return nil, badRequest("%s in version %q cannot be handled as a %s: strict decoding error: %s", k.kind, k.version, k.kind, strings.Join(msgs, ", "))
 	}
 	return msgs, nil
 }
 
 // checkTypeMeta rejects a body of another kind or version.
-func checkTypeMeta(tm metav1.TypeMeta, kind string) error {
-	if tm.APIVersion != "" && tm.APIVersion != "v1" {
-		return badRequest("the API version in the data (%s) does not match the expected API version (v1)", tm.APIVersion)
+func checkTypeMeta(ok schema.ObjectKind, k *kind) error {
+	gvk := ok.GroupVersionKind()
+	if v := gvk.GroupVersion().String(); v != "" && v != k.apiVersion() {
+		return badRequest("the API version in the data (%s) does not match the expected API version (%s)", v, k.apiVersion())
 	}
-	if tm.Kind != "" && tm.Kind != kind {
-		return badRequest("the kind in the data (%s) does not match the expected kind (%s)", tm.Kind, kind)
+	if gvk.Kind != "" && gvk.Kind != k.kind {
+		return badRequest("the kind in the data (%s) does not match the expected kind (%s)", gvk.Kind, k.kind)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,35 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/admission/convert"
 )
+
+var podKind = &kind{
+	version: "v1", kind: "Pod", resource: "pods", singular: "pod", namespaced: true,
+	shortNames: []string{"po"}, categories: []string{"all"},
+	newObject: func() runtime.Object { return &corev1.Pod{} },
+	columns:   podColumns,
+	cells:     func(o runtime.Object) []any { return podRow(o.(*corev1.Pod)) },
+	fields: func(o runtime.Object) fields.Set {
+		p := o.(*corev1.Pod)
+		return fields.Set{
+			"metadata.name":            p.Name,
+			"metadata.namespace":       p.Namespace,
+			"spec.nodeName":            p.Spec.NodeName,
+			"spec.restartPolicy":       string(p.Spec.RestartPolicy),
+			"spec.schedulerName":       p.Spec.SchedulerName,
+			"spec.serviceAccountName":  p.Spec.ServiceAccountName,
+			"spec.hostNetwork":         strconv.FormatBool(p.Spec.HostNetwork),
+			"status.phase":             string(p.Status.Phase),
+			"status.podIP":             p.Status.PodIP,
+			"status.nominatedNodeName": p.Status.NominatedNodeName,
+		}
+	},
+	subresources: []subresourceInfo{
+		{name: "status", kind: "Pod", verbs: []string{"get"}},
+		{name: "log", kind: "Pod", verbs: []string{"get"}},
+		// kubectl drain evicts through this when discovery lists it (policy/v1).
+		{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
+	},
+}
 
 // updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
 const updateAttempts = 5
@@ -168,6 +198,10 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	if pod.Name == "" && pod.GenerateName != "" {
 		pod.Name = generateName(pod.GenerateName)
 	}
+	if err := s.admitNamespace(r.Context(), podKind, pod.Name, req.ns); err != nil {
+		writeStatus(w, err)
+		return
+	}
 	// The Priority admission plugin (kube runs it after defaulting, which leaves priority alone; here
 	// DefaultPod would fill it in, so the plugin goes first).
 	if err := s.cfg.PriorityClasses.AdmitPod(pod); err != nil {
@@ -227,16 +261,16 @@ func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err = toJSON(data, r.Header.Get("Content-Type"), mode == validationStrict, "Pod")
+	data, err = toJSON(data, r.Header.Get("Content-Type"), mode == validationStrict, podKind)
 	if err != nil {
 		return nil, nil, err
 	}
 	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(data, mode, "Pod", pod)
+	warnings, err := decodeStrict(data, mode, podKind, pod)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
+	if err := checkTypeMeta(pod.GetObjectKind(), podKind); err != nil {
 		return nil, nil, err
 	}
 	pod.TypeMeta = metav1.TypeMeta{}
@@ -283,7 +317,7 @@ func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request)
 		return
 	}
 	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict.
-	apply, precondition, err := s.updateRequest(w, r, mode, "Pod", corev1.Pod{}, grPods)
+	apply, precondition, err := s.updateRequest(w, r, mode, podKind, corev1.Pod{})
 	if err != nil {
 		writeStatus(w, err)
 		return
@@ -336,11 +370,11 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{}, nil, err
 	}
 	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(patched, mode, "Pod", pod)
+	warnings, err := decodeStrict(patched, mode, podKind, pod)
 	if err != nil {
 		return updateResult{}, nil, err
 	}
-	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
+	if err := checkTypeMeta(pod.GetObjectKind(), podKind); err != nil {
 		return updateResult{}, nil, err
 	}
 	switch {
@@ -520,23 +554,25 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 // updateRequest reads an update's body and returns the change to apply to the stored object's JSON: the
 // body itself for PUT, the patch for PATCH (strategic merge, JSON merge or JSON patch against dataStruct),
 // and whether the body names a resourceVersion (a precondition: a lost race is then the client's Conflict).
-func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode string, kind string, dataStruct any, gr schema.GroupResource) (apply func(cur []byte) ([]byte, error), precondition bool, err error) {
+func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode string, k *kind, dataStruct any) (apply func(cur []byte) ([]byte, error), precondition bool, err error) {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, false, err
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if r.Method == http.MethodPut {
-		js, err := toJSON(body, ct, mode == validationStrict, kind)
+		js, err := toJSON(body, ct, mode == validationStrict, k)
 		if err != nil {
 			return nil, false, err
 		}
 		apply = func([]byte) ([]byte, error) { return js, nil }
-	} else if apply, err = patcher(ct, body, dataStruct, gr); err != nil {
+	} else if apply, err = patcher(ct, body, dataStruct, k.gr()); err != nil {
 		return nil, false, err
 	}
 	return apply, bytes.Contains(body, []byte("resourceVersion")), nil
 }
+
+var deleteOptionsKind = &kind{version: "v1", kind: "DeleteOptions"}
 
 // deleteOptions reads a DELETE's optional DeleteOptions body.
 func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.DeleteOptions, error) {
@@ -545,7 +581,7 @@ func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.
 	if err != nil || len(bytes.TrimSpace(body)) == 0 {
 		return opts, err
 	}
-	js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
+	js, err := toJSON(body, r.Header.Get("Content-Type"), false, deleteOptionsKind)
 	if err == nil {
 		err = json.Unmarshal(js, &opts)
 	}

@@ -30,13 +30,13 @@ const (
 type watchWriter struct {
 	w        http.ResponseWriter
 	flusher  http.Flusher
-	ki       *kindInfo
+	ki       *kind
 	table    *tableOptions
 	sentCols bool
 }
 
 // startWatch sends the response headers; the stream of events follows.
-func startWatch(w http.ResponseWriter, req request, ki *kindInfo) *watchWriter {
+func startWatch(w http.ResponseWriter, req request, ki *kind) *watchWriter {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)

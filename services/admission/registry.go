@@ -1,0 +1,197 @@
+package admission
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/podbus/podbus/bus"
+)
+
+// The registry: one kind value per served resource, from which routing, discovery, OpenAPI, tables,
+// selectors and the generic handlers (get, list, watch, create, update, patch, delete on a KV bucket)
+// are derived, as kube-apiserver derives them from a resource's strategy.
+//
+//	URL ──route──▶ kind (group, version, resource) ──┬─ serve != nil: the kind's own handlers (pods, events)
+//	                                                 └─ generic handlers ──strategy──▶ storage (KV bucket, CAS)
+//
+// A new kind is a file declaring its kind value (and its tests), plus its line in builtinKinds.
+
+// kind describes one resource.
+type kind struct {
+	group, version, kind string
+	resource, singular   string
+	shortNames           []string
+	categories           []string
+	namespaced           bool
+	// verbs served; nil: every verb of the generic handlers.
+	verbs []string
+	// newObject returns an empty object of the kind: decoding target, OpenAPI schema, field names.
+	newObject func() runtime.Object
+	// columns and cells print the kind as a Table row (kubectl get).
+	columns []metav1.TableColumnDefinition
+	cells   func(runtime.Object) []any
+	// fields are the fields a fieldSelector may name, with their values; nil: metadata.name and, for
+	// namespaced kinds, metadata.namespace.
+	fields       func(runtime.Object) fields.Set
+	subresources []subresourceInfo
+	// storage keeps the kind in a KV bucket; nil for a kind that serves itself.
+	storage  *kvStorage
+	strategy strategy
+	// serve replaces the generic handlers (pods go through the store's command path, events come
+	// from a stream); nil: the generic handlers over storage.
+	serve func(s *Service, w http.ResponseWriter, r *http.Request, req request)
+}
+
+// strategy holds a kind's hooks around the generic handlers; every hook is optional.
+type strategy struct {
+	// prepareForCreate defaults the object and sets the fields the server owns beyond metadata.
+	prepareForCreate func(obj runtime.Object)
+	validate         func(obj runtime.Object) field.ErrorList
+	// prepareForUpdate copies from old what an update of sub ("" or "status") may not change.
+	prepareForUpdate func(obj, old runtime.Object, sub string)
+	validateUpdate   func(obj, old runtime.Object) field.ErrorList
+	// delete replaces the immediate removal of the stored object (rev is its revision): it returns the
+	// object as left (a graceful deletion) or nil when the object is gone.
+	delete func(ctx context.Context, s *Service, req request, obj runtime.Object, rev uint64) (runtime.Object, error)
+}
+
+var allVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+
+func (k *kind) apiVersion() string {
+	if k.group == "" {
+		return k.version
+	}
+	return k.group + "/" + k.version
+}
+
+func (k *kind) listKind() string { return k.kind + "List" }
+func (k *kind) gr() schema.GroupResource {
+	return schema.GroupResource{Group: k.group, Resource: k.resource}
+}
+func (k *kind) gk() schema.GroupKind { return schema.GroupKind{Group: k.group, Kind: k.kind} }
+func (k *kind) gv() schema.GroupVersion {
+	return schema.GroupVersion{Group: k.group, Version: k.version}
+}
+func (k *kind) typeMeta() metav1.TypeMeta {
+	return metav1.TypeMeta{Kind: k.kind, APIVersion: k.apiVersion()}
+}
+func (k *kind) meta(o runtime.Object) *metav1.ObjectMeta { return objectMeta(o) }
+
+func (k *kind) servedVerbs() []string {
+	if k.verbs != nil {
+		return k.verbs
+	}
+	return allVerbs
+}
+
+func (k *kind) fieldSet(o runtime.Object) fields.Set {
+	if k.fields != nil {
+		return k.fields(o)
+	}
+	m := objectMeta(o)
+	fs := fields.Set{"metadata.name": m.Name}
+	if k.namespaced {
+		fs["metadata.namespace"] = m.Namespace
+	}
+	return fs
+}
+
+func (k *kind) hasSubresource(name string) bool {
+	return slices.ContainsFunc(k.subresources, func(s subresourceInfo) bool { return s.name == name })
+}
+
+// objectMeta is the metadata of any API object (they all embed metav1.ObjectMeta).
+func objectMeta(o runtime.Object) *metav1.ObjectMeta {
+	return o.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta)
+}
+
+// registry is the set of served kinds.
+type registry struct {
+	kinds       []*kind
+	openAPIOnce sync.Once
+	openAPI     map[string]openAPIDoc // by path under /openapi/v3/
+}
+
+// builtinKinds are the kinds podbus serves.
+func builtinKinds() []*kind {
+	return []*kind{
+		withServe(podKind, (*Service).servePods),
+		nodeKind,
+		withServe(eventKind, (*Service).serveEvents),
+		namespaceKind,
+		configMapKind,
+	}
+}
+
+// withServe is k with its own handlers.
+func withServe(k *kind, serve func(*Service, http.ResponseWriter, *http.Request, request)) *kind {
+	c := *k
+	c.serve = serve
+	return &c
+}
+
+func (r *registry) lookup(group, version, resource string) *kind {
+	for _, k := range r.kinds {
+		if k.group == group && k.version == version && k.resource == resource {
+			return k
+		}
+	}
+	return nil
+}
+
+// groupVersions lists the served group versions in registration order, the core group first.
+func (r *registry) groupVersions() []schema.GroupVersion {
+	var out []schema.GroupVersion
+	for _, k := range r.kinds {
+		if !slices.Contains(out, k.gv()) {
+			out = append(out, k.gv())
+		}
+	}
+	slices.SortStableFunc(out, func(a, b schema.GroupVersion) int {
+		switch {
+		case a.Group == "" && b.Group != "":
+			return -1
+		case a.Group != "" && b.Group == "":
+			return 1
+		}
+		return strings.Compare(a.Group, b.Group)
+	})
+	return out
+}
+
+// in returns the kinds of one group version.
+func (r *registry) in(gv schema.GroupVersion) []*kind {
+	var out []*kind
+	for _, k := range r.kinds {
+		if k.gv() == gv {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Buckets are the KV buckets of the served kinds, for bus.Options.Buckets: provisioning them with the
+// pipeline's lets every service (the namespace controller among them) open them.
+func Buckets() []bus.BucketSpec {
+	return (&registry{kinds: builtinKinds()}).buckets()
+}
+
+// buckets are the buckets of the kinds, the pipeline's (pods, nodes) left out.
+func (r *registry) buckets() []bus.BucketSpec {
+	var out []bus.BucketSpec
+	for _, k := range r.kinds {
+		if k.storage != nil && !k.storage.pipeline {
+			out = append(out, k.storage.spec)
+		}
+	}
+	return out
+}
