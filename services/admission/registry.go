@@ -195,3 +195,17 @@ func (r *registry) buckets() []bus.BucketSpec {
 	}
 	return out
 }
+
+// NamespacedBuckets are the buckets of the namespaced kinds on the generic handlers: what the namespace
+// controller empties when a namespace goes (pods, which have their own path, left out).
+func NamespacedBuckets() []string {
+	var out []string
+	for _, b := range (&registry{kinds: builtinKinds()}).buckets() {
+		for _, k := range builtinKinds() {
+			if k.namespaced && k.storage != nil && k.storage.spec.Name == b.Name && !slices.Contains(out, b.Name) {
+				out = append(out, b.Name)
+			}
+		}
+	}
+	return out
+}
