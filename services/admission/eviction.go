@@ -6,6 +6,7 @@ import (
 
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // evictPod serves POST pods/<name>/eviction (policy/v1 Eviction, what kubectl drain sends): a graceful
@@ -57,4 +58,4 @@ func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) 
 	})
 }
 
-var evictionKind = &kind{group: "policy", version: "v1", kind: "Eviction"}
+var evictionKind = &kind{group: "policy", version: "v1", kind: "Eviction", newObject: func() runtime.Object { return &policyv1.Eviction{} }}

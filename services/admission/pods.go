@@ -572,7 +572,7 @@ func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode str
 	return apply, bytes.Contains(body, []byte("resourceVersion")), nil
 }
 
-var deleteOptionsKind = &kind{version: "v1", kind: "DeleteOptions"}
+var deleteOptionsKind = &kind{version: "v1", kind: "DeleteOptions", newObject: func() runtime.Object { return &metav1.DeleteOptions{} }}
 
 // deleteOptions reads a DELETE's optional DeleteOptions body.
 func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.DeleteOptions, error) {
