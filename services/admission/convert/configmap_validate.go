@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// MaxConfigMapSize bounds the data of a ConfigMap, keys included, as kube's MaxSecretSize does.
+// MaxConfigMapSize bounds the total size of a ConfigMap's values, as kube's MaxSecretSize does.
 const MaxConfigMapSize = 1 << 20
 
 // ValidateConfigMap validates a ConfigMap as kube-apiserver does: its metadata, every key of data and
-// binaryData ([-._a-zA-Z0-9]+, at most 253 characters, not "." or ".."), no key in both, and the total
-// size at most MaxConfigMapSize.
+// binaryData ([-._a-zA-Z0-9]+, at most 253 characters, not "." or ".."), no key in both, and the total size
+// of the values at most MaxConfigMapSize.
 func ValidateConfigMap(c *corev1.ConfigMap) field.ErrorList {
 	errs := apivalidation.ValidateObjectMeta(&c.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	size := 0
@@ -26,13 +26,13 @@ func ValidateConfigMap(c *corev1.ConfigMap) field.ErrorList {
 		if _, dup := c.BinaryData[key]; dup {
 			errs = append(errs, field.Invalid(p, key, "duplicate of key present in binaryData"))
 		}
-		size += len(key) + len(value)
+		size += len(value)
 	}
 	for key, value := range c.BinaryData {
 		for _, msg := range validation.IsConfigMapKey(key) {
 			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(key), key, msg))
 		}
-		size += len(key) + len(value)
+		size += len(value)
 	}
 	if size > MaxConfigMapSize {
 		errs = append(errs, field.TooLong(field.NewPath(""), "", MaxConfigMapSize))
