@@ -29,20 +29,57 @@ import (
 // updateAttemptsKV bounds the re-read-and-retry loop of an update that lost a compare-and-set.
 const updateAttemptsKV = 16
 
-// serveGeneric routes one request for a KV-backed kind.
+// verbOf is the API verb of a request.
+func verbOf(r *http.Request, req request) string {
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case req.watch:
+			return "watch"
+		case req.name == "":
+			return "list"
+		}
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return ""
+}
+
+// serveGeneric routes one request for a KV-backed kind, to the kind's own handler where it has one.
 func (s *Service) serveGeneric(w http.ResponseWriter, r *http.Request, req request) {
 	k := req.kind
-	if req.sub != "" && (req.name == "" || !k.hasSubresource(req.sub)) {
-		writeStatus(w, notFoundPath(r.URL.Path))
-		return
-	}
+	verb := verbOf(r, req)
 	if k.namespaced && req.ns == "" && req.name != "" {
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
 	}
-	allowed := func(verb string) bool { return slices.Contains(k.servedVerbs(), verb) }
-	switch {
-	case r.Method == http.MethodGet && req.watch && allowed("watch"), r.Method == http.MethodGet && req.name == "" && !req.watch && allowed("list"):
+	if req.sub != "" {
+		i := slices.IndexFunc(k.subresources, func(sr subresourceInfo) bool { return sr.name == req.sub })
+		if i < 0 || req.name == "" || req.watch {
+			writeStatus(w, notFoundPath(r.URL.Path))
+			return
+		}
+		if !slices.Contains(k.subresources[i].verbs, verb) {
+			writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+			return
+		}
+		if h := k.handlers.sub[req.sub]; h != nil {
+			h(s, w, r, req)
+			return
+		}
+	} else if !slices.Contains(k.servedVerbs(), verb) {
+		writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+		return
+	}
+	switch verb {
+	case "list", "watch":
 		s.listOrWatch(w, r, req, s.source(k), k.keyFilter(req.ns), func(m matcher) string {
 			name := req.name
 			if name == "" {
@@ -53,21 +90,76 @@ func (s *Service) serveGeneric(w http.ResponseWriter, r *http.Request, req reque
 			}
 			return ""
 		})
-	case r.Method == http.MethodGet && req.name != "" && !req.watch && allowed("get"):
+	case "get":
 		o, _, err := s.source(k).get(r.Context(), k.key(req.ns, req.name), req.name)
 		if err != nil {
 			writeStatus(w, err)
 			return
 		}
 		writeObject(w, http.StatusOK, req, k, o)
-	case r.Method == http.MethodPost && req.name == "" && (req.ns != "" || !k.namespaced) && allowed("create"):
-		s.createObject(w, r, req)
-	case r.Method == http.MethodPut && req.name != "" && allowed("update"), r.Method == http.MethodPatch && req.name != "" && allowed("patch"):
-		s.updateObject(w, r, req)
-	case r.Method == http.MethodDelete && req.name != "" && req.sub == "" && allowed("delete"):
-		s.deleteObject(w, r, req)
+	case "create":
+		if req.name != "" || (k.namespaced && req.ns == "") {
+			writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+			return
+		}
+		or(k.handlers.create, (*Service).createObject)(s, w, r, req)
+	case "update", "patch":
+		if req.name == "" {
+			writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+			return
+		}
+		or(k.handlers.update, (*Service).updateObject)(s, w, r, req)
+	case "delete":
+		if req.name == "" {
+			writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+			return
+		}
+		or(k.handlers.delete, (*Service).deleteObject)(s, w, r, req)
 	default:
 		writeStatus(w, methodNotAllowed(k.gr(), r.Method))
+	}
+}
+
+func or(h, generic handlerFunc) handlerFunc {
+	if h != nil {
+		return h
+	}
+	return generic
+}
+
+// listOrWatch serves LIST and WATCH of a KV-backed resource. narrow returns a more specific key
+// filter when the request names one object.
+func (s *Service) listOrWatch(w http.ResponseWriter, r *http.Request, req request, src *kvSource, filter string, narrow func(matcher) string) {
+	m, err := newMatcher(req.q, src.ki)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	if narrow != nil {
+		if k := narrow(m); k != "" {
+			filter = k
+		}
+	}
+	if !req.watch {
+		objs, rv, err := src.list(r.Context(), filter, m)
+		if err != nil {
+			writeStatus(w, err)
+			return
+		}
+		writeList(w, req, src.ki, objs, rv)
+		return
+	}
+	rv, err := parseRV(req.q.Get("resourceVersion"))
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	ctx, cancel := watchContext(r, req)
+	defer cancel()
+	started := false
+	err = src.watch(ctx, func() *watchWriter { started = true; return startWatch(w, req, src.ki) }, filter, rv, m)
+	if err != nil && !started {
+		writeStatus(w, err)
 	}
 }
 

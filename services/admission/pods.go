@@ -53,6 +53,21 @@ var podKind = &kind{
 			"status.nominatedNodeName": p.Status.NominatedNodeName,
 		}
 	},
+	storage: &kvStorage{
+		spec:     bus.BucketSpec{Name: bus.BucketPods},
+		pipeline: true,
+		encode: func(o runtime.Object) ([]byte, error) {
+			p, _ := convert.PodToPB(o.(*corev1.Pod))
+			return proto.Marshal(p)
+		},
+		decode: func(data []byte) (runtime.Object, error) {
+			p := &pb.Pod{}
+			if err := proto.Unmarshal(data, p); err != nil {
+				return nil, errors.Join(bus.ErrMalformed, err)
+			}
+			return convert.PodFromPB(p, 0), nil
+		},
+	},
 	subresources: []subresourceInfo{
 		{name: "status", kind: "Pod", verbs: []string{"get"}},
 		{name: "log", kind: "Pod", verbs: []string{"get"}},
@@ -61,126 +76,15 @@ var podKind = &kind{
 	},
 }
 
-// updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
-const updateAttempts = 5
-
-func decodePod(_ string, value []byte, rev uint64) (runtime.Object, error) {
-	p := &pb.Pod{}
-	if err := proto.Unmarshal(value, p); err != nil {
-		return nil, fmt.Errorf("decode pod: %w", errors.Join(bus.ErrMalformed, err))
-	}
-	return podFromPB(p, rev), nil
-}
-
 // podFromPB is convert.PodFromPB with the type and version the API shows.
 func podFromPB(p *pb.Pod, rev uint64) *corev1.Pod {
 	out := convert.PodFromPB(p, rev)
-	out.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-	if rev != 0 {
-		out.ResourceVersion = strconv.FormatUint(rev, 10)
-	}
+	podKind.stamp(out, rev)
 	return out
 }
 
-func podTombstone(key string, _ uint64) runtime.Object {
-	ns, name, _ := bus.SplitPodKey(key)
-	return &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-}
-
-func (s *Service) podSource() *kvSource {
-	return &kvSource{js: s.conn.JS, kv: s.pods, ki: podKind, decode: decodePod, tombstone: podTombstone}
-}
-
-func (s *Service) servePods(w http.ResponseWriter, r *http.Request, req request) {
-	switch req.sub {
-	case "":
-	case "log":
-		if r.Method != http.MethodGet {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-		s.podLogs(w, r, req)
-		return
-	case "status":
-		if r.Method != http.MethodGet {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-	case "eviction":
-		if r.Method != http.MethodPost {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-		s.evictPod(w, r, req)
-		return
-	default:
-		writeStatus(w, notFoundPath(r.URL.Path))
-		return
-	}
-	switch {
-	case r.Method == http.MethodGet && (req.watch || req.name == ""):
-		s.listOrWatch(w, r, req, s.podSource(), bus.PodKeyPrefix(req.ns), func(m matcher) string {
-			if name := m.fieldValue("metadata.name"); name != "" && req.ns != "" {
-				return bus.PodKey(req.ns, name)
-			}
-			if req.name != "" {
-				return bus.PodKey(req.ns, req.name)
-			}
-			return ""
-		})
-	case r.Method == http.MethodGet:
-		o, _, err := s.podSource().get(r.Context(), bus.PodKey(req.ns, req.name), req.name)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeObject(w, http.StatusOK, req, podKind, o)
-	case r.Method == http.MethodPost && req.name == "" && req.ns != "":
-		s.createPod(w, r, req)
-	case (r.Method == http.MethodPatch || r.Method == http.MethodPut) && req.name != "":
-		s.updatePod(w, r, req)
-	case r.Method == http.MethodDelete && req.name != "":
-		s.deletePod(w, r, req)
-	default:
-		writeStatus(w, methodNotAllowed(grPods, r.Method))
-	}
-}
-
-// listOrWatch serves LIST and WATCH of a KV-backed resource. narrow returns a more specific key
-// filter when the request names one object.
-func (s *Service) listOrWatch(w http.ResponseWriter, r *http.Request, req request, src *kvSource, filter string, narrow func(matcher) string) {
-	m, err := newMatcher(req.q, src.ki)
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	if narrow != nil {
-		if k := narrow(m); k != "" {
-			filter = k
-		}
-	}
-	if !req.watch {
-		objs, rv, err := src.list(r.Context(), filter, m)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeList(w, req, src.ki, objs, rv)
-		return
-	}
-	rv, err := parseRV(req.q.Get("resourceVersion"))
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	ctx, cancel := watchContext(r, req)
-	defer cancel()
-	started := false
-	err = src.watch(ctx, func() *watchWriter { started = true; return startWatch(w, req, src.ki) }, filter, rv, m)
-	if err != nil && !started {
-		writeStatus(w, err)
-	}
-}
+// updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
+const updateAttempts = 5
 
 // createPod is step 1 of the pipeline: decode, default, validate, and hand the pod to the store.
 func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request) {

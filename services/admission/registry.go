@@ -46,9 +46,19 @@ type kind struct {
 	// storage keeps the kind in a KV bucket; nil for a kind that serves itself.
 	storage  *kvStorage
 	strategy strategy
-	// serve replaces the generic handlers (pods go through the store's command path, events come
-	// from a stream); nil: the generic handlers over storage.
-	serve func(s *Service, w http.ResponseWriter, r *http.Request, req request)
+	// handlers replace generic handlers verb by verb (pods' writes go through the store).
+	handlers handlers
+	// serve replaces all the generic handlers (events come from a stream, not a bucket).
+	serve handlerFunc
+}
+
+type handlerFunc func(s *Service, w http.ResponseWriter, r *http.Request, req request)
+
+// handlers are a kind's own handlers; nil ones are the generic handlers.
+type handlers struct {
+	create, update, delete handlerFunc
+	// subresources served by the kind itself (pods/log, pods/eviction), by name.
+	sub map[string]handlerFunc
 }
 
 // strategy holds a kind's hooks around the generic handlers; every hook is optional.
@@ -124,7 +134,12 @@ type registry struct {
 // builtinKinds are the kinds podbus serves.
 func builtinKinds() []*kind {
 	return []*kind{
-		withServe(podKind, (*Service).servePods),
+		withHandlers(podKind, handlers{
+			create: (*Service).createPod,
+			update: (*Service).updatePod,
+			delete: (*Service).deletePod,
+			sub:    map[string]handlerFunc{"log": (*Service).podLogs, "eviction": (*Service).evictPod},
+		}),
 		nodeKind,
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
@@ -132,10 +147,18 @@ func builtinKinds() []*kind {
 	}
 }
 
-// withServe is k with its own handlers.
-func withServe(k *kind, serve func(*Service, http.ResponseWriter, *http.Request, request)) *kind {
+// withServe is k serving itself. Handlers are attached here rather than in the kind's declaration,
+// which the handlers themselves refer to.
+func withServe(k *kind, serve handlerFunc) *kind {
 	c := *k
 	c.serve = serve
+	return &c
+}
+
+// withHandlers is k with some handlers of its own.
+func withHandlers(k *kind, h handlers) *kind {
+	c := *k
+	c.handlers = h
 	return &c
 }
 
