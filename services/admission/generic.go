@@ -303,6 +303,38 @@ func (s *Service) updateStored(ctx context.Context, req request, mode string, ap
 	if err != nil {
 		return nil, nil, err
 	}
+	obj, warnings, err := applyUpdate(req, mode, old, apply)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f := k.strategy.prepareForUpdate; f != nil {
+		f(obj, old, req.sub)
+	}
+	k.stamp(obj, 0)
+	if equality.Semantic.DeepEqual(obj, old) {
+		return old, warnings, nil
+	}
+	if f := k.strategy.validateUpdate; f != nil {
+		if errs := f(obj, old); len(errs) > 0 {
+			return nil, nil, apierrors.NewInvalid(k.gk(), req.name, errs)
+		}
+	}
+	if dryRun(req) {
+		return obj, warnings, nil
+	}
+	newRev, err := s.writeObject(ctx, k, obj, rev)
+	if err != nil {
+		return nil, nil, err
+	}
+	k.stamp(obj, newRev)
+	return obj, warnings, nil
+}
+
+// applyUpdate applies an update (PUT body or patch) to old, decodes and checks the result, and copies
+// from old the metadata the API owns, as every strategy's PrepareForUpdate does. bus.ErrConflict: the
+// body names a resourceVersion other than old's.
+func applyUpdate(req request, mode string, old runtime.Object, apply func([]byte) ([]byte, error)) (runtime.Object, []string, error) {
+	k := req.kind
 	cur, err := json.Marshal(old)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode %s: %w", k.resource, err)
@@ -331,30 +363,10 @@ func (s *Service) updateStored(ctx context.Context, req request, mode string, ap
 		//lint:ignore ST1005 Kubernetes' exact message
 		return nil, nil, apierrors.NewConflict(k.gr(), req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", m.UID, om.UID))
 	}
-	// What the API owns, as every strategy's PrepareForUpdate keeps it.
 	m.Name, m.Namespace, m.UID, m.ResourceVersion = om.Name, om.Namespace, om.UID, om.ResourceVersion
 	m.CreationTimestamp, m.Generation = om.CreationTimestamp, om.Generation
 	m.DeletionTimestamp, m.DeletionGracePeriodSeconds = om.DeletionTimestamp, om.DeletionGracePeriodSeconds
-	if f := k.strategy.prepareForUpdate; f != nil {
-		f(obj, old, req.sub)
-	}
-	k.stamp(obj, 0)
-	if equality.Semantic.DeepEqual(obj, old) {
-		return old, warnings, nil
-	}
-	if f := k.strategy.validateUpdate; f != nil {
-		if errs := f(obj, old); len(errs) > 0 {
-			return nil, nil, apierrors.NewInvalid(k.gk(), req.name, errs)
-		}
-	}
-	if dryRun(req) {
-		return obj, warnings, nil
-	}
-	newRev, err := s.writeObject(ctx, k, obj, rev)
-	if err != nil {
-		return nil, nil, err
-	}
-	k.stamp(obj, newRev)
+	obj.GetObjectKind().SetGroupVersionKind(old.GetObjectKind().GroupVersionKind())
 	return obj, warnings, nil
 }
 

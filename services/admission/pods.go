@@ -157,26 +157,11 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 
 // decodePodBody reads and decodes a pod from the request body.
 func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1.Pod, []string, error) {
-	mode, err := fieldValidation(r)
+	o, warnings, err := s.decodeBody(w, r, podKind)
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := s.readBody(w, r)
-	if err != nil {
-		return nil, nil, err
-	}
-	data, err = toJSON(data, r.Header.Get("Content-Type"), mode == validationStrict, podKind)
-	if err != nil {
-		return nil, nil, err
-	}
-	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(data, mode, podKind, pod)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkTypeMeta(pod.GetObjectKind(), podKind); err != nil {
-		return nil, nil, err
-	}
+	pod := o.(*corev1.Pod)
 	pod.TypeMeta = metav1.TypeMeta{}
 	return pod, warnings, nil
 }
@@ -265,41 +250,15 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{}, nil, err
 	}
 	old := podFromPB(stored, rev)
-	cur, err := json.Marshal(old)
-	if err != nil {
-		return updateResult{}, nil, fmt.Errorf("encode pod: %w", err)
+	o, warnings, err := applyUpdate(req, mode, old, apply)
+	if errors.Is(err, bus.ErrConflict) {
+		return updateResult{code: http.StatusConflict, err: conflictError(podKind, req.name)}, nil, nil
 	}
-	patched, err := apply(cur)
-	if err != nil {
-		return updateResult{}, nil, err
-	}
-	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(patched, mode, podKind, pod)
 	if err != nil {
 		return updateResult{}, nil, err
 	}
-	if err := checkTypeMeta(pod.GetObjectKind(), podKind); err != nil {
-		return updateResult{}, nil, err
-	}
-	switch {
-	case pod.Name != "" && pod.Name != req.name:
-		return updateResult{}, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", pod.Name, req.name)
-	case pod.Namespace != "" && pod.Namespace != req.ns:
-		return updateResult{}, nil, badRequest("the namespace of the provided object does not match the namespace sent on the request")
-	case pod.ResourceVersion != "" && pod.ResourceVersion != old.ResourceVersion:
-		return updateResult{code: http.StatusConflict, err: conflict(req.name)}, nil, nil
-	case pod.UID != "" && pod.UID != old.UID:
-		//lint:ignore ST1005 Kubernetes' exact message
-		return updateResult{}, nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", pod.UID, old.UID))
-	}
-	// Fields the API owns, as the pod strategy's PrepareForUpdate resets them; status has its own
-	// subresource.
-	pod.TypeMeta = old.TypeMeta
-	pod.Name, pod.Namespace, pod.UID = old.Name, old.Namespace, old.UID
-	pod.ResourceVersion = old.ResourceVersion
-	pod.CreationTimestamp = old.CreationTimestamp
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = old.DeletionTimestamp, old.DeletionGracePeriodSeconds
-	pod.Generation = old.Generation
+	// Status has its own subresource.
+	pod := o.(*corev1.Pod)
 	pod.Status = old.Status
 	convert.DefaultPod(pod)
 	if equality.Semantic.DeepEqual(pod, old) {
@@ -325,10 +284,6 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{code: int(res.GetCode()), err: resultError(res, req.name)}, warnings, nil
 	}
 	return updateResult{code: http.StatusOK, pod: podFromPB(res.GetPod(), res.GetRevision())}, warnings, nil
-}
-
-func conflict(name string) error {
-	return apierrors.NewConflict(grPods, name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
 // patcher returns the function applying a PATCH body of the given content type; dataStruct (a
