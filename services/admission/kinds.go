@@ -81,9 +81,9 @@ func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Obje
 	})
 	rvs := strconv.FormatUint(rv, 10)
 	if req.table != nil {
-		t := newTable(ki.columns, rvs)
+		t := newTable(ki.tableColumns(), rvs)
 		for _, o := range objs {
-			t.Rows = append(t.Rows, req.table.row(ki.cells(o), o, ki.meta(o)))
+			t.Rows = append(t.Rows, req.table.row(ki.row(o), o, ki.meta(o)))
 		}
 		writeJSON(w, http.StatusOK, t)
 		return
@@ -101,8 +101,8 @@ func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Obje
 // writeObject answers one object, or a one-row Table.
 func writeObject(w http.ResponseWriter, code int, req request, ki *kind, o runtime.Object) {
 	if req.table != nil && req.sub == "" {
-		t := newTable(ki.columns, ki.meta(o).ResourceVersion)
-		t.Rows = append(t.Rows, req.table.row(ki.cells(o), o, ki.meta(o)))
+		t := newTable(ki.tableColumns(), ki.meta(o).ResourceVersion)
+		t.Rows = append(t.Rows, req.table.row(ki.row(o), o, ki.meta(o)))
 		writeJSON(w, code, t)
 		return
 	}

@@ -20,8 +20,11 @@ import (
 // selectors and the generic handlers (get, list, watch, create, update, patch, delete on a KV bucket)
 // are derived, as kube-apiserver derives them from a resource's strategy.
 //
-//	URL ──route──▶ kind (group, version, resource) ──┬─ serve != nil: the kind's own handlers (pods, events)
-//	                                                 └─ generic handlers ──strategy──▶ storage (KV bucket, CAS)
+//	URL ──route──▶ kind (group, version, resource) ──┬─ serve: the kind serves itself (events: a stream)
+//	                                                 └─ generic handlers (verbs, subresources checked)
+//	                                                      ├─ handlers: the kind's own, verb by verb (pods'
+//	                                                      │    writes: the store's command path)
+//	                                                      └─ strategy hooks ──▶ storage (KV bucket, CAS)
 //
 // A new kind is a file declaring its kind value (and its tests), plus its line in builtinKinds.
 
@@ -36,7 +39,7 @@ type kind struct {
 	verbs []string
 	// newObject returns an empty object of the kind: decoding target, OpenAPI schema, field names.
 	newObject func() runtime.Object
-	// columns and cells print the kind as a Table row (kubectl get).
+	// columns and cells print the kind as a Table row (kubectl get); nil: Name and Age.
 	columns []metav1.TableColumnDefinition
 	cells   func(runtime.Object) []any
 	// fields are the fields a fieldSelector may name, with their values; nil: metadata.name and, for
@@ -84,17 +87,40 @@ func (k *kind) apiVersion() string {
 }
 
 func (k *kind) listKind() string { return k.kind + "List" }
+
 func (k *kind) gr() schema.GroupResource {
 	return schema.GroupResource{Group: k.group, Resource: k.resource}
 }
+
 func (k *kind) gk() schema.GroupKind { return schema.GroupKind{Group: k.group, Kind: k.kind} }
+
 func (k *kind) gv() schema.GroupVersion {
 	return schema.GroupVersion{Group: k.group, Version: k.version}
 }
-func (k *kind) typeMeta() metav1.TypeMeta {
-	return metav1.TypeMeta{Kind: k.kind, APIVersion: k.apiVersion()}
-}
+
 func (k *kind) meta(o runtime.Object) *metav1.ObjectMeta { return objectMeta(o) }
+
+// defaultColumns print a kind without columns of its own, as kube-apiserver's default table does.
+var defaultColumns = []metav1.TableColumnDefinition{
+	col("Name", "string", "Name must be unique within a namespace.", 0),
+	col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
+}
+
+func (k *kind) tableColumns() []metav1.TableColumnDefinition {
+	if k.columns == nil {
+		return defaultColumns
+	}
+	return k.columns
+}
+
+// row is the object's Table row.
+func (k *kind) row(o runtime.Object) []any {
+	if k.cells == nil {
+		m := objectMeta(o)
+		return []any{m.Name, since(m.CreationTimestamp)}
+	}
+	return k.cells(o)
+}
 
 func (k *kind) servedVerbs() []string {
 	if k.verbs != nil {
@@ -113,10 +139,6 @@ func (k *kind) fieldSet(o runtime.Object) fields.Set {
 		fs["metadata.namespace"] = m.Namespace
 	}
 	return fs
-}
-
-func (k *kind) hasSubresource(name string) bool {
-	return slices.ContainsFunc(k.subresources, func(s subresourceInfo) bool { return s.name == name })
 }
 
 // objectMeta is the metadata of any API object (they all embed metav1.ObjectMeta).
@@ -220,14 +242,12 @@ func (r *registry) buckets() []bus.BucketSpec {
 }
 
 // NamespacedBuckets are the buckets of the namespaced kinds on the generic handlers: what the namespace
-// controller empties when a namespace goes (pods, which have their own path, left out).
+// controller empties when a namespace goes (pods, deleted through the store, left out).
 func NamespacedBuckets() []string {
 	var out []string
-	for _, b := range (&registry{kinds: builtinKinds()}).buckets() {
-		for _, k := range builtinKinds() {
-			if k.namespaced && k.storage != nil && k.storage.spec.Name == b.Name && !slices.Contains(out, b.Name) {
-				out = append(out, b.Name)
-			}
+	for _, k := range builtinKinds() {
+		if k.namespaced && k.storage != nil && !k.storage.pipeline {
+			out = append(out, k.storage.spec.Name)
 		}
 	}
 	return out

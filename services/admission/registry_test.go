@@ -211,3 +211,37 @@ func TestRegistryNewKind(t *testing.T) {
 		t.Errorf("get after delete = %d", resp.StatusCode)
 	}
 }
+
+// TestRegistryMinimalKind: a cluster-scoped kind with nothing but names and storage gets the default
+// table, field selectors and every verb.
+func TestRegistryMinimalKind(t *testing.T) {
+	gadgets := &kind{
+		group: "other.podbus.io", version: "v1alpha1", kind: "Gadget", resource: "gadgets", singular: "gadget",
+		newObject: func() runtime.Object { return &widget{} },
+		storage:   jsonStorage(bus.BucketSpec{Name: "gadgets", History: 1}, func() runtime.Object { return &widget{} }),
+	}
+	e := start(t, func(c *Config) { c.extraKinds = []*kind{gadgets} }, true)
+	const base = "/apis/other.podbus.io/v1alpha1/gadgets"
+	for _, name := range []string{"g1", "g2"} {
+		if resp, data := e.do("POST", base, `{"metadata":{"name":"`+name+`","namespace":"ignored"}}`); resp.StatusCode != 201 ||
+			strings.Contains(string(data), "ignored") || !strings.Contains(string(data), `"kind":"Gadget"`) {
+			t.Fatalf("create %s: %d %s", name, resp.StatusCode, data)
+		}
+	}
+	_, data := e.do("GET", base+"?fieldSelector=metadata.name%3Dg2", "", tableAccept)
+	var tbl metav1.Table
+	_ = json.Unmarshal(data, &tbl)
+	if len(tbl.ColumnDefinitions) != 2 || tbl.ColumnDefinitions[0].Name != "Name" || tbl.ColumnDefinitions[1].Name != "Age" ||
+		len(tbl.Rows) != 1 || tbl.Rows[0].Cells[0] != "g2" {
+		t.Errorf("default table = %s", data)
+	}
+	if resp, _ := e.do("GET", "/apis/other.podbus.io/v1alpha1/namespaces/default/gadgets/g1", ""); resp.StatusCode != 404 {
+		t.Errorf("namespaced URL of a cluster-scoped kind = %d", resp.StatusCode)
+	}
+	if resp, _ := e.do("GET", base+"/g1/status", ""); resp.StatusCode != 404 {
+		t.Errorf("undeclared subresource = %d", resp.StatusCode)
+	}
+	if resp, data := e.do("DELETE", base+"/g1", ""); resp.StatusCode != 200 {
+		t.Errorf("delete = %d %s", resp.StatusCode, data)
+	}
+}

@@ -56,12 +56,12 @@ func (ww *watchWriter) flush() {
 func (ww *watchWriter) send(typ string, o runtime.Object) error {
 	var payload any = o
 	if ww.table != nil {
-		cols := ww.ki.columns
+		cols := ww.ki.tableColumns()
 		if ww.sentCols {
 			cols = nil
 		}
 		t := newTable(cols, ww.ki.meta(o).ResourceVersion)
-		t.Rows = append(t.Rows, ww.table.row(ww.ki.cells(o), o, ww.ki.meta(o)))
+		t.Rows = append(t.Rows, ww.table.row(ww.ki.row(o), o, ww.ki.meta(o)))
 		ww.sentCols = true
 		payload = t
 	}
