@@ -225,11 +225,9 @@ func (s *Service) createObject(w http.ResponseWriter, r *http.Request, req reque
 	if f := k.strategy.prepareForCreate; f != nil {
 		f(obj)
 	}
-	if f := k.strategy.validate; f != nil {
-		if errs := f(obj); len(errs) > 0 {
-			writeStatus(w, apierrors.NewInvalid(k.gk(), m.Name, errs))
-			return
-		}
+	if errs := k.validate(obj); len(errs) > 0 {
+		writeStatus(w, apierrors.NewInvalid(k.gk(), m.Name, errs))
+		return
 	}
 	addWarnings(w, warnings)
 	k.stamp(obj, 0)
@@ -314,10 +312,8 @@ func (s *Service) updateStored(ctx context.Context, req request, mode string, ap
 	if equality.Semantic.DeepEqual(obj, old) {
 		return old, warnings, nil
 	}
-	if f := k.strategy.validateUpdate; f != nil {
-		if errs := f(obj, old); len(errs) > 0 {
-			return nil, nil, apierrors.NewInvalid(k.gk(), req.name, errs)
-		}
+	if errs := k.validateUpdate(obj, old); len(errs) > 0 {
+		return nil, nil, apierrors.NewInvalid(k.gk(), req.name, errs)
 	}
 	if dryRun(req) {
 		return obj, warnings, nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,7 +69,8 @@ type handlers struct {
 type strategy struct {
 	// prepareForCreate defaults the object and sets the fields the server owns beyond metadata.
 	prepareForCreate func(obj runtime.Object)
-	validate         func(obj runtime.Object) field.ErrorList
+	// validate and validateUpdate replace the default, the metadata's validation.
+	validate func(obj runtime.Object) field.ErrorList
 	// prepareForUpdate copies from old what an update of sub ("" or "status") may not change.
 	prepareForUpdate func(obj, old runtime.Object, sub string)
 	validateUpdate   func(obj, old runtime.Object) field.ErrorList
@@ -120,6 +122,23 @@ func (k *kind) row(o runtime.Object) []any {
 		return []any{m.Name, since(m.CreationTimestamp)}
 	}
 	return k.cells(o)
+}
+
+// validate checks a new object: the kind's validation, or its metadata alone (a DNS subdomain name).
+func (k *kind) validate(o runtime.Object) field.ErrorList {
+	if k.strategy.validate != nil {
+		return k.strategy.validate(o)
+	}
+	return apivalidation.ValidateObjectMeta(objectMeta(o), k.namespaced, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+}
+
+// validateUpdate checks an update: the kind's validation, or its metadata alone.
+func (k *kind) validateUpdate(o, old runtime.Object) field.ErrorList {
+	if k.strategy.validateUpdate != nil {
+		return k.strategy.validateUpdate(o, old)
+	}
+	errs := apivalidation.ValidateObjectMetaUpdate(objectMeta(o), objectMeta(old), field.NewPath("metadata"))
+	return append(errs, k.validate(o)...)
 }
 
 func (k *kind) servedVerbs() []string {

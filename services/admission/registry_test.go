@@ -228,6 +228,12 @@ func TestRegistryMinimalKind(t *testing.T) {
 			t.Fatalf("create %s: %d %s", name, resp.StatusCode, data)
 		}
 	}
+	if resp, data := e.do("POST", base, `{"metadata":{"name":"Not_A_Name"}}`); resp.StatusCode != 422 {
+		t.Errorf("invalid name: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := e.do("POST", base, `{"metadata":{}}`); resp.StatusCode != 422 {
+		t.Errorf("no name: %d %s", resp.StatusCode, data)
+	}
 	_, data := e.do("GET", base+"?fieldSelector=metadata.name%3Dg2", "", tableAccept)
 	var tbl metav1.Table
 	_ = json.Unmarshal(data, &tbl)
