@@ -11,7 +11,6 @@ import (
 	"strconv"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -434,9 +433,4 @@ func (s *Service) deleteObject(w http.ResponseWriter, r *http.Request, req reque
 		Status:   metav1.StatusSuccess,
 		Details:  &metav1.StatusDetails{Name: req.name, Group: k.group, Kind: k.resource, UID: uid},
 	})
-}
-
-// isNotFound reports a missing KV key.
-func isNotFound(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, bus.ErrNotFound)
 }

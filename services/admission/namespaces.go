@@ -102,6 +102,7 @@ func deleteNamespace(ctx context.Context, s *Service, req request, obj runtime.O
 		return nil, apierrors.NewForbidden(grNamespaces, n.Name, errors.New("this namespace may not be deleted"))
 	}
 	if n.DeletionTimestamp != nil {
+		//lint:ignore ST1005 Kubernetes' exact message
 		return nil, apierrors.NewConflict(grNamespaces, n.Name, errors.New("The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."))
 	}
 	if len(n.Spec.Finalizers) == 0 && len(n.Finalizers) == 0 {
