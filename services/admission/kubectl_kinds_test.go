@@ -48,6 +48,7 @@ data:
 	mustContain(t, k.run(false, "create", "namespace", "team-a"), "namespace/team-a created")
 	out = k.run(false, "get", "ns")
 	mustContain(t, out, "NAME", "STATUS", "AGE", "team-a", "Active", "kube-node-lease")
+	mustContain(t, k.run(false, "describe", "ns", "team-a"), "Name:", "team-a", "Status:", "Active")
 	mustContain(t, k.run(false, "create", "configmap", "c", "-n", "team-a", "--from-literal=k=v"), "configmap/c created")
 	mustContain(t, k.run(true, "create", "configmap", "c", "-n", "nowhere", "--from-literal=k=v"), `namespaces "nowhere" not found`)
 	mustContain(t, k.run(true, "delete", "namespace", "default"), "this namespace may not be deleted")
