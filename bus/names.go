@@ -79,6 +79,10 @@ const (
 	// view that includes every earlier one (see services/binder/commitcheck.go).
 	BucketCommit      = "commit"
 	KeyInterPodCommit = "inter-pod"
+	// Buckets of API objects that have no pipeline, written by the API server with compare-and-set and
+	// provisioned from the API server's kinds (admission.Buckets). Keys: ObjectKey or NodeKey.
+	BucketNamespaces = "namespaces" // key NodeKey(name) -> the Namespace's JSON
+	BucketConfigMaps = "configmaps" // key ObjectKey(ns, name) -> the ConfigMap's JSON
 )
 
 // Durable consumer names. Consumers with the same name are shared by all replicas of a service.
@@ -252,7 +256,10 @@ func ConsumerAgent(node string) string { return consumerAgentPrefix + Token(node
 // the namespace and a watch on PodKeyPrefix(ns) selects one namespace.
 func PodKey(namespace, name string) string { return Token(namespace) + "." + Token(name) }
 
-// PodKeyPrefix filters pod keys of one namespace ("" for all).
+// ObjectKey is the KV key of any namespaced object: PodKey's layout.
+func ObjectKey(namespace, name string) string { return PodKey(namespace, name) }
+
+// PodKeyPrefix filters pod keys of one namespace ("" for all); the same for any ObjectKey.
 func PodKeyPrefix(namespace string) string {
 	if namespace == "" {
 		return ">"

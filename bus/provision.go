@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,16 @@ type Options struct {
 	// NoAudit skips the AUDIT stream (it copies every message once more; load tests compare with and
 	// without it). Off by default: a podbus keeps its audit log.
 	NoAudit bool
+	// Buckets provisioned besides the pipeline's: those of the API's kinds (admission.Buckets).
+	Buckets []BucketSpec
+}
+
+// BucketSpec describes one KV bucket of API objects.
+type BucketSpec struct {
+	Name, Description string
+	// History is how many revisions per key are kept (at least 1), so watches resuming from an older
+	// resourceVersion see the steps in between.
+	History uint8
 }
 
 func (o Options) replicas() int {
@@ -101,12 +112,18 @@ func KVConfigs(o Options) []jetstream.KeyValueConfig {
 	}
 	// A few revisions per pod and node, so an API watch that resumes from a resourceVersion sees each
 	// step (created, bound, running, ...) rather than only the latest state.
-	return []jetstream.KeyValueConfig{
+	out := []jetstream.KeyValueConfig{
 		mk(BucketPods, "podbus pods; revision = resourceVersion", 8),
 		mk(BucketNodes, "podbus nodes", 4),
 		mk(BucketAlloc, "podbus committed requests per node (binder)", 1),
 		mk(BucketCommit, "podbus binders' token for commits under inter-pod constraints", 1),
 	}
+	for _, b := range o.Buckets {
+		if !slices.ContainsFunc(out, func(c jetstream.KeyValueConfig) bool { return c.Bucket == b.Name }) {
+			out = append(out, mk(b.Name, b.Description, max(b.History, 1)))
+		}
+	}
+	return out
 }
 
 // Provision creates or updates every stream and bucket. It is idempotent and safe when several
@@ -120,17 +137,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
-	for _, cfg := range KVConfigs(o) {
-		if err := retry(ctx, func() error {
-			if o.replicas() > 1 {
-				_, err := js.CreateOrUpdateStream(ctx, kvStreamConfig(cfg))
-				return err
-			}
-			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
-		}
+	if err := provisionKV(ctx, js, o, KVConfigs(o)); err != nil {
+		return err
 	}
 	if o.NoAudit {
 		return nil
@@ -142,6 +150,34 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("provision stream %s: %w", audit.Name, err)
+	}
+	return nil
+}
+
+// ProvisionBuckets creates or updates the given buckets alone, shaped by o (replicas, storage), as
+// Provision does. The API server provisions its kinds' buckets with it, idempotently.
+func ProvisionBuckets(ctx context.Context, js jetstream.JetStream, o Options, specs ...BucketSpec) error {
+	var cfgs []jetstream.KeyValueConfig
+	for _, c := range KVConfigs(Options{Replicas: o.Replicas, Memory: o.Memory, Buckets: specs}) {
+		if slices.ContainsFunc(specs, func(b BucketSpec) bool { return b.Name == c.Bucket }) {
+			cfgs = append(cfgs, c)
+		}
+	}
+	return provisionKV(ctx, js, o, cfgs)
+}
+
+func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []jetstream.KeyValueConfig) error {
+	for _, cfg := range cfgs {
+		if err := retry(ctx, func() error {
+			if o.replicas() > 1 {
+				_, err := js.CreateOrUpdateStream(ctx, kvStreamConfig(cfg))
+				return err
+			}
+			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
+		}); err != nil {
+			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
+		}
 	}
 	return nil
 }
@@ -170,23 +206,34 @@ type Buckets struct {
 	Pods, Nodes, Alloc, Commit jetstream.KeyValue
 }
 
-// OpenBuckets opens the provisioned buckets.
+// OpenBuckets opens the provisioned buckets of the pipeline.
 func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 	var b Buckets
 	for _, x := range []struct {
 		name string
 		dst  *jetstream.KeyValue
 	}{{BucketPods, &b.Pods}, {BucketNodes, &b.Nodes}, {BucketAlloc, &b.Alloc}, {BucketCommit, &b.Commit}} {
-		err := retry(ctx, func() error {
-			kv, err := js.KeyValue(ctx, x.name)
-			*x.dst = kv
-			return err
-		})
+		kv, err := OpenBucket(ctx, js, x.name)
 		if err != nil {
-			return Buckets{}, fmt.Errorf("open bucket %s: %w", x.name, err)
+			return Buckets{}, err
 		}
+		*x.dst = kv
 	}
 	return b, nil
+}
+
+// OpenBucket opens one provisioned bucket, retrying a little while its provisioning may be under way.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := retry(ctx, func() error {
+		var err error
+		kv, err = js.KeyValue(ctx, name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", name, err)
+	}
+	return kv, nil
 }
 
 // kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets. A direct get may be

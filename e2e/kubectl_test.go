@@ -206,3 +206,43 @@ func kubectlSuite(t *testing.T, bin, kubeconfig string) {
 		t.Errorf("pods left:\n%s", out)
 	}
 }
+
+// A namespace's lifecycle through the real kubectl: create it, run a pod in it, delete it; the namespace
+// controller stops the pod, removes it and its other objects, then the namespace.
+func TestKubectlNamespaces(t *testing.T) {
+	needKubectl(t)
+	cl, conn := startCluster(t, up.Config{Nodes: 1, StartDelay: 50 * time.Millisecond})
+	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+
+	if out := k.must("create", "namespace", "team-a"); !strings.Contains(out, "namespace/team-a created") {
+		t.Errorf("create namespace: %s", out)
+	}
+	out := k.must("get", "ns")
+	for _, want := range []string{"NAME", "STATUS", "AGE", "team-a", "Active", "kube-system"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("get ns lacks %q:\n%s", want, out)
+		}
+	}
+	k.must("run", "web", "-n", "team-a", "--image=example.local/web:1")
+	k.must("create", "configmap", "conf", "-n", "team-a", "--from-literal=a=b")
+	k.must("wait", "-n", "team-a", "--for=condition=Ready", "pod/web", "--timeout=60s")
+	if out, err := k.run("run", "web", "-n", "missing", "--image=example.local/web:1"); err == nil || !strings.Contains(out, `namespaces "missing" not found`) {
+		t.Errorf("pod in a missing namespace: %v %s", err, out)
+	}
+
+	// kubectl delete waits until the namespace is gone.
+	if out := k.must("delete", "namespace", "team-a", "--timeout=90s"); !strings.Contains(out, `namespace "team-a" deleted`) {
+		t.Errorf("delete namespace: %s", out)
+	}
+	if out, err := k.run("get", "ns", "team-a"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("namespace still there: %v %s", err, out)
+	}
+	for key, p := range pods(t, conn) {
+		if p.GetMetadata().GetNamespace() == "team-a" {
+			t.Errorf("pod %s left behind", key)
+		}
+	}
+	if out := k.must("get", "cm", "-n", "team-a"); !strings.Contains(out, "No resources found") {
+		t.Errorf("configmaps left:\n%s", out)
+	}
+}

@@ -191,6 +191,13 @@ func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, l
 		api: &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: &http.Client{Timeout: 30 * time.Second}},
 		t:   &tracker{pods: map[string]*podTimes{}, uids: map[string]string{}},
 	}
+	err = ensureNamespace(ctx, b.api.client, cl.APIURL, cfg.Namespace)
+	if err != nil {
+		conn.NC.Close()
+		ccancel()
+		_ = cl.Wait()
+		return nil, nil, err
+	}
 	stopObserving, err := b.t.observe(ctx, conn, cfg.Namespace)
 	if err != nil {
 		conn.NC.Close()

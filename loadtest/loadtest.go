@@ -282,6 +282,27 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	return nil
 }
 
+// ensureNamespace creates the pods' namespace unless it exists: the API refuses pods in a namespace
+// that does not.
+func ensureNamespace(ctx context.Context, client *http.Client, api, ns string) error {
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, ns)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/api/v1/namespaces", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusConflict {
+		return fmt.Errorf("create namespace %s: %s", ns, resp.Status)
+	}
+	return nil
+}
+
 func run(ctx context.Context, cfg Config) (*Result, error) {
 	conn, err := bus.Connect(ctx, cfg.NATS, "podbus-loadtest")
 	if err != nil {
@@ -303,6 +324,9 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	defer stopObserving()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
+	if err := ensureNamespace(ctx, client, cfg.API, cfg.Namespace); err != nil {
+		return nil, err
+	}
 	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods", cfg.API, cfg.Namespace)
 	var failed atomic.Int64
 	jobs := make(chan int)

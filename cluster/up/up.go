@@ -25,6 +25,7 @@ import (
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
@@ -191,7 +192,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := bus.Provision(ctx, root.JS, bus.Options{Memory: cfg.Memory, NoAudit: cfg.NoAudit}); err != nil {
+	busOpts := bus.Options{Memory: cfg.Memory, NoAudit: cfg.NoAudit, Buckets: admission.Buckets()}
+	if err := bus.Provision(ctx, root.JS, busOpts); err != nil {
 		return fail(err)
 	}
 
@@ -205,6 +207,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0"}, cn) }},
 			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0"}, cn) }},
 			{"status", func(cn *bus.Conn) (runner, error) { return status.New(status.Config{ID: "status-0"}, cn) }},
+			{"namespaces", func(cn *bus.Conn) (runner, error) {
+				return namespaces.New(namespaces.Config{ID: "namespaces-0", Buckets: admission.NamespacedBuckets()}, cn)
+			}},
 		}
 		for i := 0; i < cfg.Schedulers; i++ {
 			id := fmt.Sprintf("sched-%d", i)
@@ -230,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, PriorityClasses: cfg.PriorityClasses}, cn)
+		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, PriorityClasses: cfg.PriorityClasses, Bus: busOpts}, cn)
 		if err != nil {
 			return fail(fmt.Errorf("admission: %w", err))
 		}

@@ -30,6 +30,7 @@ var commands = []command{
 	{"scheduler", "a scheduler replica (run as many as you like)", runScheduler},
 	{"binder", "the binder: commits scheduling decisions with compare-and-set", runBinder},
 	{"status", "the status service: pod and node status, events, node monitor", runStatus},
+	{"namespaces", "the namespace controller: empties and removes deleted namespaces", runNamespaces},
 	{"agent", "a node agent (kubelet)", runAgent},
 	{"images", "build the built-in OCI images (demo-web, busybox) as an OCI layout: images build --out DIR", runImages},
 	{"registry", "an OCI registry on loopback serving the built-in images", runRegistry},

@@ -24,6 +24,7 @@ import (
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
@@ -45,6 +46,12 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets when this service provisions them (3 in a cluster)")
 }
 
+// busOptions shape the streams and buckets, the API's kinds' buckets included, so every service finds
+// them whichever starts first.
+func (c *common) busOptions() bus.Options {
+	return bus.Options{Replicas: c.replicas, Buckets: admission.Buckets()}
+}
+
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
 	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
@@ -52,7 +59,7 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 		return err
 	}
 	defer conn.Close()
-	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: c.replicas}); err != nil {
+	if err := bus.Provision(ctx, conn.JS, c.busOptions()); err != nil {
 		return err
 	}
 	svc, err := mk(conn)
@@ -177,7 +184,7 @@ func runAdmission(ctx context.Context, args []string) error {
 		}
 	}
 	return c.serve(ctx, "admission", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, PriorityClasses: classes}, cn)
+		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, PriorityClasses: classes, Bus: c.busOptions()}, cn)
 		if err != nil {
 			return nil, err
 		}
@@ -192,6 +199,19 @@ func runAdmission(ctx context.Context, args []string) error {
 			}
 		}
 		return svc, nil
+	})
+}
+
+func runNamespaces(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("namespaces", flag.ExitOnError)
+	c.register(fs, "namespaces")
+	resync := fs.Duration("resync", namespaces.DefaultResync, "re-examine every terminating namespace this often")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "namespaces", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return namespaces.New(namespaces.Config{ID: c.id, Buckets: admission.NamespacedBuckets(), Resync: *resync}, cn)
 	})
 }
 

@@ -3,10 +3,12 @@ package admission
 import (
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 )
 
@@ -28,39 +30,10 @@ func handleVersion(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// resourceInfo describes one served resource for both discovery forms.
-type resourceInfo struct {
-	name, singular, kind string
-	namespaced           bool
-	verbs                []string
-	short                []string
-	categories           []string
-	subresources         []subresourceInfo
-}
-
 type subresourceInfo struct {
 	name, kind string
-	group      string // "" for the core group; pods/eviction answers with a policy/v1 Eviction
+	group      string // "" for the kind's own group; pods/eviction answers with a policy/v1 Eviction
 	verbs      []string
-}
-
-var servedResources = []resourceInfo{
-	{name: "pods", singular: "pod", kind: "Pod", namespaced: true,
-		verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
-		short: []string{"po"}, categories: []string{"all"},
-		subresources: []subresourceInfo{
-			{name: "status", kind: "Pod", verbs: []string{"get"}},
-			{name: "log", kind: "Pod", verbs: []string{"get"}},
-			// kubectl drain evicts through this when discovery lists it (policy/v1).
-			{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
-		}},
-	{name: "nodes", singular: "node", kind: "Node", verbs: []string{"create", "delete", "get", "list", "patch", "update", "watch"},
-		short: []string{"no"},
-		subresources: []subresourceInfo{
-			{name: "status", kind: "Node", verbs: []string{"get", "patch", "update"}},
-		}},
-	{name: "events", singular: "event", kind: "Event", namespaced: true, verbs: []string{"get", "list", "watch"}, short: []string{"ev"}},
-	{name: "namespaces", singular: "namespace", kind: "Namespace", verbs: []string{"get", "list"}, short: []string{"ns"}},
 }
 
 // aggregatedDiscovery reports whether the client accepts the aggregated discovery form (v2).
@@ -88,39 +61,65 @@ func writeAggregated(w http.ResponseWriter, list apidiscoveryv2.APIGroupDiscover
 	writeJSONType(w, http.StatusOK, aggregatedContentType, list)
 }
 
-func handleAPI(w http.ResponseWriter, r *http.Request) {
-	if aggregatedDiscovery(r) {
-		var resources []apidiscoveryv2.APIResourceDiscovery
-		for _, ri := range servedResources {
-			scope := apidiscoveryv2.ScopeCluster
-			if ri.namespaced {
-				scope = apidiscoveryv2.ScopeNamespace
-			}
-			rd := apidiscoveryv2.APIResourceDiscovery{
-				Resource:         ri.name,
-				ResponseKind:     &metav1.GroupVersionKind{Version: "v1", Kind: ri.kind},
-				Scope:            scope,
-				SingularResource: ri.singular,
-				Verbs:            ri.verbs,
-				ShortNames:       ri.short,
-				Categories:       ri.categories,
-			}
-			for _, sr := range ri.subresources {
-				rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{
-					Subresource:  sr.name,
-					ResponseKind: &metav1.GroupVersionKind{Group: sr.group, Version: "v1", Kind: sr.kind},
-					Verbs:        sr.verbs,
-				})
-			}
-			resources = append(resources, rd)
+// resourceDiscovery is a kind's entry in the aggregated discovery document.
+func resourceDiscovery(k *kind) apidiscoveryv2.APIResourceDiscovery {
+	scope := apidiscoveryv2.ScopeCluster
+	if k.namespaced {
+		scope = apidiscoveryv2.ScopeNamespace
+	}
+	rd := apidiscoveryv2.APIResourceDiscovery{
+		Resource:         k.resource,
+		ResponseKind:     &metav1.GroupVersionKind{Group: k.group, Version: k.version, Kind: k.kind},
+		Scope:            scope,
+		SingularResource: k.singular,
+		Verbs:            k.servedVerbs(),
+		ShortNames:       k.shortNames,
+		Categories:       k.categories,
+	}
+	for _, sr := range k.subresources {
+		group, version := k.group, k.version
+		if sr.group != "" {
+			group, version = sr.group, "v1"
 		}
-		writeAggregated(w, apidiscoveryv2.APIGroupDiscoveryList{Items: []apidiscoveryv2.APIGroupDiscovery{{
-			Versions: []apidiscoveryv2.APIVersionDiscovery{{
-				Version:   "v1",
-				Resources: resources,
-				Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent,
-			}},
-		}}})
+		rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{
+			Subresource:  sr.name,
+			ResponseKind: &metav1.GroupVersionKind{Group: group, Version: version, Kind: sr.kind},
+			Verbs:        sr.verbs,
+		})
+	}
+	return rd
+}
+
+// groupDiscovery is one group's entry in the aggregated discovery document.
+func (s *Service) groupDiscovery(group string) apidiscoveryv2.APIGroupDiscovery {
+	g := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: group}}
+	for _, gv := range s.reg.groupVersions() {
+		if gv.Group != group {
+			continue
+		}
+		vd := apidiscoveryv2.APIVersionDiscovery{Version: gv.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
+		for _, k := range s.reg.in(gv) {
+			vd.Resources = append(vd.Resources, resourceDiscovery(k))
+		}
+		g.Versions = append(g.Versions, vd)
+	}
+	return g
+}
+
+// groups lists the named groups (the core group is served under /api).
+func (s *Service) groups() []string {
+	var out []string
+	for _, gv := range s.reg.groupVersions() {
+		if gv.Group != "" && !slices.Contains(out, gv.Group) {
+			out = append(out, gv.Group)
+		}
+	}
+	return out
+}
+
+func (s *Service) handleAPI(w http.ResponseWriter, r *http.Request) {
+	if aggregatedDiscovery(r) {
+		writeAggregated(w, apidiscoveryv2.APIGroupDiscoveryList{Items: []apidiscoveryv2.APIGroupDiscovery{s.groupDiscovery("")}})
 		return
 	}
 	writeJSON(w, http.StatusOK, metav1.APIVersions{
@@ -130,36 +129,64 @@ func handleAPI(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func handleAPIs(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleAPIs(w http.ResponseWriter, r *http.Request) {
 	if aggregatedDiscovery(r) {
-		writeAggregated(w, apidiscoveryv2.APIGroupDiscoveryList{})
+		var list apidiscoveryv2.APIGroupDiscoveryList
+		for _, g := range s.groups() {
+			list.Items = append(list.Items, s.groupDiscovery(g))
+		}
+		writeAggregated(w, list)
 		return
 	}
-	writeJSON(w, http.StatusOK, metav1.APIGroupList{
-		TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
-		Groups:   []metav1.APIGroup{},
-	})
+	out := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
+	for _, g := range s.groups() {
+		out.Groups = append(out.Groups, s.apiGroup(g))
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
-func handleAPIV1(w http.ResponseWriter, _ *http.Request) {
+func (s *Service) apiGroup(group string) metav1.APIGroup {
+	g := metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: group}
+	for _, gv := range s.reg.groupVersions() {
+		if gv.Group == group {
+			g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version})
+		}
+	}
+	if len(g.Versions) > 0 {
+		g.PreferredVersion = g.Versions[0]
+	}
+	return g
+}
+
+// handleAPIGroup serves /apis/<group>.
+func (s *Service) handleAPIGroup(w http.ResponseWriter, r *http.Request, group string) {
+	if !slices.Contains(s.groups(), group) {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.apiGroup(group))
+}
+
+// handleResourceList serves /api/v1 and /apis/<group>/<version>.
+func (s *Service) handleResourceList(w http.ResponseWriter, _ *http.Request, gv schema.GroupVersion) {
 	list := metav1.APIResourceList{
 		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
-		GroupVersion: "v1",
+		GroupVersion: gv.String(),
 	}
-	for _, ri := range servedResources {
+	for _, k := range s.reg.in(gv) {
 		list.APIResources = append(list.APIResources, metav1.APIResource{
-			Name:         ri.name,
-			SingularName: ri.singular,
-			Namespaced:   ri.namespaced,
-			Kind:         ri.kind,
-			Verbs:        ri.verbs,
-			ShortNames:   ri.short,
-			Categories:   ri.categories,
+			Name:         k.resource,
+			SingularName: k.singular,
+			Namespaced:   k.namespaced,
+			Kind:         k.kind,
+			Verbs:        k.servedVerbs(),
+			ShortNames:   k.shortNames,
+			Categories:   k.categories,
 		})
-		for _, sr := range ri.subresources {
+		for _, sr := range k.subresources {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
-				Name:       ri.name + "/" + sr.name,
-				Namespaced: ri.namespaced,
+				Name:       k.resource + "/" + sr.name,
+				Namespaced: k.namespaced,
 				Kind:       sr.kind,
 				Group:      sr.group,
 				Version:    subresourceVersion(sr),

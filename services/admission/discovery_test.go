@@ -53,7 +53,8 @@ func TestDiscovery(t *testing.T) {
 			for _, r := range v.Items[0].Versions[0].Resources {
 				got[r.Resource] = strings.Join(r.ShortNames, ",") + "/" + string(r.Scope) + "/" + r.ResponseKind.Kind
 			}
-			want := map[string]string{"pods": "po/Namespaced/Pod", "nodes": "no/Cluster/Node", "events": "ev/Namespaced/Event", "namespaces": "ns/Cluster/Namespace"}
+			want := map[string]string{"pods": "po/Namespaced/Pod", "nodes": "no/Cluster/Node", "events": "ev/Namespaced/Event", "namespaces": "ns/Cluster/Namespace",
+				"configmaps": "cm/Namespaced/ConfigMap"}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("resources (-want +got):\n%s", d)
 			}
@@ -71,7 +72,8 @@ func TestDiscovery(t *testing.T) {
 				got[r.Name] = r.Kind + "/" + strings.Join(r.ShortNames, ",")
 			}
 			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "pods/eviction": "Eviction/",
-				"nodes": "Node/no", "nodes/status": "Node/", "events": "Event/ev", "namespaces": "Namespace/ns"}
+				"nodes": "Node/no", "nodes/status": "Node/", "events": "Event/ev", "namespaces": "Namespace/ns",
+				"configmaps": "ConfigMap/cm"}
 			for _, r := range v.APIResources {
 				if r.Name == "pods/eviction" && (r.Group != "policy" || r.Version != "v1") {
 					t.Errorf("pods/eviction is %s/%s, want policy/v1 (kubectl drain looks for it)", r.Group, r.Version)
@@ -82,7 +84,7 @@ func TestDiscovery(t *testing.T) {
 			}
 		}},
 		{name: "openapi root", path: "/openapi/v3", wantType: "application/json", check: func(t *testing.T, data []byte) {
-			_, hash := openAPIV1()
+			hash := e.svc.reg.openAPIDocs()["api/v1"].hash
 			want := `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=` + hash + `"}}}`
 			if strings.TrimSpace(string(data)) != want {
 				t.Errorf("openapi root = %s", data)
@@ -110,7 +112,7 @@ func TestDiscovery(t *testing.T) {
 					}
 				}
 			}
-			want := map[string]bool{"Pod": true, "Node": true, "Event": true, "Namespace": true}
+			want := map[string]bool{"Pod": true, "Node": true, "Event": true, "Namespace": true, "ConfigMap": true}
 			if d := cmp.Diff(want, kinds); d != "" {
 				t.Errorf("PATCH operations with fieldValidation (-want +got):\n%s", d)
 			}

@@ -16,7 +16,6 @@ import (
 
 var (
 	grPods       = schema.GroupResource{Resource: "pods"}
-	grNodes      = schema.GroupResource{Resource: "nodes"}
 	grEvents     = schema.GroupResource{Resource: "events"}
 	grNamespaces = schema.GroupResource{Resource: "namespaces"}
 	gkPod        = schema.GroupKind{Kind: "Pod"}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podbus/podbus/bus"
@@ -23,6 +24,32 @@ import (
 // namespace's batch (bus.GroupSubject), so its resourceVersion is its position: stream sequence << 10 |
 // index in the batch (bus.Position), which orders events like the stream. The stream keeps an hour, so
 // an older resourceVersion gets 410 Expired, as an etcd compaction would.
+
+var eventKind = &kind{
+	version: "v1", kind: "Event", resource: "events", singular: "event", namespaced: true,
+	shortNames: []string{"ev"}, verbs: []string{"get", "list", "watch"},
+	newObject: func() runtime.Object { return &corev1.Event{} },
+	columns:   eventColumns,
+	cells:     func(o runtime.Object) []any { return eventRow(o.(*corev1.Event)) },
+	fields: func(o runtime.Object) fields.Set {
+		e := o.(*corev1.Event)
+		return fields.Set{
+			"metadata.name":                  e.Name,
+			"metadata.namespace":             e.Namespace,
+			"involvedObject.kind":            e.InvolvedObject.Kind,
+			"involvedObject.namespace":       e.InvolvedObject.Namespace,
+			"involvedObject.name":            e.InvolvedObject.Name,
+			"involvedObject.uid":             string(e.InvolvedObject.UID),
+			"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
+			"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+			"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
+			"reason":                         e.Reason,
+			"reportingComponent":             e.ReportingController,
+			"source":                         e.Source.Component,
+			"type":                           e.Type,
+		}
+	},
+}
 
 // decodeEvents returns the events of a stored message that match filter and come after position
 // after, each with its position as resourceVersion, and counts (and skips) what does not decode.

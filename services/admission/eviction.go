@@ -6,6 +6,7 @@ import (
 
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // evictPod serves POST pods/<name>/eviction (policy/v1 Eviction, what kubectl drain sends): a graceful
@@ -24,12 +25,12 @@ func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) 
 	}
 	var ev policyv1.Eviction
 	if len(bytes.TrimSpace(body)) > 0 {
-		js, err := toJSON(body, r.Header.Get("Content-Type"), mode == validationStrict, "Eviction")
+		js, err := toJSON(body, r.Header.Get("Content-Type"), mode == validationStrict, evictionKind)
 		if err != nil {
 			writeStatus(w, err)
 			return
 		}
-		if _, err := decodeStrict(js, mode, "Eviction", &ev); err != nil {
+		if _, err := decodeStrict(js, mode, evictionKind, &ev); err != nil {
 			writeStatus(w, err)
 			return
 		}
@@ -56,3 +57,5 @@ func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) 
 		Code:     http.StatusCreated,
 	})
 }
+
+var evictionKind = &kind{group: "policy", version: "v1", kind: "Eviction", newObject: func() runtime.Object { return &policyv1.Eviction{} }}

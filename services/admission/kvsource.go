@@ -18,7 +18,7 @@ import (
 type kvSource struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
-	ki *kindInfo
+	ki *kind
 	// decode turns a stored value into the API object, with resourceVersion rev.
 	decode func(key string, value []byte, rev uint64) (runtime.Object, error)
 	// tombstone is the object sent in a DELETED event when the last state is unknown.
@@ -31,7 +31,7 @@ func (s *kvSource) stream() string { return "KV_" + s.kv.Bucket() }
 func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, apierrors.NewNotFound(s.ki.gr, name)
+		return nil, 0, apierrors.NewNotFound(s.ki.gr(), name)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("get %s/%s: %w", s.kv.Bucket(), key, err)

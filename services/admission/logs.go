@@ -27,7 +27,7 @@ type (
 const logTimeout = 10 * time.Second
 
 func (s *Service) podLogs(w http.ResponseWriter, r *http.Request, req request) {
-	o, _, err := s.podSource().get(r.Context(), bus.PodKey(req.ns, req.name), req.name)
+	o, _, err := s.getEntry(r.Context(), podKind, req.ns, req.name)
 	if err != nil {
 		writeStatus(w, err)
 		return

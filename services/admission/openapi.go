@@ -8,33 +8,59 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// The OpenAPI v3 document covers the four kinds: kubectl reads it to learn that PATCH accepts
-// fieldValidation (then it leaves validation to the server and sends fieldValidation=Strict), kubectl
-// apply takes the patch strategies from the kind's schema, and kubectl explain prints it. Validation
-// itself is done by strict decoding here.
+// The OpenAPI v3 documents (one per group version) cover the served kinds: kubectl reads them to learn
+// that PATCH accepts fieldValidation (then it leaves validation to the server and sends
+// fieldValidation=Strict), kubectl apply takes the patch strategies from the kind's schema, and kubectl
+// explain prints it. Validation itself is done by strict decoding here.
 
-type openAPIKind struct {
-	kind, path, schema string
-	namespaced         bool
-	object             any
+// openAPIDoc is one group version's document and its hash.
+type openAPIDoc struct {
+	data []byte
+	hash string
 }
 
-var openAPIKinds = []openAPIKind{
-	{kind: "Pod", path: "pods", schema: "io.k8s.api.core.v1.Pod", object: corev1.Pod{}, namespaced: true},
-	{kind: "Node", path: "nodes", schema: "io.k8s.api.core.v1.Node", object: corev1.Node{}},
-	{kind: "Event", path: "events", schema: "io.k8s.api.core.v1.Event", object: corev1.Event{}, namespaced: true},
-	{kind: "Namespace", path: "namespaces", schema: "io.k8s.api.core.v1.Namespace", object: corev1.Namespace{}},
+// openAPIPath is the document's path under /openapi/v3/: "api/v1" or "apis/<group>/<version>".
+func openAPIPath(gv schema.GroupVersion) string {
+	if gv.Group == "" {
+		return "api/" + gv.Version
+	}
+	return "apis/" + gv.Group + "/" + gv.Version
 }
 
-var openAPIV1 = sync.OnceValues(func() ([]byte, string) {
+// openAPIDocs builds every group version's document once.
+func (r *registry) openAPIDocs() map[string]openAPIDoc {
+	r.openAPIOnce.Do(func() {
+		r.openAPI = map[string]openAPIDoc{}
+		for _, gv := range r.groupVersions() {
+			data := openAPIDocument(gv, r.in(gv))
+			sum := sha512.Sum512(data)
+			r.openAPI[openAPIPath(gv)] = openAPIDoc{data: data, hash: hex.EncodeToString(sum[:])}
+		}
+	})
+	return r.openAPI
+}
+
+// operationKind is the operationId part of a group version: "CoreV1", "ExamplePodbusIoV1".
+func operationKind(gv schema.GroupVersion) string {
+	g := "core"
+	if gv.Group != "" {
+		g = gv.Group
+	}
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(g+"."+gv.Version, func(r rune) bool { return r == '.' || r == '-' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
+
+func openAPIDocument(gv schema.GroupVersion, kinds []*kind) []byte {
 	type m = map[string]any
 	gen := &schemaGen{defs: m{}}
 	queryParam := func(name, desc string) m {
@@ -43,30 +69,33 @@ var openAPIV1 = sync.OnceValues(func() ([]byte, string) {
 	pathParam := func(name string) m {
 		return m{"name": name, "in": "path", "required": true, "schema": m{"type": "string", "uniqueItems": true}}
 	}
+	prefix := "/" + openAPIPath(gv)
+	op := operationKind(gv)
 	paths := m{}
-	for _, k := range openAPIKinds {
-		gvk := m{"group": "", "version": "v1", "kind": k.kind}
-		schema := gen.schemaOf(reflect.TypeOf(k.object))
-		gen.defs[k.schema].(m)["x-kubernetes-group-version-kind"] = []any{gvk}
+	for _, k := range kinds {
+		gvk := m{"group": k.group, "version": k.version, "kind": k.kind}
+		t := reflect.TypeOf(k.newObject()).Elem()
+		schema := gen.schemaOf(t)
+		gen.defs[defName(t)].(m)["x-kubernetes-group-version-kind"] = []any{gvk}
 		content := m{"application/json": m{"schema": schema}}
 		params := []any{pathParam("name")}
-		p := "/api/v1/" + k.path + "/{name}"
+		p := prefix + "/" + k.resource + "/{name}"
 		if k.namespaced {
 			params = append(params, pathParam("namespace"))
-			p = "/api/v1/namespaces/{namespace}/" + k.path + "/{name}"
+			p = prefix + "/namespaces/{namespace}/" + k.resource + "/{name}"
 		}
 		paths[p] = m{
 			"parameters": params,
 			"get": m{
 				"description":                     "read the specified " + k.kind,
-				"operationId":                     "readCoreV1" + k.kind,
+				"operationId":                     "read" + op + k.kind,
 				"responses":                       m{"200": m{"description": "OK", "content": content}},
 				"x-kubernetes-action":             "get",
 				"x-kubernetes-group-version-kind": gvk,
 			},
 			"patch": m{
 				"description": "partially update the specified " + k.kind,
-				"operationId": "patchCoreV1" + k.kind,
+				"operationId": "patch" + op + k.kind,
 				"parameters": []any{
 					queryParam("dryRun", "When present, indicates that modifications should not be persisted."),
 					queryParam("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes."),
@@ -91,11 +120,10 @@ var openAPIV1 = sync.OnceValues(func() ([]byte, string) {
 	}
 	data, err := json.Marshal(doc)
 	if err != nil {
-		panic(err) // a static document: cannot fail
+		panic(err) // built from Go types alone: cannot fail
 	}
-	sum := sha512.Sum512(data)
-	return data, hex.EncodeToString(sum[:])
-})
+	return data
+}
 
 // schemaGen derives OpenAPI v3 schemas from the k8s.io/api Go types, as openapi-gen does: json names,
 // descriptions from SwaggerDoc, and the patch strategy tags that strategic merge patch (kubectl apply)
@@ -206,16 +234,22 @@ func swaggerDoc(t reflect.Type) map[string]string {
 	return nil
 }
 
-func handleOpenAPIRoot(w http.ResponseWriter, _ *http.Request) {
-	_, hash := openAPIV1()
-	writeJSON(w, http.StatusOK, map[string]any{"paths": map[string]any{
-		"api/v1": map[string]string{"serverRelativeURL": "/openapi/v3/api/v1?hash=" + hash},
-	}})
+func (s *Service) handleOpenAPIRoot(w http.ResponseWriter, _ *http.Request) {
+	paths := map[string]any{}
+	for p, d := range s.reg.openAPIDocs() {
+		paths[p] = map[string]string{"serverRelativeURL": "/openapi/v3/" + p + "?hash=" + d.hash}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"paths": paths})
 }
 
-func handleOpenAPIV1(w http.ResponseWriter, _ *http.Request) {
-	data, hash := openAPIV1()
+// handleOpenAPI serves one group version's document, p being its path ("api/v1").
+func (s *Service) handleOpenAPI(w http.ResponseWriter, r *http.Request, p string) {
+	d, ok := s.reg.openAPIDocs()[p]
+	if !ok {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Etag", `"`+hash+`"`)
-	_, _ = w.Write(data)
+	w.Header().Set("Etag", `"`+d.hash+`"`)
+	_, _ = w.Write(d.data)
 }

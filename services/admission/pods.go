@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,126 +32,59 @@ import (
 	"github.com/podbus/podbus/services/admission/convert"
 )
 
-// updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
-const updateAttempts = 5
-
-func decodePod(_ string, value []byte, rev uint64) (runtime.Object, error) {
-	p := &pb.Pod{}
-	if err := proto.Unmarshal(value, p); err != nil {
-		return nil, fmt.Errorf("decode pod: %w", errors.Join(bus.ErrMalformed, err))
-	}
-	return podFromPB(p, rev), nil
+var podKind = &kind{
+	version: "v1", kind: "Pod", resource: "pods", singular: "pod", namespaced: true,
+	shortNames: []string{"po"}, categories: []string{"all"},
+	newObject: func() runtime.Object { return &corev1.Pod{} },
+	columns:   podColumns,
+	cells:     func(o runtime.Object) []any { return podRow(o.(*corev1.Pod)) },
+	fields: func(o runtime.Object) fields.Set {
+		p := o.(*corev1.Pod)
+		return fields.Set{
+			"metadata.name":            p.Name,
+			"metadata.namespace":       p.Namespace,
+			"spec.nodeName":            p.Spec.NodeName,
+			"spec.restartPolicy":       string(p.Spec.RestartPolicy),
+			"spec.schedulerName":       p.Spec.SchedulerName,
+			"spec.serviceAccountName":  p.Spec.ServiceAccountName,
+			"spec.hostNetwork":         strconv.FormatBool(p.Spec.HostNetwork),
+			"status.phase":             string(p.Status.Phase),
+			"status.podIP":             p.Status.PodIP,
+			"status.nominatedNodeName": p.Status.NominatedNodeName,
+		}
+	},
+	storage: &kvStorage{
+		spec:     bus.BucketSpec{Name: bus.BucketPods},
+		pipeline: true,
+		encode: func(o runtime.Object) ([]byte, error) {
+			p, _ := convert.PodToPB(o.(*corev1.Pod))
+			return proto.Marshal(p)
+		},
+		decode: func(data []byte) (runtime.Object, error) {
+			p := &pb.Pod{}
+			if err := proto.Unmarshal(data, p); err != nil {
+				return nil, errors.Join(bus.ErrMalformed, err)
+			}
+			return convert.PodFromPB(p, 0), nil
+		},
+	},
+	subresources: []subresourceInfo{
+		{name: "status", kind: "Pod", verbs: []string{"get"}},
+		{name: "log", kind: "Pod", verbs: []string{"get"}},
+		// kubectl drain evicts through this when discovery lists it (policy/v1).
+		{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
+	},
 }
 
 // podFromPB is convert.PodFromPB with the type and version the API shows.
 func podFromPB(p *pb.Pod, rev uint64) *corev1.Pod {
 	out := convert.PodFromPB(p, rev)
-	out.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-	if rev != 0 {
-		out.ResourceVersion = strconv.FormatUint(rev, 10)
-	}
+	podKind.stamp(out, rev)
 	return out
 }
 
-func podTombstone(key string, _ uint64) runtime.Object {
-	ns, name, _ := bus.SplitPodKey(key)
-	return &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-}
-
-func (s *Service) podSource() *kvSource {
-	return &kvSource{js: s.conn.JS, kv: s.pods, ki: podKind, decode: decodePod, tombstone: podTombstone}
-}
-
-func (s *Service) servePods(w http.ResponseWriter, r *http.Request, req request) {
-	switch req.sub {
-	case "":
-	case "log":
-		if r.Method != http.MethodGet {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-		s.podLogs(w, r, req)
-		return
-	case "status":
-		if r.Method != http.MethodGet {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-	case "eviction":
-		if r.Method != http.MethodPost {
-			writeStatus(w, methodNotAllowed(grPods, r.Method))
-			return
-		}
-		s.evictPod(w, r, req)
-		return
-	default:
-		writeStatus(w, notFoundPath(r.URL.Path))
-		return
-	}
-	switch {
-	case r.Method == http.MethodGet && (req.watch || req.name == ""):
-		s.listOrWatch(w, r, req, s.podSource(), bus.PodKeyPrefix(req.ns), func(m matcher) string {
-			if name := m.fieldValue("metadata.name"); name != "" && req.ns != "" {
-				return bus.PodKey(req.ns, name)
-			}
-			if req.name != "" {
-				return bus.PodKey(req.ns, req.name)
-			}
-			return ""
-		})
-	case r.Method == http.MethodGet:
-		o, _, err := s.podSource().get(r.Context(), bus.PodKey(req.ns, req.name), req.name)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeObject(w, http.StatusOK, req, podKind, o)
-	case r.Method == http.MethodPost && req.name == "" && req.ns != "":
-		s.createPod(w, r, req)
-	case (r.Method == http.MethodPatch || r.Method == http.MethodPut) && req.name != "":
-		s.updatePod(w, r, req)
-	case r.Method == http.MethodDelete && req.name != "":
-		s.deletePod(w, r, req)
-	default:
-		writeStatus(w, methodNotAllowed(grPods, r.Method))
-	}
-}
-
-// listOrWatch serves LIST and WATCH of a KV-backed resource. narrow returns a more specific key
-// filter when the request names one object.
-func (s *Service) listOrWatch(w http.ResponseWriter, r *http.Request, req request, src *kvSource, filter string, narrow func(matcher) string) {
-	m, err := newMatcher(req.q, src.ki)
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	if narrow != nil {
-		if k := narrow(m); k != "" {
-			filter = k
-		}
-	}
-	if !req.watch {
-		objs, rv, err := src.list(r.Context(), filter, m)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeList(w, req, src.ki, objs, rv)
-		return
-	}
-	rv, err := parseRV(req.q.Get("resourceVersion"))
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	ctx, cancel := watchContext(r, req)
-	defer cancel()
-	started := false
-	err = src.watch(ctx, func() *watchWriter { started = true; return startWatch(w, req, src.ki) }, filter, rv, m)
-	if err != nil && !started {
-		writeStatus(w, err)
-	}
-}
+// updateAttempts bounds the re-read-and-retry loop of a PATCH that lost a race in the store.
+const updateAttempts = 5
 
 // createPod is step 1 of the pipeline: decode, default, validate, and hand the pod to the store.
 func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request) {
@@ -167,6 +101,10 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	}
 	if pod.Name == "" && pod.GenerateName != "" {
 		pod.Name = generateName(pod.GenerateName)
+	}
+	if err := s.admitNamespace(r.Context(), podKind, pod.Name, req.ns); err != nil {
+		writeStatus(w, err)
+		return
 	}
 	// The Priority admission plugin (kube runs it after defaulting, which leaves priority alone; here
 	// DefaultPod would fill it in, so the plugin goes first).
@@ -219,26 +157,11 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 
 // decodePodBody reads and decodes a pod from the request body.
 func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1.Pod, []string, error) {
-	mode, err := fieldValidation(r)
+	o, warnings, err := s.decodeBody(w, r, podKind)
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := s.readBody(w, r)
-	if err != nil {
-		return nil, nil, err
-	}
-	data, err = toJSON(data, r.Header.Get("Content-Type"), mode == validationStrict, "Pod")
-	if err != nil {
-		return nil, nil, err
-	}
-	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(data, mode, "Pod", pod)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
-		return nil, nil, err
-	}
+	pod := o.(*corev1.Pod)
 	pod.TypeMeta = metav1.TypeMeta{}
 	return pod, warnings, nil
 }
@@ -283,7 +206,7 @@ func (s *Service) updatePod(w http.ResponseWriter, r *http.Request, req request)
 		return
 	}
 	// A resourceVersion in the body is a precondition: then a lost race is the client's Conflict.
-	apply, precondition, err := s.updateRequest(w, r, mode, "Pod", corev1.Pod{}, grPods)
+	apply, precondition, err := s.updateRequest(w, r, mode, podKind, corev1.Pod{})
 	if err != nil {
 		writeStatus(w, err)
 		return
@@ -327,41 +250,15 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{}, nil, err
 	}
 	old := podFromPB(stored, rev)
-	cur, err := json.Marshal(old)
-	if err != nil {
-		return updateResult{}, nil, fmt.Errorf("encode pod: %w", err)
+	o, warnings, err := applyUpdate(req, mode, old, apply)
+	if errors.Is(err, bus.ErrConflict) {
+		return updateResult{code: http.StatusConflict, err: conflictError(podKind, req.name)}, nil, nil
 	}
-	patched, err := apply(cur)
-	if err != nil {
-		return updateResult{}, nil, err
-	}
-	pod := &corev1.Pod{}
-	warnings, err := decodeStrict(patched, mode, "Pod", pod)
 	if err != nil {
 		return updateResult{}, nil, err
 	}
-	if err := checkTypeMeta(pod.TypeMeta, "Pod"); err != nil {
-		return updateResult{}, nil, err
-	}
-	switch {
-	case pod.Name != "" && pod.Name != req.name:
-		return updateResult{}, nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", pod.Name, req.name)
-	case pod.Namespace != "" && pod.Namespace != req.ns:
-		return updateResult{}, nil, badRequest("the namespace of the provided object does not match the namespace sent on the request")
-	case pod.ResourceVersion != "" && pod.ResourceVersion != old.ResourceVersion:
-		return updateResult{code: http.StatusConflict, err: conflict(req.name)}, nil, nil
-	case pod.UID != "" && pod.UID != old.UID:
-		//lint:ignore ST1005 Kubernetes' exact message
-		return updateResult{}, nil, apierrors.NewConflict(grPods, req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", pod.UID, old.UID))
-	}
-	// Fields the API owns, as the pod strategy's PrepareForUpdate resets them; status has its own
-	// subresource.
-	pod.TypeMeta = old.TypeMeta
-	pod.Name, pod.Namespace, pod.UID = old.Name, old.Namespace, old.UID
-	pod.ResourceVersion = old.ResourceVersion
-	pod.CreationTimestamp = old.CreationTimestamp
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = old.DeletionTimestamp, old.DeletionGracePeriodSeconds
-	pod.Generation = old.Generation
+	// Status has its own subresource.
+	pod := o.(*corev1.Pod)
 	pod.Status = old.Status
 	convert.DefaultPod(pod)
 	if equality.Semantic.DeepEqual(pod, old) {
@@ -387,10 +284,6 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{code: int(res.GetCode()), err: resultError(res, req.name)}, warnings, nil
 	}
 	return updateResult{code: http.StatusOK, pod: podFromPB(res.GetPod(), res.GetRevision())}, warnings, nil
-}
-
-func conflict(name string) error {
-	return apierrors.NewConflict(grPods, name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
 // patcher returns the function applying a PATCH body of the given content type; dataStruct (a
@@ -520,23 +413,25 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 // updateRequest reads an update's body and returns the change to apply to the stored object's JSON: the
 // body itself for PUT, the patch for PATCH (strategic merge, JSON merge or JSON patch against dataStruct),
 // and whether the body names a resourceVersion (a precondition: a lost race is then the client's Conflict).
-func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode string, kind string, dataStruct any, gr schema.GroupResource) (apply func(cur []byte) ([]byte, error), precondition bool, err error) {
+func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode string, k *kind, dataStruct any) (apply func(cur []byte) ([]byte, error), precondition bool, err error) {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, false, err
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if r.Method == http.MethodPut {
-		js, err := toJSON(body, ct, mode == validationStrict, kind)
+		js, err := toJSON(body, ct, mode == validationStrict, k)
 		if err != nil {
 			return nil, false, err
 		}
 		apply = func([]byte) ([]byte, error) { return js, nil }
-	} else if apply, err = patcher(ct, body, dataStruct, gr); err != nil {
+	} else if apply, err = patcher(ct, body, dataStruct, k.gr()); err != nil {
 		return nil, false, err
 	}
 	return apply, bytes.Contains(body, []byte("resourceVersion")), nil
 }
+
+var deleteOptionsKind = &kind{version: "v1", kind: "DeleteOptions", newObject: func() runtime.Object { return &metav1.DeleteOptions{} }}
 
 // deleteOptions reads a DELETE's optional DeleteOptions body.
 func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.DeleteOptions, error) {
@@ -545,7 +440,7 @@ func (s *Service) deleteOptions(w http.ResponseWriter, r *http.Request) (metav1.
 	if err != nil || len(bytes.TrimSpace(body)) == 0 {
 		return opts, err
 	}
-	js, err := toJSON(body, r.Header.Get("Content-Type"), false, "DeleteOptions")
+	js, err := toJSON(body, r.Header.Get("Content-Type"), false, deleteOptionsKind)
 	if err == nil {
 		err = json.Unmarshal(js, &opts)
 	}

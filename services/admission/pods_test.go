@@ -281,6 +281,9 @@ func TestListsTablesSelectors(t *testing.T) {
 	e := start(t, nil, false)
 	e.mustCreate("a", `labels={"app":"web"}`)
 	e.mustCreate("b", `labels={"app":"db"}`)
+	if resp, data := e.do("POST", "/api/v1/namespaces", `{"metadata":{"name":"other"}}`); resp.StatusCode != 201 {
+		t.Fatal(string(data))
+	}
 	resp, data := e.do("POST", "/api/v1/namespaces/other/pods", podJSON("c", `labels={"tier":"x"}`))
 	if resp.StatusCode != 201 {
 		t.Fatal(string(data))

@@ -6,12 +6,14 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // request is one resource request, parsed from the URL:
-// /api/v1/[watch/][namespaces/<ns>/]<resource>[/<name>[/<subresource>]].
+// /api/v1/... or /apis/<group>/<version>/..., then [watch/][namespaces/<ns>/]<resource>[/<name>[/<subresource>]].
 type request struct {
 	ns, resource, name, sub string
+	kind                    *kind
 	watch                   bool
 	user                    string
 	q                       url.Values
@@ -46,31 +48,56 @@ func (s *Service) authenticated(next func(http.ResponseWriter, *http.Request, st
 
 func (s *Service) route(w http.ResponseWriter, r *http.Request, user string) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
+	var gv schema.GroupVersion
+	var rest string
 	switch {
 	case path == "/api":
-		handleAPI(w, r)
+		s.handleAPI(w, r)
 		return
 	case path == "/apis":
-		handleAPIs(w, r)
-		return
-	case path == "/api/v1":
-		handleAPIV1(w, r)
+		s.handleAPIs(w, r)
 		return
 	case path == "/openapi/v2":
 		handleOpenAPIV2(w, r)
 		return
 	case path == "/openapi/v3":
-		handleOpenAPIRoot(w, r)
+		s.handleOpenAPIRoot(w, r)
 		return
-	case path == "/openapi/v3/api/v1":
-		handleOpenAPIV1(w, r)
+	case strings.HasPrefix(path, "/openapi/v3/"):
+		s.handleOpenAPI(w, r, strings.TrimPrefix(path, "/openapi/v3/"))
 		return
-	case !strings.HasPrefix(path, "/api/v1/"):
+	case path == "/api/v1" || strings.HasPrefix(path, "/api/v1/"):
+		gv = schema.GroupVersion{Version: "v1"}
+		rest = strings.TrimPrefix(strings.TrimPrefix(path, "/api/v1"), "/")
+	case strings.HasPrefix(path, "/apis/"):
+		parts := strings.SplitN(strings.TrimPrefix(path, "/apis/"), "/", 3)
+		if len(parts) == 1 {
+			s.handleAPIGroup(w, r, parts[0])
+			return
+		}
+		gv = schema.GroupVersion{Group: parts[0], Version: parts[1]}
+		if len(parts) == 3 {
+			rest = parts[2]
+		}
+	default:
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
 	}
-	req, ok := parsePath(strings.TrimPrefix(path, "/api/v1/"))
+	if len(s.reg.in(gv)) == 0 {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	if rest == "" {
+		s.handleResourceList(w, r, gv)
+		return
+	}
+	req, ok := parsePath(rest)
 	if !ok {
+		writeStatus(w, notFoundPath(r.URL.Path))
+		return
+	}
+	req.kind = s.reg.lookup(gv.Group, gv.Version, req.resource)
+	if req.kind == nil || (!req.kind.namespaced && req.ns != "") {
 		writeStatus(w, notFoundPath(r.URL.Path))
 		return
 	}
@@ -80,22 +107,14 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user string) {
 		req.watch = true
 	}
 	req.table = parseTableAccept(r.Header.Get("Accept"), req.q)
-
-	switch req.resource {
-	case "pods":
-		s.servePods(w, r, req)
-	case "nodes":
-		s.serveNodes(w, r, req)
-	case "events":
-		s.serveEvents(w, r, req)
-	case "namespaces":
-		s.serveNamespaces(w, r, req)
-	default:
-		writeStatus(w, notFoundPath(r.URL.Path))
+	if req.kind.serve != nil {
+		req.kind.serve(s, w, r, req)
+		return
 	}
+	s.serveGeneric(w, r, req)
 }
 
-// parsePath splits the part after /api/v1/.
+// parsePath splits the part after the group version.
 func parsePath(p string) (request, bool) {
 	var req request
 	parts := strings.Split(p, "/")
@@ -124,13 +143,4 @@ func parsePath(p string) (request, bool) {
 		return req, false
 	}
 	return req, true
-}
-
-// clusterScoped rejects a namespaced URL for a cluster-scoped resource.
-func clusterScoped(w http.ResponseWriter, r *http.Request, req request) bool {
-	if req.ns != "" {
-		writeStatus(w, notFoundPath(r.URL.Path))
-		return false
-	}
-	return true
 }

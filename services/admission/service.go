@@ -1,20 +1,21 @@
 // Package admission is podbus's Kubernetes API front door: an HTTP server that speaks enough of the
-// kube-apiserver protocol for the real kubectl (discovery, OpenAPI v3, tables, watches, Status errors)
-// and turns pod writes into commands on the bus.
+// kube-apiserver protocol for the real kubectl (discovery, OpenAPI v3, tables, watches, Status errors).
+// Every resource is a kind in a registry (registry.go) from which routing, discovery, OpenAPI, tables and
+// selectors are derived; kinds kept in a KV bucket are served by generic handlers (generic.go), others
+// plug in their own:
 //
-//	kubectl ──HTTP──▶ admission ─┬─ POST/PATCH/PUT/DELETE pods: decode, default, validate,
-//	                             │    publish pod.cmd.{create,update,delete}, wait for the store's
-//	                             │    CommandResult on podbus.reply.<id>.<n> (core NATS)
-//	                             ├─ GET/LIST/WATCH pods, nodes: straight from the KV buckets
-//	                             │    (resourceVersion = KV revision)
-//	                             ├─ POST/PATCH/PUT/DELETE nodes (+ nodes/status): compare-and-set on the
-//	                             │    nodes bucket itself (nodes have no pipeline)
+//	kubectl ──HTTP──▶ admission ─┬─ pods: decode, default, validate, publish pod.cmd.{create,update,delete},
+//	                             │    wait for the store's CommandResult on podbus.reply.<id>.<n> (core
+//	                             │    NATS); GET/LIST/WATCH straight from the pods bucket
+//	                             ├─ nodes, namespaces, configmaps: generic handlers, compare-and-set on
+//	                             │    the kind's bucket (resourceVersion = KV revision)
 //	                             ├─ POST pods/eviction: a graceful delete, as above
 //	                             ├─ GET/LIST/WATCH events: the EVENTS stream (resourceVersion = sequence)
 //	                             └─ pods/log: request/reply to the node's agent on podbus.logs.<node>
 //
-// Admission never writes pods itself: the store service is the only writer of pod commands. Nodes are
-// the exception, written here with compare-and-set (see docs/design.md, "Nodes").
+// Admission never writes pods itself: the store service is the only writer of pod commands. Nodes,
+// namespaces and configmaps have no pipeline and are written here (see docs/design.md, "Nodes"); the
+// namespace controller (services/namespaces) finishes namespace deletions.
 package admission
 
 import (
@@ -62,8 +63,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// PriorityClasses resolve spec.priorityClassName on create (nil: only the built-in system classes).
 	PriorityClasses *convert.PriorityClasses
+	// Bus shapes the buckets of the served kinds, which New provisions (replicas, storage) as the
+	// pipeline's are.
+	Bus bus.Options
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+	// kinds served besides the built-in ones (tests of the registry).
+	extraKinds []*kind
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -71,20 +77,22 @@ var ErrConfig = errors.New("admission: invalid config")
 
 // Service is one admission replica.
 type Service struct {
-	cfg    Config
-	conn   *bus.Conn
-	pub    *bus.Batcher // commands of concurrent requests are stored together (group commit)
-	pods   jetstream.KeyValue
-	nodes  jetstream.KeyValue
-	log    *slog.Logger
-	ready  chan struct{}
-	addr   atomic.Value // string, set once listening
-	nextN  atomic.Uint64
-	mu     sync.Mutex
-	waiter map[uint64]chan *pb.CommandResult
+	cfg     Config
+	conn    *bus.Conn
+	pub     *bus.Batcher // commands of concurrent requests are stored together (group commit)
+	reg     *registry
+	buckets map[string]jetstream.KeyValue // by bucket name: the served kinds' and the pipeline's
+	pods    jetstream.KeyValue
+	log     *slog.Logger
+	ready   chan struct{}
+	addr    atomic.Value // string, set once listening
+	nextN   atomic.Uint64
+	mu      sync.Mutex
+	waiter  map[uint64]chan *pb.CommandResult
 }
 
-// New opens the buckets the API reads from. The streams and buckets must be provisioned.
+// New opens the buckets the API reads from, provisions those of the served kinds, and creates the
+// namespaces that always exist. The pipeline's streams and buckets must be provisioned.
 func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	if cfg.ID == "" || strings.ContainsAny(cfg.ID, ".*> \t") {
 		return nil, fmt.Errorf("%w: ID %q must be one subject token", ErrConfig, cfg.ID)
@@ -107,20 +115,44 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := bus.OpenBuckets(ctx, conn.JS)
-	if err != nil {
+	reg := &registry{kinds: append(builtinKinds(), cfg.extraKinds...)}
+	specs := reg.buckets()
+	if err := bus.ProvisionBuckets(ctx, conn.JS, cfg.Bus, specs...); err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Service{
-		cfg:    cfg,
-		conn:   conn,
-		pub:    bus.NewBatcher(conn.JS, "admission/"+cfg.ID),
-		pods:   b.Pods,
-		nodes:  b.Nodes,
-		log:    logger.With("actor", "admission/"+cfg.ID),
-		ready:  make(chan struct{}),
-		waiter: map[uint64]chan *pb.CommandResult{},
-	}, nil
+	buckets := map[string]jetstream.KeyValue{}
+	for _, name := range append([]string{bus.BucketPods, bus.BucketNodes}, bucketNames(specs)...) {
+		kv, err := bus.OpenBucket(ctx, conn.JS, name)
+		if err != nil {
+			return nil, fmt.Errorf("admission: %w", err)
+		}
+		buckets[name] = kv
+	}
+	s := &Service{
+		cfg:     cfg,
+		conn:    conn,
+		pub:     bus.NewBatcher(conn.JS, "admission/"+cfg.ID),
+		reg:     reg,
+		buckets: buckets,
+		pods:    buckets[bus.BucketPods],
+		log:     logger.With("actor", "admission/"+cfg.ID),
+		ready:   make(chan struct{}),
+		waiter:  map[uint64]chan *pb.CommandResult{},
+	}
+	for _, ns := range systemNamespaces {
+		if err := s.ensureNamespace(ctx, ns); err != nil {
+			return nil, fmt.Errorf("admission: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func bucketNames(specs []bus.BucketSpec) []string {
+	out := make([]string, len(specs))
+	for i, b := range specs {
+		out[i] = b.Name
+	}
+	return out
 }
 
 // Ready is closed once the server listens; Addr is valid from then on.

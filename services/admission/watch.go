@@ -30,13 +30,13 @@ const (
 type watchWriter struct {
 	w        http.ResponseWriter
 	flusher  http.Flusher
-	ki       *kindInfo
+	ki       *kind
 	table    *tableOptions
 	sentCols bool
 }
 
 // startWatch sends the response headers; the stream of events follows.
-func startWatch(w http.ResponseWriter, req request, ki *kindInfo) *watchWriter {
+func startWatch(w http.ResponseWriter, req request, ki *kind) *watchWriter {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
@@ -56,12 +56,12 @@ func (ww *watchWriter) flush() {
 func (ww *watchWriter) send(typ string, o runtime.Object) error {
 	var payload any = o
 	if ww.table != nil {
-		cols := ww.ki.columns
+		cols := ww.ki.tableColumns()
 		if ww.sentCols {
 			cols = nil
 		}
 		t := newTable(cols, ww.ki.meta(o).ResourceVersion)
-		t.Rows = append(t.Rows, ww.table.row(ww.ki.cells(o), o, ww.ki.meta(o)))
+		t.Rows = append(t.Rows, ww.table.row(ww.ki.row(o), o, ww.ki.meta(o)))
 		ww.sentCols = true
 		payload = t
 	}
