@@ -18,10 +18,10 @@ const kubectlMinorsDir = "/usr/lib/google-cloud-sdk/bin"
 // kubectlMinors are the minors installed beside the dispatching kubectl.
 var kubectlMinors = []int{27, 28, 29, 30, 31, 32, 33}
 
-// Every installed kubectl minor, not only the one the dispatcher picks, drives podbus through the pod
-// commands: users run kubectl releases from both sides of the version podbus claims.
+// Every installed kubectl minor, not only the one the dispatcher picks, drives podbus through the pod,
+// namespace and configmap commands: users run kubectl releases from both sides of the version podbus claims.
 func TestKubectlMinors(t *testing.T) {
-	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 50 * time.Millisecond})
+	cl, conn := startCluster(t, up.Config{Nodes: 2, StartDelay: 50 * time.Millisecond})
 	for _, minor := range kubectlMinors {
 		t.Run(fmt.Sprintf("1.%d", minor), func(t *testing.T) {
 			bin := filepath.Join(kubectlMinorsDir, fmt.Sprintf("kubectl.1.%d", minor))
@@ -38,6 +38,7 @@ func TestKubectlMinors(t *testing.T) {
 			})
 			kubectlSuite(t, bin, cl.Kubeconfig)
 			kubectlMore(t, k)
+			kubectlNamespaces(t, k, conn, fmt.Sprintf("team-1-%d", minor))
 		})
 	}
 }

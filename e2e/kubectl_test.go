@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/up"
 )
 
@@ -212,37 +213,48 @@ func kubectlSuite(t *testing.T, bin, kubeconfig string) {
 func TestKubectlNamespaces(t *testing.T) {
 	needKubectl(t)
 	cl, conn := startCluster(t, up.Config{Nodes: 1, StartDelay: 50 * time.Millisecond})
-	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	kubectlNamespaces(t, kube{t: t, kubeconfig: cl.Kubeconfig}, conn, "team-a")
+}
 
-	if out := k.must("create", "namespace", "team-a"); !strings.Contains(out, "namespace/team-a created") {
+// kubectlNamespaces creates namespace ns with a pod and a configmap in it, then deletes the namespace
+// and checks that kubectl waited until both were gone.
+func kubectlNamespaces(t *testing.T, k kube, conn *bus.Conn, ns string) {
+	t.Helper()
+	if out := k.must("create", "namespace", ns); !strings.Contains(out, "namespace/"+ns+" created") {
 		t.Errorf("create namespace: %s", out)
 	}
 	out := k.must("get", "ns")
-	for _, want := range []string{"NAME", "STATUS", "AGE", "team-a", "Active", "kube-system"} {
+	for _, want := range []string{"NAME", "STATUS", "AGE", ns, "Active", "kube-system"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("get ns lacks %q:\n%s", want, out)
 		}
 	}
-	k.must("run", "web", "-n", "team-a", "--image=example.local/web:1")
-	k.must("create", "configmap", "conf", "-n", "team-a", "--from-literal=a=b")
-	k.must("wait", "-n", "team-a", "--for=condition=Ready", "pod/web", "--timeout=60s")
+	k.must("run", "web", "-n", ns, "--image=example.local/web:1")
+	k.must("create", "configmap", "conf", "-n", ns, "--from-literal=a=b")
+	if out := k.must("get", "cm", "-n", ns); !strings.Contains(out, "DATA") || !strings.Contains(out, "conf") {
+		t.Errorf("get cm:\n%s", out)
+	}
+	if out := k.must("describe", "cm", "conf", "-n", ns); !strings.Contains(out, "a:") {
+		t.Errorf("describe cm:\n%s", out)
+	}
+	k.must("wait", "-n", ns, "--for=condition=Ready", "pod/web", "--timeout=60s")
 	if out, err := k.run("run", "web", "-n", "missing", "--image=example.local/web:1"); err == nil || !strings.Contains(out, `namespaces "missing" not found`) {
 		t.Errorf("pod in a missing namespace: %v %s", err, out)
 	}
 
 	// kubectl delete waits until the namespace is gone.
-	if out := k.must("delete", "namespace", "team-a", "--timeout=90s"); !strings.Contains(out, `namespace "team-a" deleted`) {
+	if out := k.must("delete", "namespace", ns, "--timeout=90s"); !strings.Contains(out, `namespace "`+ns+`" deleted`) {
 		t.Errorf("delete namespace: %s", out)
 	}
-	if out, err := k.run("get", "ns", "team-a"); err == nil || !strings.Contains(out, "NotFound") {
+	if out, err := k.run("get", "ns", ns); err == nil || !strings.Contains(out, "NotFound") {
 		t.Errorf("namespace still there: %v %s", err, out)
 	}
 	for key, p := range pods(t, conn) {
-		if p.GetMetadata().GetNamespace() == "team-a" {
+		if p.GetMetadata().GetNamespace() == ns {
 			t.Errorf("pod %s left behind", key)
 		}
 	}
-	if out := k.must("get", "cm", "-n", "team-a"); !strings.Contains(out, "No resources found") {
+	if out := k.must("get", "cm", "-n", ns); !strings.Contains(out, "No resources found") {
 		t.Errorf("configmaps left:\n%s", out)
 	}
 }

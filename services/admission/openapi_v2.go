@@ -3,9 +3,10 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
-	"sync"
 
 	openapiv2 "github.com/google/gnostic-models/openapiv2"
 	"google.golang.org/protobuf/proto"
@@ -18,17 +19,34 @@ import (
 // The media type kube-apiserver answers with; kubectl asks with "spec.v2@v1.0", which is no valid media type.
 const openAPIV2Protobuf = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
-var openAPIV2 = sync.OnceValues(func() (jsonDoc, protoDoc []byte) {
-	v3, _ := openAPIV1()
+// openAPIV2 builds the v2 document once from every group version's v3 document.
+func (r *registry) openAPIV2() (jsonDoc, protoDoc []byte) {
+	r.openAPIV2Once.Do(func() { r.openAPIV2JSON, r.openAPIV2Proto = openAPIV2Document(r.openAPIDocs()) })
+	return r.openAPIV2JSON, r.openAPIV2Proto
+}
+
+func openAPIV2Document(docs map[string]openAPIDoc) (jsonDoc, protoDoc []byte) {
 	var src struct {
-		Info       map[string]any            `json:"info"`
-		Paths      map[string]map[string]any `json:"paths"`
-		Components struct {
-			Schemas map[string]any `json:"schemas"`
-		} `json:"components"`
+		Info       map[string]any
+		Paths      map[string]map[string]any
+		Components struct{ Schemas map[string]any }
 	}
-	if err := json.Unmarshal(v3, &src); err != nil {
-		panic(err) // a static document: cannot fail
+	src.Paths = map[string]map[string]any{}
+	src.Components.Schemas = map[string]any{}
+	for _, path := range slices.Sorted(maps.Keys(docs)) {
+		var one struct {
+			Info       map[string]any            `json:"info"`
+			Paths      map[string]map[string]any `json:"paths"`
+			Components struct {
+				Schemas map[string]any `json:"schemas"`
+			} `json:"components"`
+		}
+		if err := json.Unmarshal(docs[path].data, &one); err != nil {
+			panic(err) // built from Go types: cannot fail
+		}
+		src.Info = one.Info
+		maps.Copy(src.Paths, one.Paths)
+		maps.Copy(src.Components.Schemas, one.Components.Schemas)
 	}
 	paths := map[string]any{}
 	for p, item := range src.Paths {
@@ -65,7 +83,7 @@ var openAPIV2 = sync.OnceValues(func() (jsonDoc, protoDoc []byte) {
 		panic(err)
 	}
 	return data, pb
-})
+}
 
 // v2Refs puts a field's reference, which v3 wraps in allOf to give it a description, back beside the
 // description, as kube-apiserver's v2 document has it: kubectl's v2 parser sees no type in an allOf and
@@ -150,8 +168,8 @@ func v2Operation(op map[string]any) map[string]any {
 	return out
 }
 
-func handleOpenAPIV2(w http.ResponseWriter, r *http.Request) {
-	jsonDoc, protoDoc := openAPIV2()
+func (s *Service) handleOpenAPIV2(w http.ResponseWriter, r *http.Request) {
+	jsonDoc, protoDoc := s.reg.openAPIV2()
 	if strings.Contains(r.Header.Get("Accept"), "protobuf") {
 		w.Header().Set("Content-Type", openAPIV2Protobuf)
 		_, _ = w.Write(protoDoc)

@@ -170,6 +170,9 @@ type registry struct {
 	kinds       []*kind
 	openAPIOnce sync.Once
 	openAPI     map[string]openAPIDoc // by path under /openapi/v3/
+
+	openAPIV2Once                 sync.Once
+	openAPIV2JSON, openAPIV2Proto []byte
 }
 
 // builtinKinds are the kinds podbus serves.

@@ -58,7 +58,7 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user string) {
 		s.handleAPIs(w, r)
 		return
 	case path == "/openapi/v2":
-		handleOpenAPIV2(w, r)
+		s.handleOpenAPIV2(w, r)
 		return
 	case path == "/openapi/v3":
 		s.handleOpenAPIRoot(w, r)

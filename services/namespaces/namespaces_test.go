@@ -193,15 +193,16 @@ func TestFinalize(t *testing.T) {
 			if !e.exists(e.ns, bus.NodeKey("team")) {
 				t.Fatal("namespace gone before its pods")
 			}
-			// The agent stopped it; the status service removes it.
-			p := &pb.Pod{}
-			rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("team", "bound"), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bus.Delete(context.Background(), e.pods, bus.PodKey("team", "bound"), rev); err != nil {
-				t.Fatal(err)
-			}
+			// The agent stopped it; the status service removes it, reading again after a conflict as it
+			// does (the store may still be writing the pod's deletion).
+			bustest.Eventually(t, 10*time.Second, func() bool {
+				p := &pb.Pod{}
+				rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("team", "bound"), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bus.Delete(context.Background(), e.pods, bus.PodKey("team", "bound"), rev) == nil
+			}, "bound pod removed")
 			bustest.Eventually(t, 10*time.Second, func() bool { return !e.exists(e.ns, bus.NodeKey("team")) }, "namespace removed")
 			if n := e.keys(e.cms, "team"); n != 0 {
 				t.Errorf("%d configmaps left", n)
