@@ -403,8 +403,8 @@ func observe(ctx context.Context, kv jetstream.KeyValue, want int) (*observer, e
 			}
 			o.mu.Unlock()
 			if !seen {
-				// The creation: the measured pods are created unbound, so there is nothing to decode
-				// (decoding every pod twice was a visible share of the measured CPU).
+				// The creation: the measured pods are created unbound, so there is nothing to decode,
+				// and the observer's CPU is counted in the measurement.
 				continue
 			}
 			// A binding needs only spec.nodeName, read off the wire; the rest (an unschedulable pod's
