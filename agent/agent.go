@@ -251,26 +251,10 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 		}
 		return w.report(ctx, false)
 	}
-	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
-	if reason, msg := a.admitLocked(pod); reason != "" {
-		w.reject(reason, msg)
-		a.pods[uid] = w
-		a.mu.Unlock()
-		if err := w.report(ctx, false); err != nil {
-			a.forget(w)
-			return err
-		}
-		return nil
+	w, runCtx, err := a.admitAndRun(ctx, pod)
+	if w == nil || err != nil {
+		return err
 	}
-	a.pods[uid] = w
-	runCtx := a.runCtx
-	a.mu.Unlock()
-
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.run(runCtx, nil)
-	}()
 	// Like the kubelet's status manager, only the latest status is worth sending: a pod that settles
 	// within the coalescing window goes straight to its Running report, one write instead of two.
 	// A slower start reports ContainerCreating first.
@@ -293,6 +277,46 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// admitAndRun admits a new pod and starts its worker, or reports it rejected. Called with a.mu held; it
+// releases it. It returns the running worker and the context it runs in, or no worker when the pod was
+// rejected.
+func (a *Agent) admitAndRun(ctx context.Context, pod *pb.Pod) (*podWorker, context.Context, error) {
+	uid := pod.GetMetadata().GetUid()
+	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
+	if reason, msg := a.admitLocked(pod); reason != "" {
+		w.reject(reason, msg)
+		a.pods[uid] = w
+		a.mu.Unlock()
+		if err := w.report(ctx, false); err != nil {
+			a.forget(w)
+			return nil, nil, err
+		}
+		return nil, nil, nil
+	}
+	a.pods[uid] = w
+	runCtx := a.runCtx
+	a.mu.Unlock()
+
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(runCtx, nil)
+	}()
+	return w, runCtx, nil
+}
+
+// start starts a pod bound here whose binding this agent may never receive, as the binding would, but
+// without waiting for it: its worker reports it.
+func (a *Agent) start(ctx context.Context, pod *pb.Pod) error {
+	a.mu.Lock()
+	if _, ok := a.pods[pod.GetMetadata().GetUid()]; ok {
+		a.mu.Unlock()
+		return nil
+	}
+	_, _, err := a.admitAndRun(ctx, pod)
+	return err
 }
 
 func (a *Agent) forget(w *podWorker) {
@@ -386,8 +410,10 @@ func (a *Agent) publishReport(ctx context.Context, rep *pb.PodStatusReport, corr
 
 // reconcile runs before any message is handled: sandboxes whose pod left the store (or moved) are
 // removed, the others are re-adopted, and pods bound here that have no sandbox are started again.
-// bound holds the pods the store has on this node (see boundPods).
-func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod) error {
+// bound holds the pods the store has on this node (see Host.boundPods). startUnreported starts the pods
+// bound here that were never reported, too: when their bindings may have been published before the
+// consumer began (see Host), instead of leaving them to redelivery.
+func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod, startUnreported bool) error {
 	sbs, err := a.rt.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
@@ -411,6 +437,7 @@ func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod) error {
 		}
 		a.adopt(ctx, p, &info)
 	}
+	var unreported []*pb.Pod
 	for uid, p := range bound {
 		if have[uid] || isTerminalPhase(p.GetStatus().GetPhase()) {
 			continue
@@ -423,10 +450,20 @@ func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod) error {
 			continue
 		}
 		if p.GetInternal().GetReportSeq() == 0 {
-			// Never reported: its binding is still unacknowledged and will be redelivered.
+			// Never reported: its binding is still unacknowledged and will be redelivered, or, when it
+			// may not be, started below once every reported pod counts against the capacity.
+			unreported = append(unreported, p)
 			continue
 		}
 		a.adopt(ctx, p, nil)
+	}
+	if !startUnreported {
+		return nil
+	}
+	for _, p := range unreported {
+		if err := a.start(ctx, p); err != nil {
+			return err
+		}
 	}
 	return nil
 }

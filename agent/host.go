@@ -25,6 +25,12 @@ import (
 // so thousands of them would make every consumer update slow. Messages for nodes hosted elsewhere are
 // then acknowledged untouched: each process has its own consumer, so that takes nothing from the
 // node's own.
+//
+// Delivery stays at least once: the consumer is durable and a message is acknowledged only after its
+// effect is reported. A new shared consumer starts at the end of the stream (a new process name must
+// not replay the bindings of every node ever), so before it handles anything the host reads the
+// store once and starts the pods bound to its nodes that were never reported; a binding delivered as
+// well finds its pod already there.
 type Host struct {
 	cfg    HostConfig
 	conn   *bus.Conn
@@ -97,6 +103,9 @@ func (h *Host) ConsumerSpec() bus.ConsumerSpec {
 		spec.Durable = bus.ConsumerAgentHost(h.cfg.Name)
 		spec.Filters = []string{bus.SubjPodBoundAll, bus.SubjPodTermAll}
 	}
+	// A new shared consumer starts at the end of the stream rather than replaying every node's
+	// history: what its nodes were sent before is in the store, where Run finds and starts it.
+	spec.DeliverNew = len(h.agents) > 1
 	return spec
 }
 
@@ -118,16 +127,27 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 	}()
 
+	// The consumer first: the store is read after its start is fixed, so that every binding is either
+	// delivered or already in the store.
+	spec := h.ConsumerSpec()
+	cons, err := bus.EnsureConsumer(ctx, h.conn.JS, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	bound, err := h.boundPods(ctx, buckets.Pods)
 	if err != nil {
 		return err
 	}
+	shared := len(h.agents) > 1
 	// Not errgroup.WithContext: reconcile adopts pods whose goroutines live on under ctx.
 	var rg errgroup.Group
 	rg.SetLimit(16)
 	for _, a := range h.agents {
 		rg.Go(func() error {
-			if err := a.reconcile(ctx, bound[a.cfg.Node]); err != nil {
+			if err := a.reconcile(ctx, bound[a.cfg.Node], shared); err != nil {
 				return fmt.Errorf("reconcile node %s: %w", a.cfg.Node, err)
 			}
 			return nil
@@ -154,7 +174,7 @@ func (h *Host) Run(ctx context.Context) error {
 	for _, a := range h.agents {
 		g.Go(func() error { a.heartbeats(gctx); return nil })
 	}
-	g.Go(func() error { return bus.Consume(gctx, h.conn.JS, h.ConsumerSpec(), h.handle) })
+	g.Go(func() error { return bus.Work(gctx, h.conn.JS, cons, spec, h.handle) })
 	return g.Wait()
 }
 

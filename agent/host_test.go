@@ -156,3 +156,84 @@ func consumerNames(t *testing.T, conn *bus.Conn, stream string) []string {
 	}
 	return out
 }
+
+// A shared consumer starts at the end of the stream: a pod bound to a node before its host first ran is
+// started from the store, a binding whose pod left the store is not replayed, and after a restart of
+// the host the pods bound meanwhile start and the running ones are re-adopted, each exactly once.
+func TestHostStartsPodsBoundBeforeItsConsumer(t *testing.T) {
+	srv, conn := bustest.Start(t)
+	b, err := bus.OpenBuckets(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
+	svc, err := status.New(status.Config{ID: "s1"}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, svc.Run)
+
+	names := []string{"hn0", "hn1", "hn2"}
+	rts := map[string]*fake.Runtime{}
+	for i, n := range names {
+		rt, err := fake.New(fake.Config{PodCIDR: fmt.Sprintf("10.42.%d.0/24", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts[n] = rt
+	}
+	hconn := bustest.Conn(t, srv.ClientURL(), "host")
+	startHost := func() func() {
+		var agents []*agent.Agent
+		for i, n := range names {
+			a, err := agent.New(agent.Config{Node: n, PodCIDR: fmt.Sprintf("10.42.%d.0/24", i), HeartbeatInterval: time.Minute}, hconn, rts[n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			agents = append(agents, a)
+		}
+		h, err := agent.NewHost(agent.HostConfig{Name: "host"}, hconn, agents...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.run(t, h.Run)
+	}
+	durable := bus.ConsumerAgentHost("host")
+
+	early := newPod("early")
+	early.Spec.NodeName = "hn0"
+	e.createOn(early, "hn0")
+	// Bound and deleted long ago: its binding is still in the stream, the pod no longer in the store.
+	old := newPod("old")
+	old.Spec.NodeName = "hn1"
+	if err := e.pub.Publish(context.Background(), bus.SubjPodBound("hn1"), &pb.PodBinding{Pod: old, Revision: 1, Node: "hn1"},
+		e.meta(old, "bound-"+old.Metadata.Uid)); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := startHost()
+	e.until(early, "running", isRunningReady)
+	later := newPod("later")
+	later.Spec.NodeName = "hn1"
+	e.createOn(later, "hn1")
+	e.until(later, "running", isRunningReady)
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, durable) }, "%s drained", durable)
+	if n := rts["hn1"].Running(); n != 1 {
+		t.Errorf("hn1 runs %d containers, want 1 (the binding of a pod gone from the store was replayed)", n)
+	}
+
+	stop()
+	meanwhile := newPod("meanwhile")
+	meanwhile.Spec.NodeName = "hn0"
+	e.createOn(meanwhile, "hn0")
+	seq := e.get(early).GetInternal().GetReportSeq()
+	startHost()
+	e.until(meanwhile, "running", isRunningReady)
+	e.until(early, "re-adopted and reported", func(q *pb.Pod) bool {
+		return q.GetInternal().GetReportSeq() > seq && isRunningReady(q)
+	})
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, durable) }, "%s drained", durable)
+	if n := rts["hn0"].Running(); n != 2 {
+		t.Errorf("hn0 runs %d containers, want 2", n)
+	}
+}
