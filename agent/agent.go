@@ -28,8 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -167,14 +165,20 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 
 // Run reconciles with the runtime, then heartbeats and handles the node's pods until ctx is cancelled.
 // Containers keep running when it returns, like a kubelet restart; the next Run re-adopts them.
+// It is a Host of this one agent, with the node's own durable consumer.
 func (a *Agent) Run(ctx context.Context) error {
-	buckets, err := bus.OpenBuckets(ctx, a.conn.JS)
+	h, err := NewHost(HostConfig{Workers: a.cfg.Workers, Logger: a.cfg.Logger}, a.conn, a)
 	if err != nil {
 		return err
 	}
+	return h.Run(ctx)
+}
+
+// prepare readies the agent to run under ctx: the runtime's version, the start time.
+func (a *Agent) prepare(ctx context.Context) error {
 	version, err := a.rt.Version(ctx)
 	if err != nil {
-		return fmt.Errorf("runtime version: %w", err)
+		return fmt.Errorf("node %s: runtime version: %w", a.cfg.Node, err)
 	}
 	a.mu.Lock()
 	a.runCtx = ctx
@@ -182,51 +186,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runtimeName, _, _ = strings.Cut(version, "://")
 	a.startedAt = time.Now()
 	a.mu.Unlock()
-	defer a.wg.Wait()
-
-	if err := a.reconcile(ctx, buckets.Pods); err != nil {
-		return fmt.Errorf("reconcile node %s: %w", a.cfg.Node, err)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { a.heartbeats(gctx); return nil })
-	g.Go(func() error { return a.serveLogs(gctx) })
-	g.Go(func() error {
-		return bus.Consume(gctx, a.conn.JS, bus.ConsumerSpec{
-			Stream:  bus.StreamPods,
-			Durable: bus.ConsumerAgent(a.cfg.Node),
-			Filters: []string{bus.SubjPodBound(a.cfg.Node), bus.SubjPodTerminate(a.cfg.Node)},
-			Workers: a.cfg.Workers,
-			Key:     func(m *bus.Msg) string { return m.Meta.PodUID },
-			Logger:  a.log,
-		}, a.handle)
-	})
-	return g.Wait()
+	return nil
 }
 
-func (a *Agent) handle(ctx context.Context, m *bus.Msg) error {
-	stop := keepAlive(ctx, m)
-	defer stop()
-	switch m.Subject {
-	case bus.SubjPodBound(a.cfg.Node):
-		var b pb.PodBinding
-		if err := m.Decode(&b); err != nil {
-			return err
-		}
-		if b.GetPod().GetMetadata().GetUid() == "" || b.GetPod().GetMetadata().GetName() == "" {
-			return fmt.Errorf("%w: binding without pod uid or name", bus.ErrMalformed)
-		}
-		return a.bind(ctx, b.GetPod())
-	case bus.SubjPodTerminate(a.cfg.Node):
-		var t pb.PodTermination
-		if err := m.Decode(&t); err != nil {
-			return err
-		}
-		if t.GetUid() == "" {
-			return fmt.Errorf("%w: termination without pod uid", bus.ErrMalformed)
-		}
-		return a.terminate(ctx, &t)
+func (a *Agent) handleBound(ctx context.Context, m *bus.Msg) error {
+	var b pb.PodBinding
+	if err := m.Decode(&b); err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: unexpected subject %s", bus.ErrMalformed, m.Subject)
+	if b.GetPod().GetMetadata().GetUid() == "" || b.GetPod().GetMetadata().GetName() == "" {
+		return fmt.Errorf("%w: binding without pod uid or name", bus.ErrMalformed)
+	}
+	return a.bind(ctx, b.GetPod())
+}
+
+func (a *Agent) handleTerminate(ctx context.Context, m *bus.Msg) error {
+	var t pb.PodTermination
+	if err := m.Decode(&t); err != nil {
+		return err
+	}
+	if t.GetUid() == "" {
+		return fmt.Errorf("%w: termination without pod uid", bus.ErrMalformed)
+	}
+	return a.terminate(ctx, &t)
 }
 
 // keepAlive extends the ack wait while a handler works on a slow pod (image pulls, grace periods).
@@ -269,26 +251,10 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 		}
 		return w.report(ctx, false)
 	}
-	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
-	if reason, msg := a.admitLocked(pod); reason != "" {
-		w.reject(reason, msg)
-		a.pods[uid] = w
-		a.mu.Unlock()
-		if err := w.report(ctx, false); err != nil {
-			a.forget(w)
-			return err
-		}
-		return nil
+	w, runCtx, err := a.admitAndRun(ctx, pod)
+	if w == nil || err != nil {
+		return err
 	}
-	a.pods[uid] = w
-	runCtx := a.runCtx
-	a.mu.Unlock()
-
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.run(runCtx, nil)
-	}()
 	// Like the kubelet's status manager, only the latest status is worth sending: a pod that settles
 	// within the coalescing window goes straight to its Running report, one write instead of two.
 	// A slower start reports ContainerCreating first.
@@ -311,6 +277,46 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// admitAndRun admits a new pod and starts its worker, or reports it rejected. Called with a.mu held; it
+// releases it. It returns the running worker and the context it runs in, or no worker when the pod was
+// rejected.
+func (a *Agent) admitAndRun(ctx context.Context, pod *pb.Pod) (*podWorker, context.Context, error) {
+	uid := pod.GetMetadata().GetUid()
+	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
+	if reason, msg := a.admitLocked(pod); reason != "" {
+		w.reject(reason, msg)
+		a.pods[uid] = w
+		a.mu.Unlock()
+		if err := w.report(ctx, false); err != nil {
+			a.forget(w)
+			return nil, nil, err
+		}
+		return nil, nil, nil
+	}
+	a.pods[uid] = w
+	runCtx := a.runCtx
+	a.mu.Unlock()
+
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(runCtx, nil)
+	}()
+	return w, runCtx, nil
+}
+
+// start starts a pod bound here whose binding this agent may never receive, as the binding would, but
+// without waiting for it: its worker reports it.
+func (a *Agent) start(ctx context.Context, pod *pb.Pod) error {
+	a.mu.Lock()
+	if _, ok := a.pods[pod.GetMetadata().GetUid()]; ok {
+		a.mu.Unlock()
+		return nil
+	}
+	_, _, err := a.admitAndRun(ctx, pod)
+	return err
 }
 
 func (a *Agent) forget(w *podWorker) {
@@ -404,14 +410,13 @@ func (a *Agent) publishReport(ctx context.Context, rep *pb.PodStatusReport, corr
 
 // reconcile runs before any message is handled: sandboxes whose pod left the store (or moved) are
 // removed, the others are re-adopted, and pods bound here that have no sandbox are started again.
-func (a *Agent) reconcile(ctx context.Context, pods jetstream.KeyValue) error {
+// bound holds the pods the store has on this node (see Host.boundPods). startUnreported starts the pods
+// bound here that were never reported, too: when their bindings may have been published before the
+// consumer began (see Host), instead of leaving them to redelivery.
+func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod, startUnreported bool) error {
 	sbs, err := a.rt.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
-	}
-	bound, err := a.boundPods(ctx, pods)
-	if err != nil {
-		return err
 	}
 	have := map[string]bool{}
 	for _, info := range sbs {
@@ -432,6 +437,7 @@ func (a *Agent) reconcile(ctx context.Context, pods jetstream.KeyValue) error {
 		}
 		a.adopt(ctx, p, &info)
 	}
+	var unreported []*pb.Pod
 	for uid, p := range bound {
 		if have[uid] || isTerminalPhase(p.GetStatus().GetPhase()) {
 			continue
@@ -444,40 +450,22 @@ func (a *Agent) reconcile(ctx context.Context, pods jetstream.KeyValue) error {
 			continue
 		}
 		if p.GetInternal().GetReportSeq() == 0 {
-			// Never reported: its binding is still unacknowledged and will be redelivered.
+			// Never reported: its binding is still unacknowledged and will be redelivered, or, when it
+			// may not be, started below once every reported pod counts against the capacity.
+			unreported = append(unreported, p)
 			continue
 		}
 		a.adopt(ctx, p, nil)
 	}
-	return nil
-}
-
-// boundPods reads every pod bound to this node from the store (one watch over the bucket's current values).
-func (a *Agent) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string]*pb.Pod, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watch pods: %w", err)
+	if !startUnreported {
+		return nil
 	}
-	defer func() { _ = w.Stop() }()
-	out := map[string]*pb.Pod{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil {
-				return out, nil
-			}
-			var p pb.Pod
-			if err := proto.Unmarshal(e.Value(), &p); err != nil {
-				a.log.Warn("undecodable pod in store", "key", e.Key(), "err", err)
-				continue
-			}
-			if p.GetSpec().GetNodeName() == a.cfg.Node {
-				out[p.GetMetadata().GetUid()] = &p
-			}
+	for _, p := range unreported {
+		if err := a.start(ctx, p); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 func (a *Agent) removeLeftover(ctx context.Context, info SandboxInfo) error {

@@ -21,17 +21,15 @@ type (
 	LogResponse = podlogs.LogResponse
 )
 
-// serveLogs answers log requests until ctx ends.
-func (a *Agent) serveLogs(ctx context.Context) error {
+// subscribeLogs answers log requests until ctx ends; the caller unsubscribes when it is done.
+func (a *Agent) subscribeLogs(ctx context.Context) (*nats.Subscription, error) {
 	sub, err := a.conn.NC.QueueSubscribe(bus.SubjLogs(a.cfg.Node), podlogs.QueueLogs, func(m *nats.Msg) {
 		go a.answerLogs(ctx, m)
 	})
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", bus.SubjLogs(a.cfg.Node), err)
+		return nil, fmt.Errorf("subscribe %s: %w", bus.SubjLogs(a.cfg.Node), err)
 	}
-	<-ctx.Done()
-	_ = sub.Unsubscribe()
-	return nil
+	return sub, nil
 }
 
 func (a *Agent) answerLogs(ctx context.Context, m *nats.Msg) {

@@ -67,6 +67,7 @@ const (
 	SubjAllEvents     = "event.>"
 	SubjAllDead       = "dead.>"
 	SubjPodBoundAll   = "pod.bound.*"
+	SubjPodTermAll    = "pod.terminate.*"
 )
 
 // KV buckets: the consistent store. Every write is a compare-and-set on the entry's revision.
@@ -98,6 +99,7 @@ const (
 	ConsumerStatus         = "status"
 	ConsumerHeartbeats     = "status-heartbeats"
 	consumerAgentPrefix    = "agent-"
+	consumerAgentHostPref  = "agenthost-"
 )
 
 // Headers carried by every pipeline message.
@@ -166,6 +168,18 @@ func SubjPodBound(node string) string { return subjPodBoundPrefix + Token(node) 
 
 // SubjPodTerminate is the subject on which a node's agent is told to stop a pod.
 func SubjPodTerminate(node string) string { return subjPodTermPrefix + Token(node) }
+
+// SplitAgentSubject reads a subject meant for a node's agent: the node's token (Token of its name) and
+// whether it is a termination (SubjPodTerminate) rather than a binding (SubjPodBound).
+func SplitAgentSubject(subject string) (nodeToken string, terminate, ok bool) {
+	if t, found := strings.CutPrefix(subject, subjPodBoundPrefix); found && t != "" && !strings.Contains(t, ".") {
+		return t, false, true
+	}
+	if t, found := strings.CutPrefix(subject, subjPodTermPrefix); found && t != "" && !strings.Contains(t, ".") {
+		return t, true, true
+	}
+	return "", false, false
+}
 
 // SubjPodStatus is the subject of a node's pod status reports.
 func SubjPodStatus(node string) string { return subjStatusPodPref + Token(node) }
@@ -251,6 +265,10 @@ func SubjLogs(node string) string { return SubjLogsPrefix + Token(node) }
 
 // ConsumerAgent is the durable consumer name of one node's agent.
 func ConsumerAgent(node string) string { return consumerAgentPrefix + Token(node) }
+
+// ConsumerAgentHost is the durable consumer name of a process that runs many nodes' agents (simulated
+// nodes): one consumer for all of them, so consumers grow with processes, not with nodes.
+func ConsumerAgentHost(name string) string { return consumerAgentHostPref + Token(name) }
 
 // PodKey is the KV key of a pod. Namespaces are DNS labels (no dots), so the first token is always
 // the namespace and a watch on PodKeyPrefix(ns) selects one namespace.

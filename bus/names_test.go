@@ -34,6 +34,28 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 }
 
+func TestSplitAgentSubject(t *testing.T) {
+	tests := []struct {
+		subject   string
+		node      string
+		terminate bool
+		ok        bool
+	}{
+		{SubjPodBound("n1.example.com"), "n1_example_com", false, true},
+		{SubjPodTerminate("n1"), "n1", true, true},
+		{"pod.bound.", "", false, false},
+		{"pod.bound.a.b", "", false, false},
+		{SubjPodScheduled, "", false, false},
+		{SubjPodStatus("n1"), "", false, false},
+	}
+	for _, tt := range tests {
+		node, terminate, ok := SplitAgentSubject(tt.subject)
+		if node != tt.node || terminate != tt.terminate || ok != tt.ok {
+			t.Errorf("SplitAgentSubject(%q) = %q, %v, %v; want %q, %v, %v", tt.subject, node, terminate, ok, tt.node, tt.terminate, tt.ok)
+		}
+	}
+}
+
 func TestUntokenRejectsGarbage(t *testing.T) {
 	for _, s := range []string{"a=4", "a=ZZ", "a.b", "a*"} {
 		if _, ok := Untoken(s); ok {
@@ -54,6 +76,7 @@ func TestSubjectsAndKeys(t *testing.T) {
 		{PodKey("default", "web.v1"), "default.web_v1"},
 		{PodKeyPrefix("default"), "default.>"},
 		{ConsumerAgent("n1.x"), "agent-n1_x"},
+		{ConsumerAgentHost("sim.a"), "agenthost-sim_a"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -57,8 +57,8 @@ var garbageTargets = []struct {
 	{bus.SubjPodDelete, bus.StreamPods, bus.ConsumerStore, func() proto.Message { return &pb.PodCommand{} }},
 	{bus.SubjPodPending, bus.StreamPods, bus.ConsumerScheduler, func() proto.Message { return &pb.PendingPod{} }},
 	{bus.SubjPodScheduled, bus.StreamPods, bus.ConsumerBinder, func() proto.Message { return &pb.SchedulingDecision{} }},
-	{bus.SubjPodBound("node-1"), bus.StreamPods, bus.ConsumerAgent("node-1"), func() proto.Message { return &pb.PodBinding{} }},
-	{bus.SubjPodTerminate("node-1"), bus.StreamPods, bus.ConsumerAgent("node-1"), func() proto.Message { return &pb.PodTermination{} }},
+	{bus.SubjPodBound("node-1"), bus.StreamPods, bus.ConsumerAgentHost(up.SimHost), func() proto.Message { return &pb.PodBinding{} }},
+	{bus.SubjPodTerminate("node-1"), bus.StreamPods, bus.ConsumerAgentHost(up.SimHost), func() proto.Message { return &pb.PodTermination{} }},
 	// The schedulers also read pod.deleted, through an ephemeral ordered consumer that ignores what it
 	// cannot decode (it only forgets assumptions); the binder's durable is the one that parks.
 	{bus.SubjPodDeleted, bus.StreamPods, bus.ConsumerBinderDeleted, func() proto.Message { return &pb.PodDeleted{} }},

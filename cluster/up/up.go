@@ -261,17 +261,25 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		agentConns = append(agentConns, cn)
 	}
+	// The simulated nodes share one agent host: one consumer and one read of the store for all of them.
+	var sim []*agent.Agent
 	for i, acfg := range agents {
-		name := acfg.Node
 		rt, err := fake.New(fake.Config{StartDelay: cfg.StartDelay, PodCIDR: acfg.PodCIDR})
 		if err != nil {
 			return fail(err)
 		}
 		a, err := agent.New(acfg, agentConns[i%len(agentConns)], rt)
 		if err != nil {
-			return fail(fmt.Errorf("agent %s: %w", name, err))
+			return fail(fmt.Errorf("agent %s: %w", acfg.Node, err))
 		}
-		c.run(ctx, "agent "+name, a)
+		sim = append(sim, a)
+	}
+	if len(sim) > 0 {
+		h, err := agent.NewHost(agent.HostConfig{Name: SimHost, Logger: log}, agentConns[0], sim...)
+		if err != nil {
+			return fail(err)
+		}
+		c.run(ctx, "simulated agents", h)
 	}
 
 	nodes := cfg.Nodes
@@ -390,6 +398,9 @@ func agentConfigs(cfg Config) []agent.Config {
 	}
 	return out
 }
+
+// SimHost names the agent host of the simulated nodes (its consumer is bus.ConsumerAgentHost(SimHost)).
+const SimHost = "up"
 
 // NodeName names the i-th simulated node.
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i+1) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,6 +222,7 @@ func runAgent(ctx context.Context, args []string) error {
 	c.register(fs, "agent")
 	host, _ := os.Hostname()
 	node := fs.String("node", host, "node name")
+	nodes := fs.Int("nodes", 1, "simulated nodes to run in this process (fake runtime), sharing one consumer: named <node>-1 ... <node>-N when more than one, node i's pod CIDR the i-th /24 after --pod-cidr's")
 	runtime := fs.String("runtime", "fake", "container runtime: fake (simulated) or containerd (real pods; root, containerd and the CNI plugins)")
 	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node; auto: a /24 of 10.0.0.0/8 from the last two bytes of the node's IPv4 address")
 	cpu := fs.String("cpu", "8", "cpu capacity (containerd: the machine's cores unless set)")
@@ -289,9 +291,54 @@ func runAgent(ctx context.Context, args []string) error {
 		return fmt.Errorf("unknown runtime %q (fake or containerd)", *runtime)
 	}
 	c.id = *node
+	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}
+	if *nodes > 1 {
+		if *runtime != "fake" {
+			return fmt.Errorf("--nodes %d: only simulated nodes (--runtime fake) run many to a process", *nodes)
+		}
+		return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+			return simulatedHost(acfg, *nodes, *startDelay, cn)
+		})
+	}
 	return c.serve(ctx, "agent", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return agent.New(agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}, cn, rt)
+		return agent.New(acfg, cn, rt)
 	})
+}
+
+// simulatedHost runs n simulated nodes like base, named base.Node-1 ... base.Node-n, in one agent host
+// named base.Node.
+func simulatedHost(base agent.Config, n int, startDelay time.Duration, cn *bus.Conn) (*agent.Host, error) {
+	agents := make([]*agent.Agent, 0, n)
+	for i := range n {
+		cfg := base
+		cfg.Node = fmt.Sprintf("%s-%d", base.Node, i+1)
+		cidr, err := nthCIDR(base.PodCIDR, i)
+		if err != nil {
+			return nil, fmt.Errorf("--pod-cidr: %w", err)
+		}
+		cfg.PodCIDR = cidr
+		rt, err := fake.New(fake.Config{StartDelay: startDelay, PodCIDR: cidr})
+		if err != nil {
+			return nil, err
+		}
+		a, err := agent.New(cfg, cn, rt)
+		if err != nil {
+			return nil, err
+		}
+		agents = append(agents, a)
+	}
+	return agent.NewHost(agent.HostConfig{Name: base.Node}, cn, agents...)
+}
+
+// nthCIDR is the i-th /24 after the one cidr starts in (the 0th is cidr's own).
+func nthCIDR(cidr string, i int) (string, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil || !p.Addr().Is4() {
+		return "", fmt.Errorf("%q is not an IPv4 CIDR", cidr)
+	}
+	b := p.Addr().As4()
+	v := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8) + uint32(i)<<8
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), 0}).String() + "/24", nil
 }
 
 func runNATS(ctx context.Context, args []string) error {

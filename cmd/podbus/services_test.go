@@ -58,3 +58,25 @@ func TestServeReadyzWaitsForService(t *testing.T) {
 	close(svc.ready)
 	bustest.Eventually(t, 10*time.Second, func() bool { return status() == http.StatusOK }, "/readyz 200 once ready")
 }
+
+func TestNthCIDR(t *testing.T) {
+	tests := []struct {
+		base string
+		i    int
+		want string
+	}{
+		{"10.42.1.0/24", 0, "10.42.1.0/24"},
+		{"10.42.1.0/24", 254, "10.42.255.0/24"},
+		{"10.42.1.0/24", 255, "10.43.0.0/24"},
+		{"10.42.1.7/16", 1, "10.42.2.0/24"},
+	}
+	for _, tt := range tests {
+		got, err := nthCIDR(tt.base, tt.i)
+		if err != nil || got != tt.want {
+			t.Errorf("nthCIDR(%q, %d) = %q, %v; want %q", tt.base, tt.i, got, err, tt.want)
+		}
+	}
+	if _, err := nthCIDR("fd00::/64", 1); err == nil {
+		t.Error("nthCIDR accepted an IPv6 range")
+	}
+}
