@@ -29,6 +29,9 @@ const (
 	composeProject = "podbustest"
 	composeAgents  = 5
 	composeBatch   = 300
+	// composeServices are the containers besides the agents with one scheduler: three NATS nodes,
+	// admission, store, scheduler, binder, status and namespaces.
+	composeServices = 9
 )
 
 type composeEnv struct {
@@ -318,13 +321,13 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	// 1. Up: 3 NATS nodes, admission, store, binder, status, one scheduler, 5 agents.
+	// 1. Up: 3 NATS nodes, admission, store, binder, status, namespaces, one scheduler, 5 agents.
 	start = time.Now()
 	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=1", "--scale", fmt.Sprintf("agent=%d", composeAgents))
-	c.waitHealthy(8+composeAgents, 3*time.Minute)
+	c.waitHealthy(composeServices+composeAgents, 3*time.Minute)
 	c.waitNodes(composeAgents, time.Minute)
 	healthy := time.Since(start)
-	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", 8+composeAgents, composeAgents, healthy.Round(100*time.Millisecond))
+	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", composeServices+composeAgents, composeAgents, healthy.Round(100*time.Millisecond))
 	c.checkReplicas()
 
 	// 2. 300 pods with one scheduler.
@@ -333,7 +336,7 @@ func TestCompose(t *testing.T) {
 
 	// 3. Three schedulers, 300 more. Every scale is repeated: `up` converges each service to the given scale.
 	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=3", "--scale", fmt.Sprintf("agent=%d", composeAgents))
-	c.waitHealthy(10+composeAgents, 2*time.Minute)
+	c.waitHealthy(composeServices+2+composeAgents, 2*time.Minute)
 	rate3 := c.batch("b2")
 	t.Logf("FIGURE batch 2 (3 schedulers): %d pods Ready at %.0f pods/s", composeBatch, rate3)
 
