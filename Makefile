@@ -65,7 +65,7 @@ bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
 	$(BIN)/podbus loadtest --scenario scheduling-basic --replicas 1,3 --quiet   # scheduler_perf SchedulingBasic shape
 	$(BIN)/podbus loadtest --runtime containerd
-	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./services/...
+	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./sched/... ./services/...
 	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
 
 loadtest: build
