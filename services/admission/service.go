@@ -6,9 +6,11 @@
 //
 //	kubectl ──HTTP──▶ admission ─┬─ pods: decode, default, validate, publish pod.cmd.{create,update,delete},
 //	                             │    wait for the store's CommandResult on podbus.reply.<id>.<n> (core
-//	                             │    NATS); GET/LIST/WATCH straight from the pods bucket
+//	                             │    NATS); GET straight from the pods bucket
 //	                             ├─ nodes, namespaces, configmaps: generic handlers, compare-and-set on
 //	                             │    the kind's bucket (resourceVersion = KV revision)
+//	                             ├─ LIST/WATCH of every kind in a bucket: its watch cache (watchcache.go),
+//	                             │    fed by one KV watch of the bucket
 //	                             ├─ POST pods/eviction: a graceful delete, as above
 //	                             ├─ GET/LIST/WATCH events: the EVENTS stream (resourceVersion = sequence)
 //	                             └─ pods/log: request/reply to the node's agent on podbus.logs.<node>

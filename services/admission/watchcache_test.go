@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -551,5 +553,87 @@ func BenchmarkListSelector(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// fedCache is a pods cache fed directly, ready at revision 0.
+func fedCache(t *testing.T) *watchCache {
+	t.Helper()
+	c := newWatchCache(podKind, nil, 0, 0, nil)
+	c.replace(newWatchCache(podKind, nil, 1, time.Hour, nil), 0)
+	return c
+}
+
+func (c *watchCache) putPod(t *testing.T, name, app string, rev uint64) {
+	t.Helper()
+	c.apply(bus.PodKey("default", name), jetstream.KeyValuePut, mustMarshal(t, smallPod("default", name, app)), rev)
+}
+
+// A watcher sees an object that starts or stops matching its selector as ADDED or DELETED.
+func TestCacheEventTypes(t *testing.T) {
+	c := fedCache(t)
+	m, err := newMatcher(url.Values{"labelSelector": {"app=web"}}, podKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _, _, _, err := c.register(selection{ns: "default", m: m}, 0, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		app  string // "": deleted
+		want string // "": no event
+	}{
+		{app: "db", want: ""},
+		{app: "web", want: watchAdded},
+		{app: "web", want: watchModified},
+		{app: "db", want: watchDeleted},
+		{app: "", want: ""},
+		{app: "web", want: watchAdded},
+		{app: "", want: watchDeleted},
+	}
+	for i, st := range steps {
+		rev := uint64(i + 1)
+		if st.app == "" {
+			c.apply(bus.PodKey("default", "p"), jetstream.KeyValueDelete, nil, rev)
+		} else {
+			c.putPod(t, "p", st.app, rev)
+		}
+		got := ""
+		select {
+		case it := <-w.ch:
+			got = it.typ
+			if it.ev.rev != rev {
+				t.Errorf("step %d: event at %d, want %d", i, it.ev.rev, rev)
+			}
+		default:
+		}
+		if got != st.want {
+			t.Errorf("step %d (app %q): event %q, want %q", i, st.app, got, st.want)
+		}
+	}
+}
+
+// A watcher that falls a whole buffer behind is closed; the others go on.
+func TestSlowWatcherClosed(t *testing.T) {
+	c := fedCache(t)
+	slow, _, _, _, err := c.register(selection{m: matcher{label: labels.Everything(), field: fields.Everything()}}, 0, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _, _, _, _ := c.register(selection{m: matcher{label: labels.Everything(), field: fields.Everything()}}, 0, false, false)
+	for i := range watcherBuffer + 1 {
+		c.putPod(t, fmt.Sprintf("p%d", i), "web", uint64(i+1))
+		<-fast.ch
+	}
+	n := 0
+	for range slow.ch {
+		n++
+	}
+	if n != watcherBuffer {
+		t.Errorf("slow watcher got %d events before it was closed, want %d", n, watcherBuffer)
+	}
+	if got := c.watcherCount(); got != 1 {
+		t.Errorf("%d watchers left, want the fast one", got)
 	}
 }
