@@ -72,7 +72,8 @@ type Config struct {
 	Logger *slog.Logger
 	// kinds served besides the built-in ones (tests of the registry).
 	extraKinds []*kind
-	// cacheEvents is how many changes a kind's watch cache keeps (0: defaultCacheEvents); bookmarkEvery
+	// cacheEvents fixes how many changes a kind's watch cache keeps (0: as many as eventFreshness, within
+	// minCacheEvents and maxCacheEvents); bookmarkEvery
 	// how often watchers that allow them get a BOOKMARK (0: defaultBookmarkEvery). For tests.
 	cacheEvents   int
 	bookmarkEvery time.Duration

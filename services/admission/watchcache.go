@@ -36,10 +36,15 @@ import (
 
 // Defaults of the watch cache.
 const (
-	defaultCacheEvents   = 8192        // changes kept for watches resuming from a past resourceVersion
+	// The ring keeps at least minCacheEvents changes, and grows up to maxCacheEvents to hold the last
+	// eventFreshness of them, as kube-apiserver's does: watches resume and continue tokens stay valid
+	// for that long under a burst of changes.
+	minCacheEvents       = 1024
+	maxCacheEvents       = 100 * 1024
+	eventFreshness       = 75 * time.Second
 	defaultBookmarkEvery = time.Minute // BOOKMARK events to watchers that allow them
 	watcherBuffer        = 1024        // events a watcher may lag before it is closed
-	maxListSnapshots     = 16          // paged lists whose continue tokens stay valid
+	maxListSnapshots     = 32          // paged lists whose continue tokens stay valid
 	// freshWait bounds the wait for the cache to reach a resourceVersion the store already has.
 	freshWait = 3 * time.Second
 )
@@ -67,6 +72,7 @@ func compareEntries(a, b *cacheEntry) int {
 // cacheEvent is one change: cur is nil for a deletion, prev nil for a creation.
 type cacheEvent struct {
 	rev       uint64
+	at        int64 // when the cache saw it, in Unix nanoseconds
 	cur, prev *cacheEntry
 	// The event's object as JSON, encoded once for every watcher that sends it.
 	once    sync.Once
@@ -113,7 +119,8 @@ type listSnapshot struct {
 type watchCache struct {
 	ki         *kind
 	kv         jetstream.KeyValue // nil: fed directly (tests)
-	capacity   int
+	minEvents  int
+	maxEvents  int
 	bookmarks  time.Duration
 	fieldNames []string
 	fieldIdx   map[string]int
@@ -136,19 +143,21 @@ type watchCache struct {
 	changed   chan struct{} // closed and replaced whenever rv moves
 }
 
-func newWatchCache(ki *kind, kv jetstream.KeyValue, capacity int, bookmarks time.Duration, log *slog.Logger) *watchCache {
-	if capacity <= 0 {
-		capacity = defaultCacheEvents
+// newWatchCache returns a cache of ki's bucket kv; events > 0 fixes the ring's size.
+func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.Duration, log *slog.Logger) *watchCache {
+	minEvents, maxEvents := minCacheEvents, maxCacheEvents
+	if events > 0 {
+		minEvents, maxEvents = events, events
 	}
 	if bookmarks <= 0 {
 		bookmarks = defaultBookmarkEvery
 	}
 	c := &watchCache{
-		ki: ki, kv: kv, capacity: capacity, bookmarks: bookmarks, log: log,
+		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, bookmarks: bookmarks, log: log,
 		fieldIdx: map[string]int{},
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
-		ring:     make([]*cacheEvent, capacity),
+		ring:     make([]*cacheEvent, minEvents),
 		watchers: map[*cacheWatcher]struct{}{},
 		changed:  make(chan struct{}),
 	}
@@ -274,7 +283,7 @@ func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
 	c.head, c.n = 0, 0
-	clear(c.ring)
+	c.ring = make([]*cacheEvent, c.minEvents)
 	c.snapshots = nil
 	c.decodes.Add(from.decodes.Load())
 	c.signalLocked()
@@ -320,7 +329,7 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 		c.objects[id] = cur
 		c.pending = append(c.pending, cur)
 	}
-	ev := &cacheEvent{rev: rev, cur: cur, prev: prev}
+	ev := &cacheEvent{rev: rev, at: time.Now().UnixNano(), cur: cur, prev: prev}
 	c.pushLocked(ev)
 	for w := range c.watchers {
 		if typ := c.eventType(w.sel, ev); typ != "" {
@@ -361,16 +370,33 @@ func (c *watchCache) eventType(sel selection, ev *cacheEvent) string {
 	return ""
 }
 
+// pushLocked adds ev to the ring: the ring grows while its oldest event is fresh, else drops it; events
+// past their freshness go beyond the minimum.
 func (c *watchCache) pushLocked(ev *cacheEvent) {
-	if c.n == c.capacity {
-		c.oldest = c.ring[c.head].rev
-		c.ring[c.head] = nil
-		c.head = (c.head + 1) % c.capacity
-		c.n--
-		c.snapshots = slices.DeleteFunc(c.snapshots, func(s listSnapshot) bool { return s.rv < c.oldest })
+	for c.n > c.minEvents && ev.at-c.ring[c.head].at > int64(eventFreshness) {
+		c.dropOldestLocked()
 	}
-	c.ring[(c.head+c.n)%c.capacity] = ev
+	if c.n == len(c.ring) {
+		if fresh := ev.at-c.ring[c.head].at <= int64(eventFreshness); fresh && len(c.ring) < c.maxEvents {
+			grown := make([]*cacheEvent, min(2*len(c.ring), c.maxEvents))
+			for i := range c.n {
+				grown[i] = c.ring[(c.head+i)%len(c.ring)]
+			}
+			c.ring, c.head = grown, 0
+		} else {
+			c.dropOldestLocked()
+		}
+	}
+	c.ring[(c.head+c.n)%len(c.ring)] = ev
 	c.n++
+}
+
+func (c *watchCache) dropOldestLocked() {
+	c.oldest = c.ring[c.head].rev
+	c.ring[c.head] = nil
+	c.head = (c.head + 1) % len(c.ring)
+	c.n--
+	c.snapshots = slices.DeleteFunc(c.snapshots, func(s listSnapshot) bool { return s.rv < c.oldest })
 }
 
 // sendLocked queues an item for w, or ends a watch that fell too far behind.
@@ -600,7 +626,7 @@ func (c *watchCache) register(sel selection, from uint64, initial, bookmarks boo
 			return nil, nil, nil, 0, expired(from, c.oldest+1)
 		}
 		for i := range c.n {
-			ev := c.ring[(c.head+i)%c.capacity]
+			ev := c.ring[(c.head+i)%len(c.ring)]
 			if ev.rev <= from {
 				continue
 			}

@@ -637,3 +637,20 @@ func TestSlowWatcherClosed(t *testing.T) {
 		t.Errorf("%d watchers left, want the fast one", got)
 	}
 }
+
+// Under a burst the ring grows past its minimum rather than drop changes younger than eventFreshness.
+func TestRingGrowsWhileFresh(t *testing.T) {
+	c := fedCache(t)
+	const n = minCacheEvents + 500
+	for i := range n {
+		c.putPod(t, fmt.Sprintf("p%d", i), "web", uint64(i+1))
+	}
+	w, _, backlog, _, err := c.register(selection{m: matcher{label: labels.Everything(), field: fields.Everything()}}, 0, false, false)
+	if err != nil {
+		t.Fatalf("watch from the first change: %v", err)
+	}
+	defer c.stop(w)
+	if len(backlog) != n || backlog[0].ev.rev != 1 {
+		t.Errorf("backlog of %d events, want %d from revision 1", len(backlog), n)
+	}
+}
