@@ -134,6 +134,7 @@ type watchCache struct {
 	objects   map[string]*cacheEntry
 	sorted    []*cacheEntry // as of rv once pending is merged in
 	pending   []*cacheEntry // entries added since sorted was built
+	dirty     bool          // sorted misses changes: pending entries, or stale ones to drop
 	rv        uint64
 	oldest    uint64        // watches may start after any resourceVersion from here on
 	ring      []*cacheEvent // circular: ring[head] is the oldest held
@@ -320,6 +321,7 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 	if prev == nil && cur == nil {
 		return // deleting what was never there: no event, as etcd's watch gives none
 	}
+	c.dirty = true
 	if prev != nil {
 		prev.stale = true
 		delete(c.objects, id)
@@ -458,7 +460,7 @@ func (c *watchCache) closeWatchersLocked() {
 
 // sortedLocked merges the entries added since the last call into the key-ordered state.
 func (c *watchCache) sortedLocked() []*cacheEntry {
-	if len(c.pending) == 0 && c.sorted != nil {
+	if !c.dirty && c.sorted != nil {
 		return c.sorted
 	}
 	added := slices.DeleteFunc(c.pending, func(e *cacheEntry) bool { return e.stale })
@@ -475,7 +477,7 @@ func (c *watchCache) sortedLocked() []*cacheEntry {
 		out = append(out, e)
 	}
 	out = append(out, added[i:]...)
-	c.sorted, c.pending = out, nil
+	c.sorted, c.pending, c.dirty = out, nil, false
 	return out
 }
 

@@ -278,6 +278,17 @@ func TestListFromCache(t *testing.T) {
 	if _, p, data := e.listPage("/api/v1/pods?labelSelector=app%3Dfresh"); len(p.Items) != 1 {
 		t.Errorf("a pod just written is not listed: %s", data)
 	}
+	// Nor does it list what was just deleted.
+	kv, err := e.conn.JS.KeyValue(context.Background(), bus.BucketPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), bus.PodKey("default", "fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, data := e.listPage("/api/v1/pods?labelSelector=app%3Dfresh"); len(p.Items) != 0 {
+		t.Errorf("a pod just deleted is listed: %s", data)
+	}
 	if n := e.svc.kvReads.Load() - reads; n != 0 {
 		t.Errorf("%d reads of the bucket, want none", n)
 	}
