@@ -31,8 +31,6 @@ func (s *kvSource) count() {
 	}
 }
 
-func (s *kvSource) stream() string { return "KV_" + s.kv.Bucket() }
-
 // get reads one object; a 404 Status when absent.
 func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, uint64, error) {
 	s.count()
@@ -50,24 +48,10 @@ func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, u
 	return o, e.Revision(), nil
 }
 
-// streamState returns the first and last sequence of the bucket's stream.
-func (s *kvSource) streamState(ctx context.Context) (first, last uint64, err error) {
-	st, err := s.kv.Status(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("status of bucket %s: %w", s.kv.Bucket(), err)
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, 0, fmt.Errorf("status of bucket %s: unexpected %T", s.kv.Bucket(), st)
-	}
-	info := bs.StreamInfo()
-	return info.State.FirstSeq, info.State.LastSeq, nil
-}
-
 // list reads the current values under filter (a key pattern) that match m.
 func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtime.Object, uint64, error) {
 	s.count()
-	_, last, err := s.streamState(ctx)
+	last, err := storeRevision(ctx, s.kv)
 	if err != nil {
 		return nil, 0, err
 	}
