@@ -248,13 +248,16 @@ func (s *Service) watchCached(w http.ResponseWriter, r *http.Request, req reques
 	switch {
 	case rvParam == "":
 		err = c.fresh(ctx)
-		if errors.Is(err, errNotFresh) {
+		if errors.Is(err, errNotFresh) && c.isReady() {
 			err = nil // a watch converges: start from what the cache holds
 		}
 	case from == 0:
 		err = c.waitReady(ctx)
 	default:
 		err = c.atLeast(ctx, from)
+	}
+	if errors.Is(err, errNotFresh) {
+		err = apierrors.NewTimeoutError("the watch cache is not ready", 1)
 	}
 	if err != nil {
 		writeStatus(w, err)

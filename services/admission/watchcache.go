@@ -47,6 +47,8 @@ const (
 	maxListSnapshots     = 32          // paged lists whose continue tokens stay valid
 	// freshWait bounds the wait for the cache to reach a resourceVersion the store already has.
 	freshWait = 3 * time.Second
+	// readyWait bounds the wait for the first read of a bucket.
+	readyWait = time.Minute
 )
 
 // cacheEntry is one stored object. Entries are immutable once published; stale only tells the cache's
@@ -303,8 +305,7 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 	}
 	var cur *cacheEntry
 	if ok && op == jetstream.KeyValuePut {
-		cur = c.newEntry(key, ns, name, value, rev)
-		ok = cur != nil
+		cur = c.newEntry(key, ns, name, value, rev) // nil if it does not decode: then it is not listed
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -487,13 +488,26 @@ var (
 	errNotFresh = errors.New("watch cache is behind the store")
 )
 
-// waitReady waits for the first full read of the bucket.
+// waitReady waits for the first full read of the bucket, at most readyWait.
 func (c *watchCache) waitReady(ctx context.Context) error {
+	timer := time.NewTimer(readyWait)
+	defer timer.Stop()
 	select {
 	case <-c.ready:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("%w: not ready", errNotFresh)
+	}
+}
+
+func (c *watchCache) isReady() bool {
+	select {
+	case <-c.ready:
+		return true
+	default:
+		return false
 	}
 }
 
