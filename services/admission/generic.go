@@ -79,16 +79,7 @@ func (s *Service) serveGeneric(w http.ResponseWriter, r *http.Request, req reque
 	}
 	switch verb {
 	case "list", "watch":
-		s.listOrWatch(w, r, req, s.source(k), k.keyFilter(req.ns), func(m matcher) string {
-			name := req.name
-			if name == "" {
-				name = m.fieldValue("metadata.name")
-			}
-			if name != "" && (req.ns != "" || !k.namespaced) {
-				return k.key(req.ns, name)
-			}
-			return ""
-		})
+		s.listOrWatchCached(w, r, req)
 	case "get":
 		o, _, err := s.source(k).get(r.Context(), k.key(req.ns, req.name), req.name)
 		if err != nil {
@@ -124,42 +115,6 @@ func or(h, generic handlerFunc) handlerFunc {
 		return h
 	}
 	return generic
-}
-
-// listOrWatch serves LIST and WATCH of a KV-backed resource. narrow returns a more specific key
-// filter when the request names one object.
-func (s *Service) listOrWatch(w http.ResponseWriter, r *http.Request, req request, src *kvSource, filter string, narrow func(matcher) string) {
-	m, err := newMatcher(req.q, src.ki)
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	if narrow != nil {
-		if k := narrow(m); k != "" {
-			filter = k
-		}
-	}
-	if !req.watch {
-		objs, rv, err := src.list(r.Context(), filter, m)
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeList(w, req, src.ki, objs, rv)
-		return
-	}
-	rv, err := parseRV(req.q.Get("resourceVersion"))
-	if err != nil {
-		writeStatus(w, err)
-		return
-	}
-	ctx, cancel := watchContext(r, req)
-	defer cancel()
-	started := false
-	err = src.watch(ctx, func() *watchWriter { started = true; return startWatch(w, req, src.ki) }, filter, rv, m)
-	if err != nil && !started {
-		writeStatus(w, err)
-	}
 }
 
 // decodeBody reads and decodes one object of req's kind from the request body.

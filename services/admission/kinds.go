@@ -63,6 +63,11 @@ type genericList struct {
 
 // writeList answers objs as a list or a Table, in a stable order (namespace, name).
 func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Object, rv uint64) {
+	writeListMeta(w, req, ki, objs, metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)})
+}
+
+// writeListMeta answers objs as a list or a Table with the given list metadata (a page's continue token).
+func writeListMeta(w http.ResponseWriter, req request, ki *kind, objs []runtime.Object, meta metav1.ListMeta) {
 	slices.SortStableFunc(objs, func(a, b runtime.Object) int {
 		ma, mb := ki.meta(a), ki.meta(b)
 		if ma.Namespace != mb.Namespace {
@@ -79,9 +84,9 @@ func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Obje
 		}
 		return 0
 	})
-	rvs := strconv.FormatUint(rv, 10)
 	if req.table != nil {
-		t := newTable(ki.tableColumns(), rvs)
+		t := newTable(ki.tableColumns(), meta.ResourceVersion)
+		t.Continue, t.RemainingItemCount = meta.Continue, meta.RemainingItemCount
 		for _, o := range objs {
 			t.Rows = append(t.Rows, req.table.row(ki.row(o), o, ki.meta(o)))
 		}
@@ -93,7 +98,7 @@ func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Obje
 	}
 	writeJSON(w, http.StatusOK, genericList{
 		TypeMeta: metav1.TypeMeta{Kind: ki.listKind(), APIVersion: ki.apiVersion()},
-		Metadata: metav1.ListMeta{ResourceVersion: rvs},
+		Metadata: meta,
 		Items:    objs,
 	})
 }

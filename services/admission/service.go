@@ -6,9 +6,11 @@
 //
 //	kubectl ──HTTP──▶ admission ─┬─ pods: decode, default, validate, publish pod.cmd.{create,update,delete},
 //	                             │    wait for the store's CommandResult on podbus.reply.<id>.<n> (core
-//	                             │    NATS); GET/LIST/WATCH straight from the pods bucket
+//	                             │    NATS); GET straight from the pods bucket
 //	                             ├─ nodes, namespaces, configmaps: generic handlers, compare-and-set on
 //	                             │    the kind's bucket (resourceVersion = KV revision)
+//	                             ├─ LIST/WATCH of every kind in a bucket: its watch cache (watchcache.go),
+//	                             │    fed by one KV watch of the bucket
 //	                             ├─ POST pods/eviction: a graceful delete, as above
 //	                             ├─ GET/LIST/WATCH events: the EVENTS stream (resourceVersion = sequence)
 //	                             └─ pods/log: request/reply to the node's agent on podbus.logs.<node>
@@ -70,6 +72,11 @@ type Config struct {
 	Logger *slog.Logger
 	// kinds served besides the built-in ones (tests of the registry).
 	extraKinds []*kind
+	// cacheEvents fixes how many changes a kind's watch cache keeps (0: as many as eventFreshness, within
+	// minCacheEvents and maxCacheEvents); bookmarkEvery
+	// how often watchers that allow them get a BOOKMARK (0: defaultBookmarkEvery). For tests.
+	cacheEvents   int
+	bookmarkEvery time.Duration
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -89,6 +96,12 @@ type Service struct {
 	nextN   atomic.Uint64
 	mu      sync.Mutex
 	waiter  map[uint64]chan *pb.CommandResult
+	// ctx bounds the watch caches: it ends with Run.
+	ctx      context.Context
+	stop     context.CancelFunc
+	cachesMu sync.Mutex
+	caches   map[string]*watchCache // by bucket
+	kvReads  atomic.Int64           // reads of objects from a bucket, for tests
 }
 
 // New opens the buckets the API reads from, provisions those of the served kinds, and creates the
@@ -138,7 +151,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		log:     logger.With("actor", "admission/"+cfg.ID),
 		ready:   make(chan struct{}),
 		waiter:  map[uint64]chan *pb.CommandResult{},
+		caches:  map[string]*watchCache{},
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	for _, ns := range systemNamespaces {
 		if err := s.ensureNamespace(ctx, ns); err != nil {
 			return nil, fmt.Errorf("admission: %w", err)
@@ -166,6 +181,15 @@ func (s *Service) Addr() string {
 
 // Run serves the API until ctx is cancelled, then shuts the server down gracefully.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.stop()
+	stopCaches := context.AfterFunc(ctx, s.stop)
+	defer stopCaches()
+	// Every kind's cache starts now, so watches may resume from any resourceVersion since the start.
+	for _, k := range s.reg.kinds {
+		if k.storage != nil && k.serve == nil {
+			s.cache(k)
+		}
+	}
 	sub, err := s.conn.NC.Subscribe(bus.SubjReplyPrefix+s.cfg.ID+".>", s.onReply)
 	if err != nil {
 		return fmt.Errorf("admission: subscribe replies: %w", err)

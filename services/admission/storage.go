@@ -78,20 +78,7 @@ func (k *kind) stamp(o runtime.Object, rev uint64) {
 	}
 }
 
-// tombstone is the object of a DELETED event whose last state is unknown: its name alone.
-func (k *kind) tombstone(key string, _ uint64) runtime.Object {
-	o := k.newObject()
-	k.stamp(o, 0)
-	m := objectMeta(o)
-	if k.namespaced {
-		m.Namespace, m.Name, _ = bus.SplitPodKey(key)
-	} else {
-		m.Name, _ = bus.Untoken(key)
-	}
-	return o
-}
-
 // source serves k's bucket.
 func (s *Service) source(k *kind) *kvSource {
-	return &kvSource{js: s.conn.JS, kv: s.buckets[k.storage.spec.Name], ki: k, decode: k.decodeEntry, tombstone: k.tombstone}
+	return &kvSource{kv: s.buckets[k.storage.spec.Name], ki: k, decode: k.decodeEntry, reads: &s.kvReads}
 }

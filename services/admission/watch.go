@@ -84,6 +84,23 @@ func (ww *watchWriter) write(typ string, raw []byte) error {
 	return nil
 }
 
+// bookmark writes a BOOKMARK: an empty object of the kind at resourceVersion rv; initialEnd marks the
+// end of the initial events a watch asked for (sendInitialEvents).
+func (ww *watchWriter) bookmark(rv uint64, initialEnd bool) error {
+	o := ww.ki.newObject()
+	ww.ki.stamp(o, 0)
+	m := objectMeta(o)
+	m.ResourceVersion = strconv.FormatUint(rv, 10)
+	if initialEnd {
+		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encode bookmark: %w", err)
+	}
+	return ww.write(watchBookmark, raw)
+}
+
 // sendError writes an ERROR event carrying a Status; the watch ends after it.
 func (ww *watchWriter) sendError(err error) {
 	st := statusOf(err)
