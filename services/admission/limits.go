@@ -252,8 +252,8 @@ var errBodyTimeout = &apierrors.StatusError{ErrStatus: metav1.Status{
 	Message: "Timeout: the request body did not arrive in time",
 }}
 
-// withTimeout serves h with a deadline of d: past it the client gets 504 (or, when h had started
-// answering, a broken connection) and h's context ends; withTimeout returns once h has.
+// withTimeout serves h with a deadline of d: past it h's context ends and the client gets 504 unless
+// h has started answering; withTimeout returns once h has.
 func withTimeout(w http.ResponseWriter, r *http.Request, d time.Duration, h http.HandlerFunc) {
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	defer cancel()
@@ -268,15 +268,11 @@ func withTimeout(w http.ResponseWriter, r *http.Request, d time.Duration, h http
 	select {
 	case <-done:
 	case <-ctx.Done():
-		started := false
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.Context().Err() == nil {
 			metrics.Count("admission.limit.timeouts", 1)
-			started = tw.timeout()
+			tw.timeout()
 		}
 		<-done
-		if started {
-			panic(http.ErrAbortHandler)
-		}
 	}
 	if panicked != nil {
 		panic(panicked)
@@ -335,20 +331,19 @@ func (tw *timeoutWriter) Flush() {
 	}
 }
 
-// timeout ends the handler's answer: 504 when it had not started, else true (the caller breaks the
-// connection, the answer being incomplete).
-func (tw *timeoutWriter) timeout() (started bool) {
+// timeout answers 504 in place of the handler unless it has started answering: then it finishes
+// (its context has ended, and the write deadline bounds it).
+func (tw *timeoutWriter) timeout() {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
-	tw.timedOut = true
 	if tw.wrote {
-		return true
+		return
 	}
+	tw.timedOut = true
 	writeStatus(tw.w, errRequestTimeout)
 	if f, ok := tw.w.(http.Flusher); ok {
 		f.Flush()
 	}
-	return false
 }
 
 // checkObjectSize refuses an object of n bytes over Limits.MaxObjectBytes with 413, in the words of

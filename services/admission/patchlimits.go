@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -27,7 +28,7 @@ func init() {
 // patcher returns the function applying a PATCH body of the given content type; dataStruct (a
 // corev1.Pod{} or corev1.Node{}) gives strategic merge its patch strategies. A JSON patch of more than
 // Limits.MaxJSONPatchOperations operations is 413, one that copies more than jsonPatchMaxCopyBytes is
-// 422, and a result over Limits.MaxObjectBytes is 413 whatever the patch type.
+// 413 too, and a result over Limits.MaxObjectBytes is 413 whatever the patch type.
 func (s *Service) patcher(contentType string, patch []byte, dataStruct any, gr schema.GroupResource) (func([]byte) ([]byte, error), error) {
 	return patcherWith(s.limits.l, contentType, patch, dataStruct, gr)
 }
@@ -66,6 +67,11 @@ func patcherWith(l Limits, contentType string, patch []byte, dataStruct any, gr 
 		}
 		return func(cur []byte) ([]byte, error) {
 			out, err := p.Apply(cur)
+			var copyErr *jsonpatch.AccumulatedCopySizeError
+			if errors.As(err, &copyErr) {
+				// kube-apiserver hides this message behind its generic 422; it says what to fix.
+				return nil, apierrors.NewRequestEntityTooLargeError(copyErr.Error())
+			}
 			if err != nil {
 				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", gr, "", err.Error(), 0, false)
 			}
