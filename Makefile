@@ -5,17 +5,34 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test unit lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
+.PHONY: run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
 	$(GO) run ./cmd/podbus up
 
-## test: lint, then every test (end-to-end ones included), then the docker-compose deployment test
-test: lint unit compose-test
+## test: lint, then every test (end-to-end ones included), a short fuzzing run, then the docker-compose deployment test
+test: lint unit fuzz compose-test
 
 unit:
 	$(GO) test $(GOTESTFLAGS) ./...
+
+# Fuzz targets as package:target; `go test -fuzz` takes one target at a time.
+FUZZ_TARGETS := \
+	./services/admission:FuzzDecodePod \
+	./services/admission:FuzzPatchPod \
+	./services/admission:FuzzSelectors \
+	./services/admission:FuzzResourceVersion \
+	./services/admission:FuzzAccept
+FUZZTIME ?= 3s
+
+## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 lint: fmt-check tidy-check vet proto-check staticcheck
 

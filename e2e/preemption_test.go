@@ -32,12 +32,13 @@ func priorityPodJSON(name, cpu, class string) []byte {
 func TestPreemption(t *testing.T) {
 	cl, conn := startCluster(t, up.Config{Nodes: 2, NodeCPU: "2", NodeMemory: "8Gi", MaxPods: 20, StartDelay: time.Millisecond})
 	client := &http.Client{Timeout: 30 * time.Second}
-	create := func(body []byte) {
+	createIn := func(ns string, body []byte) {
 		t.Helper()
-		if code, msg := post(t, client, cl.APIURL, "default", body); code != http.StatusCreated {
+		if code, msg := post(t, client, cl.APIURL, ns, body); code != http.StatusCreated {
 			t.Fatalf("HTTP %d: %s", code, msg)
 		}
 	}
+	create := func(body []byte) { t.Helper(); createIn("default", body) }
 	for i := range 4 {
 		create(priorityPodJSON(fmt.Sprintf("low-%d", i), "1", ""))
 	}
@@ -51,10 +52,11 @@ func TestPreemption(t *testing.T) {
 		t.Errorf("equal priority pod: message %q\nwant %q", msg, wantMsg)
 	}
 
-	create(priorityPodJSON("crit", "1", "system-cluster-critical"))
+	// The system classes are admitted in kube-system only.
+	createIn("kube-system", priorityPodJSON("crit", "1", "system-cluster-critical"))
 	waitAll(t, conn, 1, time.Minute, func(p *pb.Pod) bool { return p.GetMetadata().GetName() == "crit" && isReady(p) })
 	all = waitAll(t, conn, 4, time.Minute, isReady) // 3 low + crit
-	crit := all["default/crit"]
+	crit := all["kube-system/crit"]
 	if crit == nil || !isReady(crit) {
 		t.Fatalf("critical pod not running: %v", crit)
 	}
@@ -89,7 +91,7 @@ func TestPreemption(t *testing.T) {
 	}
 	// The critical pod was nominated before it was bound (its FailedScheduling came first) and is
 	// bound on that node; the nomination is gone once it runs.
-	if !hasEvent(events(t, conn, "default", "crit"), "FailedScheduling", "") {
+	if !hasEvent(events(t, conn, "kube-system", "crit"), "FailedScheduling", "") {
 		t.Errorf("critical pod has no FailedScheduling event")
 	}
 	if crit.GetStatus().GetNominatedNodeName() != "" {

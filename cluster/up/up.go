@@ -41,6 +41,8 @@ type Config struct {
 	DataDir string
 	// APIAddr is where the Kubernetes API listens (default 127.0.0.1:6443; ":0" style picks a port).
 	APIAddr string
+	// APILimits bound the API's requests and watches (zero: the admission defaults).
+	APILimits admission.Limits
 	// Nodes is how many simulated nodes to run, each with NodeCPU, NodeMemory and MaxPods.
 	Nodes      int
 	NodeCPU    string
@@ -235,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, PriorityClasses: cfg.PriorityClasses, Bus: busOpts}, cn)
+		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts}, cn)
 		if err != nil {
 			return fail(fmt.Errorf("admission: %w", err))
 		}

@@ -14,6 +14,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/podbus/podbus/internal/health"
 )
 
 type command struct {
@@ -62,7 +64,7 @@ func main() {
 		debug.SetGCPercent(400)
 	}
 	if addr := os.Getenv("PODBUS_PPROF"); addr != "" {
-		go func() { _ = http.ListenAndServe(addr, nil) }()
+		go func() { _ = http.ListenAndServe(addr, health.DebugHandler()) }()
 	}
 	for _, c := range commands {
 		if c.name != os.Args[1] {

@@ -165,7 +165,8 @@ func runAdmission(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("admission", flag.ExitOnError)
 	c.register(fs, "admission")
 	addr := fs.String("listen", "127.0.0.1:6443", "address of the Kubernetes API")
-	tokens := fs.String("tokens", "", "bearer tokens as token=user,token=user (empty: anonymous access)")
+	tokens := fs.String("tokens", "", "bearer tokens as token=user,token=user (empty: anonymous access); prefer PODBUS_TOKENS, as flags show in the process list")
+	limits := limitFlags(fs)
 	kubeconfig := fs.String("kubeconfig-out", "", "write a kubeconfig for this API here")
 	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
 	if err := parse(fs, args); err != nil {
@@ -185,7 +186,7 @@ func runAdmission(ctx context.Context, args []string) error {
 		}
 	}
 	return c.serve(ctx, "admission", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, PriorityClasses: classes, Bus: c.busOptions()}, cn)
+		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, Limits: limits.get(), PriorityClasses: classes, Bus: c.busOptions()}, cn)
 		if err != nil {
 			return nil, err
 		}
@@ -381,6 +382,7 @@ func runUp(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
 	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
+	limits := limitFlags(fs)
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "simulated nodes")
 	fs.StringVar(&cfg.NodeCPU, "node-cpu", "8", "cpu of each simulated node")
 	fs.StringVar(&cfg.NodeMemory, "node-memory", "32Gi", "memory of each simulated node")
@@ -426,6 +428,7 @@ func runUp(ctx context.Context, args []string) error {
 		}
 		cfg.PriorityClasses = pc
 	}
+	cfg.APILimits = limits.get()
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ package health
 import (
 	"context"
 	"errors"
-	"expvar"
 	"net"
 	"net/http"
 	"time"
@@ -25,7 +24,7 @@ func Serve(ctx context.Context, addr string, ready func() bool) error {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	mux.Handle("/debug/vars", expvar.Handler())
+	mux.Handle("/debug/vars", VarsHandler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

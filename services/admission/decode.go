@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
@@ -44,6 +45,9 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", s.cfg.MaxBodyBytes))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, errBodyTimeout
 	}
 	if err != nil {
 		return nil, badRequest("read request body: %v", err)

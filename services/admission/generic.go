@@ -194,6 +194,10 @@ func (s *Service) createObject(w http.ResponseWriter, r *http.Request, req reque
 		writeStatus(w, apierrors.NewInternalError(fmt.Errorf("encode %s %s: %w", k.resource, m.Name, err)))
 		return
 	}
+	if err := s.checkObjectSize(len(data)); err != nil {
+		writeStatus(w, err)
+		return
+	}
 	rev, err := bus.CreateEncoded(r.Context(), s.buckets[k.storage.spec.Name], k.key(m.Namespace, m.Name), data)
 	if errors.Is(err, bus.ErrExists) {
 		writeStatus(w, apierrors.NewAlreadyExists(k.gr(), m.Name))
@@ -326,6 +330,9 @@ func (s *Service) writeObject(ctx context.Context, k *kind, obj runtime.Object, 
 	data, err := k.storage.encode(obj)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s %s: %w", k.resource, m.Name, err)
+	}
+	if err := s.checkObjectSize(len(data)); err != nil {
+		return 0, err
 	}
 	newRev, err := bus.UpdateEncoded(ctx, s.buckets[k.storage.spec.Name], k.key(m.Namespace, m.Name), data, rev)
 	if err != nil {

@@ -16,16 +16,13 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -131,6 +128,10 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	warnings = append(warnings, convWarnings...)
 	correlation := uuid.NewString()
 	p.Internal = &pb.PodInternal{CorrelationId: correlation}
+	if err := s.checkObjectSize(proto.Size(p)); err != nil {
+		writeStatus(w, err)
+		return
+	}
 	addWarnings(w, warnings)
 	if dryRun(req) {
 		writeObject(w, http.StatusCreated, req, podKind, podFromPB(p, 0))
@@ -270,6 +271,9 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 	p, convWarnings := convert.PodToPB(pod)
 	warnings = append(warnings, convWarnings...)
 	p.Internal = stored.GetInternal()
+	if err := s.checkObjectSize(proto.Size(p)); err != nil {
+		return updateResult{}, nil, err
+	}
 	if dryRun(req) {
 		return updateResult{code: http.StatusOK, pod: podFromPB(p, rev)}, warnings, nil
 	}
@@ -284,50 +288,6 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{code: int(res.GetCode()), err: resultError(res, req.name)}, warnings, nil
 	}
 	return updateResult{code: http.StatusOK, pod: podFromPB(res.GetPod(), res.GetRevision())}, warnings, nil
-}
-
-// patcher returns the function applying a PATCH body of the given content type; dataStruct (a
-// corev1.Pod{} or corev1.Node{}) gives strategic merge its patch strategies.
-func patcher(contentType string, patch []byte, dataStruct any, gr schema.GroupResource) (func([]byte) ([]byte, error), error) {
-	wrap := func(err error) error {
-		return apierrors.NewBadRequest(err.Error())
-	}
-	switch types.PatchType(contentType) {
-	case types.StrategicMergePatchType:
-		return func(cur []byte) ([]byte, error) {
-			out, err := strategicpatch.StrategicMergePatch(cur, patch, dataStruct)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			return out, nil
-		}, nil
-	case types.MergePatchType:
-		return func(cur []byte) ([]byte, error) {
-			out, err := jsonpatch.MergePatch(cur, patch)
-			if err != nil {
-				return nil, wrap(err)
-			}
-			return out, nil
-		}, nil
-	case types.JSONPatchType:
-		p, err := jsonpatch.DecodePatch(patch)
-		if err != nil {
-			return nil, wrap(err)
-		}
-		return func(cur []byte) ([]byte, error) {
-			out, err := p.Apply(cur)
-			if err != nil {
-				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", gr, "", err.Error(), 0, false)
-			}
-			return out, nil
-		}, nil
-	default:
-		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-			Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
-				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType),
-		}}
-	}
 }
 
 // deletePod sends a delete command; the store deletes unbound pods at once and marks bound ones
@@ -425,7 +385,7 @@ func (s *Service) updateRequest(w http.ResponseWriter, r *http.Request, mode str
 			return nil, false, err
 		}
 		apply = func([]byte) ([]byte, error) { return js, nil }
-	} else if apply, err = patcher(ct, body, dataStruct, k.gr()); err != nil {
+	} else if apply, err = s.patcher(ct, body, dataStruct, k.gr()); err != nil {
 		return nil, false, err
 	}
 	return apply, bytes.Contains(body, []byte("resourceVersion")), nil

@@ -63,6 +63,8 @@ type Config struct {
 	ReplyTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (413 above it).
 	MaxBodyBytes int64
+	// Limits bound requests, watches and objects (zero: kube-apiserver's defaults).
+	Limits Limits
 	// PriorityClasses resolve spec.priorityClassName on create (nil: only the built-in system classes).
 	PriorityClasses *convert.PriorityClasses
 	// Bus shapes the buckets of the served kinds, which New provisions (replicas, storage) as the
@@ -92,6 +94,7 @@ type Service struct {
 	pods    jetstream.KeyValue
 	log     *slog.Logger
 	ready   chan struct{}
+	limits  *limiter
 	addr    atomic.Value // string, set once listening
 	nextN   atomic.Uint64
 	mu      sync.Mutex
@@ -150,6 +153,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		pods:    buckets[bus.BucketPods],
 		log:     logger.With("actor", "admission/"+cfg.ID),
 		ready:   make(chan struct{}),
+		limits:  newLimiter(cfg.Limits.withDefaults()),
 		waiter:  map[uint64]chan *pb.CommandResult{},
 		caches:  map[string]*watchCache{},
 	}
@@ -203,6 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       s.limits.l.IdleTimeout, // read and write deadlines are per request (limits.go)
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	s.addr.Store(ln.Addr().String())

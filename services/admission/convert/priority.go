@@ -170,11 +170,16 @@ func (pc *PriorityClasses) Get(name string) *schedulingv1.PriorityClass {
 	return pc.byName[name]
 }
 
-// AdmitPod is the Priority admission plugin on pod creation: resolve the named class (or the
+// AdmitPod is the Priority admission plugin on pod creation: admit the system classes in kube-system
+// only (p.Namespace must be set), resolve the named class (or the
 // globalDefault one, or priority 0 when there is none), refuse a spec.priority or preemptionPolicy that
 // disagrees with it, and set both. Errors wrap ErrPriorityClass.
 func (pc *PriorityClasses) AdmitPod(p *corev1.Pod) error {
 	s := &p.Spec
+	// System classes could preempt the cluster's own components: kube-system only.
+	if (s.PriorityClassName == SystemClusterCritical || s.PriorityClassName == SystemNodeCritical) && p.Namespace != metav1.NamespaceSystem {
+		return fmt.Errorf("%w: pods with %v priorityClass is not allowed in %v namespace", ErrPriorityClass, s.PriorityClassName, p.Namespace)
+	}
 	var priority int32
 	policy := corev1.PreemptLowerPriority
 	if s.PriorityClassName == "" {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const classesYAML = `
@@ -40,6 +41,7 @@ func TestAdmitPriority(t *testing.T) {
 	tests := []struct {
 		name      string
 		classes   *PriorityClasses
+		ns        string // "": kube-system
 		class     string
 		priority  *int32
 		policy    *corev1.PreemptionPolicy
@@ -51,6 +53,11 @@ func TestAdmitPriority(t *testing.T) {
 		{name: "no class, no default: 0", want: 0, wantPol: lower},
 		{name: "built-in cluster critical", class: "system-cluster-critical", want: 2000000000, wantClass: "system-cluster-critical", wantPol: lower},
 		{name: "built-in node critical", class: "system-node-critical", want: 2000001000, wantClass: "system-node-critical", wantPol: lower},
+		{name: "node critical outside kube-system", ns: "default", class: "system-node-critical",
+			wantErr: "pods with system-node-critical priorityClass is not allowed in default namespace"},
+		{name: "cluster critical outside kube-system", ns: "team-a", class: "system-cluster-critical",
+			wantErr: "pods with system-cluster-critical priorityClass is not allowed in team-a namespace"},
+		{name: "user class outside kube-system", ns: "default", classes: user, class: "high", want: 1000, wantClass: "high", wantPol: lower},
 		{name: "unknown class", class: "gold", wantErr: "no PriorityClass with name gold was found"},
 		{name: "user class", classes: user, class: "high", want: 1000, wantClass: "high", wantPol: lower},
 		{name: "global default applies when none is named", classes: user, want: 100, wantClass: "standard", wantPol: lower},
@@ -63,7 +70,11 @@ func TestAdmitPriority(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &corev1.Pod{Spec: corev1.PodSpec{PriorityClassName: tt.class, Priority: tt.priority, PreemptionPolicy: tt.policy}}
+			ns := tt.ns
+			if ns == "" {
+				ns = metav1.NamespaceSystem
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: corev1.PodSpec{PriorityClassName: tt.class, Priority: tt.priority, PreemptionPolicy: tt.policy}}
 			err := tt.classes.AdmitPod(p)
 			if tt.wantErr != "" {
 				if !errors.Is(err, ErrPriorityClass) || err.Error() != "priority admission: "+tt.wantErr {
