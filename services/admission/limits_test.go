@@ -332,8 +332,8 @@ func TestSystemPriorityClassNamespace(t *testing.T) {
 		code      int
 		message   string
 	}{
-		{"default", "system-node-critical", 403, `pods "p" is forbidden: pods with system-node-critical priorityClass is not allowed in default namespace`},
-		{"default", "system-cluster-critical", 403, `pods "p" is forbidden: pods with system-cluster-critical priorityClass is not allowed in default namespace`},
+		{"default", "system-node-critical", 403, `pods "p" is forbidden: pods with system-node-critical priorityClass is not permitted in default namespace`},
+		{"default", "system-cluster-critical", 403, `pods "p" is forbidden: pods with system-cluster-critical priorityClass is not permitted in default namespace`},
 		{"kube-system", "system-node-critical", 201, ""},
 	}
 	for _, tt := range tests {

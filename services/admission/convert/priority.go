@@ -178,7 +178,7 @@ func (pc *PriorityClasses) AdmitPod(p *corev1.Pod) error {
 	s := &p.Spec
 	// System classes could preempt the cluster's own components: kube-system only.
 	if (s.PriorityClassName == SystemClusterCritical || s.PriorityClassName == SystemNodeCritical) && p.Namespace != metav1.NamespaceSystem {
-		return fmt.Errorf("%w: pods with %v priorityClass is not allowed in %v namespace", ErrPriorityClass, s.PriorityClassName, p.Namespace)
+		return fmt.Errorf("%w: pods with %v priorityClass is not permitted in %v namespace", ErrPriorityClass, s.PriorityClassName, p.Namespace)
 	}
 	var priority int32
 	policy := corev1.PreemptLowerPriority
