@@ -122,10 +122,21 @@ func deleteNamespace(ctx context.Context, s *Service, req request, obj runtime.O
 
 // admitNamespace refuses to create an object named name of kind k in a namespace that does not exist
 // or is being terminated, as kube's NamespaceLifecycle admission plugin does.
+// Like kube's plugin, it reads the namespace from the watch cache and only a namespace the cache does
+// not hold (yet) from the bucket, so a create costs no read of the store.
 func (s *Service) admitNamespace(ctx context.Context, k *kind, name, ns string) error {
-	o, _, err := s.getEntry(ctx, namespaceKind, "", ns)
-	if err != nil {
-		return err
+	var o runtime.Object
+	if c := s.cache(namespaceKind); c.isReady() {
+		if cached, err := c.get(ns); err == nil {
+			o = cached
+		}
+	}
+	if o == nil {
+		stored, _, err := s.getEntry(ctx, namespaceKind, "", ns)
+		if err != nil {
+			return err
+		}
+		o = stored
 	}
 	if n := o.(*corev1.Namespace); n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating {
 		err := apierrors.NewForbidden(k.gr(), name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))

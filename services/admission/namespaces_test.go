@@ -1,11 +1,16 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/google/go-cmp/cmp"
+	"github.com/podbus/podbus/bus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -108,5 +113,50 @@ func TestNamespaceLifecycle(t *testing.T) {
 	// The pod already there stays until the namespace controller deletes it.
 	if resp, _ := e.do("GET", "/api/v1/namespaces/team-a/pods/p", ""); resp.StatusCode != 200 {
 		t.Errorf("pod in terminating namespace = %d", resp.StatusCode)
+	}
+}
+
+// The namespace check of a create reads the watch cache: the bucket only for a namespace the cache
+// does not hold, and a terminating namespace in the cache refuses as the stored one does.
+func TestAdmitNamespaceFromCache(t *testing.T) {
+	e := start(t, nil, false)
+	resp, data := e.do("POST", "/api/v1/namespaces", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"cached"}}`)
+	if resp.StatusCode != 201 {
+		t.Fatalf("create: %d %s", resp.StatusCode, data)
+	}
+	var ns corev1.Namespace
+	_ = json.Unmarshal(data, &ns)
+	rv, _ := strconv.ParseUint(ns.ResourceVersion, 10, 64)
+	e.svc.cache(namespaceKind)
+	waitCacheRV(t, e, bus.BucketNamespaces, rv)
+
+	ctx := context.Background()
+	reads := e.svc.kvReads.Load()
+	if err := e.svc.admitNamespace(ctx, podKind, "p", "cached"); err != nil {
+		t.Errorf("cached namespace: %v", err)
+	}
+	if n := e.svc.kvReads.Load() - reads; n != 0 {
+		t.Errorf("%d reads of the bucket for a cached namespace, want none", n)
+	}
+	if err := e.svc.admitNamespace(ctx, podKind, "p", "missing"); !apierrors.IsNotFound(err) {
+		t.Errorf("missing namespace: %v, want NotFound", err)
+	}
+	if n := e.svc.kvReads.Load() - reads; n != 1 {
+		t.Errorf("%d reads of the bucket for a namespace the cache lacks, want 1", n)
+	}
+
+	resp, data = e.do("DELETE", "/api/v1/namespaces/cached", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("delete: %d %s", resp.StatusCode, data)
+	}
+	_ = json.Unmarshal(data, &ns)
+	rv, _ = strconv.ParseUint(ns.ResourceVersion, 10, 64)
+	waitCacheRV(t, e, bus.BucketNamespaces, rv)
+	reads = e.svc.kvReads.Load()
+	if err := e.svc.admitNamespace(ctx, podKind, "p", "cached"); !apierrors.IsForbidden(err) {
+		t.Errorf("terminating namespace: %v, want Forbidden", err)
+	}
+	if n := e.svc.kvReads.Load() - reads; n != 0 {
+		t.Errorf("%d reads of the bucket for a cached terminating namespace, want none", n)
 	}
 }

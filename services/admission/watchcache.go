@@ -502,6 +502,18 @@ func (c *watchCache) waitReady(ctx context.Context) error {
 	}
 }
 
+// get returns the object with id (ns/name, or name when cluster-scoped) as the cache holds it, or
+// nil when it holds none.
+func (c *watchCache) get(id string) (runtime.Object, error) {
+	c.mu.Lock()
+	e := c.objects[id]
+	c.mu.Unlock()
+	if e == nil {
+		return nil, nil
+	}
+	return c.decode(e, e.rev)
+}
+
 func (c *watchCache) isReady() bool {
 	select {
 	case <-c.ready:
