@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/agent"
@@ -16,6 +17,23 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/status"
 )
+
+// newHostEnv starts a server with the status service, for hosts that connect to it themselves.
+func newHostEnv(t *testing.T) (*server.Server, *env) {
+	t.Helper()
+	srv, conn := bustest.Start(t)
+	b, err := bus.OpenBuckets(context.Background(), conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
+	svc, err := status.New(status.Config{ID: "s1"}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, svc.Run)
+	return srv, e
+}
 
 // Simulated nodes many to a process: every node registers and runs the pods bound to it, while the
 // consumers on PODS and KV_pods grow with the hosts (processes), not with the nodes. 1,500 nodes in one
@@ -32,17 +50,8 @@ func TestHostRunsManyNodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, conn := bustest.Start(t)
-			b, err := bus.OpenBuckets(context.Background(), conn.JS)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
-			svc, err := status.New(status.Config{ID: "s1"}, conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.run(t, svc.Run)
+			srv, e := newHostEnv(t)
+			conn := e.conn
 
 			var names []string
 			for h := range tt.hosts {
@@ -70,7 +79,7 @@ func TestHostRunsManyNodes(t *testing.T) {
 				e.run(t, host.Run)
 			}
 
-			bustest.Eventually(t, 2*time.Minute, func() bool { return countKeys(t, b.Nodes) == len(names) },
+			bustest.Eventually(t, 2*time.Minute, func() bool { return countKeys(t, e.nodes) == len(names) },
 				"%d nodes registered", len(names))
 
 			// Pods on nodes spread over every host, and one for a node no host runs: acknowledged
@@ -161,17 +170,7 @@ func consumerNames(t *testing.T, conn *bus.Conn, stream string) []string {
 // started from the store, a binding whose pod left the store is not replayed, and after a restart of
 // the host the pods bound meanwhile start and the running ones are re-adopted, each exactly once.
 func TestHostStartsPodsBoundBeforeItsConsumer(t *testing.T) {
-	srv, conn := bustest.Start(t)
-	b, err := bus.OpenBuckets(context.Background(), conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
-	svc, err := status.New(status.Config{ID: "s1"}, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.run(t, svc.Run)
+	srv, e := newHostEnv(t)
 
 	names := []string{"hn0", "hn1", "hn2"}
 	rts := map[string]*fake.Runtime{}

@@ -33,11 +33,11 @@ func (*MostAllocated) Name() string { return Name }
 func (*MostAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	var sum, n int64
 	if a := node.Allocatable.MilliCPU; a > 0 {
-		sum += mostRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
+		sum += MostRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
 		n++
 	}
 	if a := node.Allocatable.Memory; a > 0 {
-		sum += mostRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
+		sum += MostRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
 		n++
 	}
 	if n == 0 {
@@ -46,9 +46,9 @@ func (*MostAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, nod
 	return sum / n, nil
 }
 
-// mostRequestedScore is Kubernetes': more than the capacity (possible with the non-zero defaults)
+// MostRequestedScore is one resource's term, as Kubernetes': more than the capacity (possible with the non-zero defaults)
 // counts as full.
-func mostRequestedScore(requested, capacity int64) int64 {
+func MostRequestedScore(requested, capacity int64) int64 {
 	if capacity == 0 {
 		return 0
 	}

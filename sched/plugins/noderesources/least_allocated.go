@@ -30,11 +30,11 @@ func (*LeastAllocated) Name() string { return LeastAllocatedName }
 func (*LeastAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, node *framework.NodeInfo) (int64, *framework.Status) {
 	var sum, n int64
 	if a := node.Allocatable.MilliCPU; a > 0 {
-		sum += leastRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
+		sum += LeastRequestedScore(node.NonZeroMilliCPU+pod.NonZeroMilliCPU, a)
 		n++
 	}
 	if a := node.Allocatable.Memory; a > 0 {
-		sum += leastRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
+		sum += LeastRequestedScore(node.NonZeroMemory+pod.NonZeroMemory, a)
 		n++
 	}
 	if n == 0 {
@@ -43,7 +43,8 @@ func (*LeastAllocated) Score(_ *framework.CycleState, pod *framework.PodInfo, no
 	return sum / n, nil
 }
 
-func leastRequestedScore(requested, capacity int64) int64 {
+// LeastRequestedScore is one resource's term: the share of capacity left, 0 beyond it.
+func LeastRequestedScore(requested, capacity int64) int64 {
 	if capacity == 0 || requested > capacity {
 		return 0
 	}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/podbus/podbus/internal/podutil"
 	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/mostallocated"
+	"github.com/podbus/podbus/sched/plugins/noderesources"
 )
 
 // Scorer scores nodes by a strategy over weighted resources (see the package comment). cpu and memory
@@ -22,9 +24,9 @@ func New(s ScoringStrategy) (*Scorer, error) {
 	sc := &Scorer{name: ScorePluginName(s.Type), resources: s.Resources}
 	switch s.Type {
 	case LeastAllocated:
-		sc.score = leastRequested
+		sc.score = noderesources.LeastRequestedScore
 	case MostAllocated:
-		sc.score = mostRequested
+		sc.score = mostallocated.MostRequestedScore
 	case RequestedToCapacityRatio:
 		if err := validateShape(s.RequestedToCapacityRatio); err != nil {
 			return nil, err
@@ -68,17 +70,6 @@ func (s *Scorer) Score(_ *framework.CycleState, pod *framework.PodInfo, node *fr
 		return 0, nil
 	}
 	return sum / weights, nil
-}
-
-func leastRequested(requested, capacity int64) int64 {
-	if requested > capacity {
-		return 0
-	}
-	return (capacity - requested) * framework.MaxNodeScore / capacity
-}
-
-func mostRequested(requested, capacity int64) int64 {
-	return min(requested, capacity) * framework.MaxNodeScore / capacity
 }
 
 // brokenLinear maps utilization (requested/capacity, 0..100) through the shape, whose scores 0..10
