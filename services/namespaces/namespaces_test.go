@@ -27,7 +27,7 @@ type env struct {
 	ns, cms, pods       jetstream.KeyValue
 	mu                  sync.Mutex
 	deleteCommands      map[string]int // pod name -> commands seen
-	configMapsAtLastPod int            // configmaps present when the last pod was asked to go
+	configMapsAtLastPod int            // configmaps present when the last pod still stored was asked to go
 }
 
 func setup(t *testing.T) *env {
@@ -101,17 +101,19 @@ func (e *env) runFakeStore() {
 		}
 		md := cmd.GetPod().GetMetadata()
 		key := bus.PodKey(md.GetNamespace(), md.GetName())
-		cms, _ := listKeys(context.Background(), e.cms, md.GetNamespace())
 		e.mu.Lock()
 		e.deleteCommands[md.GetName()]++
-		e.configMapsAtLastPod = len(cms)
 		e.mu.Unlock()
 		ctx := context.Background()
 		cur := &pb.Pod{}
 		rev, err := bus.Get(ctx, e.pods, key, cur)
 		if err != nil {
-			return
+			return // gone already: a controller with an older view may ask again, harmlessly
 		}
+		cms, _ := listKeys(ctx, e.cms, md.GetNamespace())
+		e.mu.Lock()
+		e.configMapsAtLastPod = len(cms)
+		e.mu.Unlock()
 		if cur.GetSpec().GetNodeName() == "" {
 			_ = bus.Delete(ctx, e.pods, key, rev)
 			return
