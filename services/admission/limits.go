@@ -119,13 +119,13 @@ const tooManyRequestsMessage = "Too many requests, please try again later."
 // limited wraps the authenticated API: long-running requests (watches, log streams) count against
 // their user's watch cap and run without deadlines; every other request takes an in-flight slot,
 // a deadline on its body, its answer and its whole run.
-func (s *Service) limited(next func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, string) {
+func (s *Service) limited(next func(http.ResponseWriter, *http.Request, *userInfo)) func(http.ResponseWriter, *http.Request, *userInfo) {
 	lim := s.limits
-	return func(w http.ResponseWriter, r *http.Request, user string) {
+	return func(w http.ResponseWriter, r *http.Request, user *userInfo) {
 		rc := http.NewResponseController(w)
 		if longRunning(r) {
-			owner := user
-			if user == anonymousUser {
+			owner := user.Name
+			if user.Name == anonymousUser {
 				owner, _, _ = net.SplitHostPort(r.RemoteAddr)
 				owner = "address " + owner
 			}

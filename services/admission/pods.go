@@ -138,8 +138,8 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 		return
 	}
 	uid := string(pod.UID)
-	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user}, bus.Meta{
-		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user,
+	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user.Name}, bus.Meta{
+		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user.Name,
 	})
 	if err != nil {
 		writeStatus(w, commandError(err))
@@ -278,8 +278,8 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{code: http.StatusOK, pod: podFromPB(p, rev)}, warnings, nil
 	}
 	correlation := stored.GetInternal().GetCorrelationId()
-	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user}, bus.Meta{
-		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user,
+	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user.Name}, bus.Meta{
+		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user.Name,
 	})
 	if err != nil {
 		return updateResult{}, nil, commandError(err)
@@ -333,7 +333,7 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 		Op:                 pb.PodCommand_OP_DELETE,
 		Pod:                &pb.Pod{Metadata: &pb.ObjectMeta{Name: req.name, Namespace: req.ns, Uid: stored.GetMetadata().GetUid()}},
 		GracePeriodSeconds: opts.GracePeriodSeconds,
-		User:               req.user,
+		User:               req.user.Name,
 	}
 	if pre := opts.Preconditions; pre != nil {
 		if pre.UID != nil {
@@ -356,7 +356,7 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 		return podFromPB(stored, rev), nil
 	}
 	res, err := s.command(ctx, bus.SubjPodDelete, cmd, bus.Meta{
-		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user,
+		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user.Name,
 	})
 	if err != nil {
 		return nil, commandError(err)

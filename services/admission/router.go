@@ -15,7 +15,7 @@ type request struct {
 	ns, resource, name, sub string
 	kind                    *kind
 	watch                   bool
-	user                    string
+	user                    *userInfo
 	q                       url.Values
 	table                   *tableOptions // non-nil when the client asked for a Table
 }
@@ -35,10 +35,10 @@ func (s *Service) Handler() http.Handler {
 }
 
 // authenticated checks the bearer token and passes the user on.
-func (s *Service) authenticated(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+func (s *Service) authenticated(next func(http.ResponseWriter, *http.Request, *userInfo)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		u, ok := s.user(r)
-		if !ok {
+		u := s.user(r)
+		if u == nil {
 			writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
 			return
 		}
@@ -46,7 +46,7 @@ func (s *Service) authenticated(next func(http.ResponseWriter, *http.Request, st
 	}
 }
 
-func (s *Service) route(w http.ResponseWriter, r *http.Request, user string) {
+func (s *Service) route(w http.ResponseWriter, r *http.Request, user *userInfo) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	var gv schema.GroupVersion
 	var rest string

@@ -285,15 +285,25 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 	}
 }
 
-// user authenticates the request: "" and false when the token is wrong.
-func (s *Service) user(r *http.Request) (string, bool) {
+// userInfo is an authenticated requester, as Kubernetes' user.Info: authorization decides on its name
+// and groups.
+type userInfo struct {
+	Name   string
+	Groups []string
+}
+
+// user authenticates the request: nil when the token is wrong.
+func (s *Service) user(r *http.Request) *userInfo {
 	tok, hasTok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if len(s.cfg.Tokens) == 0 {
-		return anonymousUser, true
+		return &userInfo{Name: anonymousUser, Groups: []string{"system:unauthenticated"}}
 	}
 	if !hasTok {
-		return "", false
+		return nil
 	}
 	u, ok := s.cfg.Tokens[strings.TrimSpace(tok)]
-	return u, ok
+	if !ok {
+		return nil
+	}
+	return &userInfo{Name: u, Groups: []string{"system:authenticated"}}
 }
