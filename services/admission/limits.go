@@ -118,7 +118,7 @@ const tooManyRequestsMessage = "Too many requests, please try again later."
 
 // limited wraps the authenticated API: long-running requests (watches, log streams) count against
 // their user's watch cap and run without deadlines; every other request takes an in-flight slot,
-// a deadline on its body, its answer and its whole run.
+// a deadline on its answer and its whole run (bodyDeadline bounds its body).
 func (s *Service) limited(next func(http.ResponseWriter, *http.Request, *userInfo)) func(http.ResponseWriter, *http.Request, *userInfo) {
 	lim := s.limits
 	return func(w http.ResponseWriter, r *http.Request, user *userInfo) {
@@ -156,15 +156,25 @@ func (s *Service) limited(next func(http.ResponseWriter, *http.Request, *userInf
 			}
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(lim.l.WriteTimeout))
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			if rc.SetReadDeadline(time.Now().Add(lim.l.BodyReadTimeout)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
-		}
 		if lim.l.hold != nil {
 			lim.l.hold(r)
 		}
 		withTimeout(w, r, requestTimeout(r, lim.l.RequestTimeout), func(w http.ResponseWriter, r *http.Request) { next(w, r, user) })
+	}
+}
+
+// bodyDeadline bounds the arrival of every request body from the moment its headers are read, so that
+// a request answered without reading its body (401, 429) cannot hold its connection either: net/http
+// drains an unread body before it answers.
+func (s *Service) bodyDeadline(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !longRunning(r) && r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(s.limits.l.BodyReadTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		next(w, r)
 	}
 }
 

@@ -30,7 +30,7 @@ func (s *Service) Handler() http.Handler {
 		})
 	}
 	mux.HandleFunc("/version", handleVersion)
-	mux.HandleFunc("/", s.authenticated(s.limited(s.route)))
+	mux.HandleFunc("/", s.bodyDeadline(s.authenticated(s.limited(s.route))))
 	return mux
 }
 
