@@ -60,6 +60,9 @@ const (
 	subjHeartbeatPref  = "node.heartbeat."
 	subjEventPrefix    = "event."
 	SubjDeadPrefix     = "dead."
+	// SubjDeadFallback is where a message is parked when it cannot be on dead.<its subject> (that is
+	// not a valid subject, or the publish there failed for good); HdrDeadSubject then quotes its subject.
+	SubjDeadFallback = "dead.=unparkable"
 
 	SubjAllPods       = "pod.>"
 	SubjAllStatus     = "status.>"
