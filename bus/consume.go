@@ -146,7 +146,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h H
 }
 
 // DefaultMaxDeliver is how many times a message is delivered at most. Failures back off to 5s between
-// deliveries, so a message is given up only after about an hour and a half of failing: longer than any
+// deliveries, so a message is given up only after more than an hour of failing: longer than any
 // outage of NATS or of a store the pipeline rides out by redelivery, short enough that nothing is
 // retried forever or fills MaxAckPending.
 const DefaultMaxDeliver = 1000
