@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,5 +280,125 @@ func TestBatcherGroupsEventsPerNamespace(t *testing.T) {
 	}
 	if got := len(bustest.Messages(t, c, bus.StreamEvents, bus.SubjEventsFor("b"))); got != n/2 {
 		t.Errorf("%d events read in namespace b, want %d", got, n/2)
+	}
+}
+
+// The poison batch of issue 19: an entry whose own subject is not a valid subject (and whose headers
+// NATS would refuse) cannot be parked on dead.<subject>. It is parked once, under the fallback subject
+// with its subject quoted and a reason; an entry claiming a subject its batch cannot hold is parked on
+// dead.<that subject>; the other entries and later messages are handled.
+func TestPoisonBatchEntryParkedOnce(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	handled := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "poison", Filters: []string{bus.SubjPodDeleted}, Workers: 2,
+			Key: func(m *bus.Msg) string { return m.Meta.PodUID }},
+			func(ctx context.Context, m *bus.Msg) error {
+				var d pb.PodDeleted
+				if err := m.Decode(&d); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				handled[d.GetUid()]++
+				return nil
+			})
+	}()
+
+	const badSubject = "pod deleted\r\nPUB $JS.API.STREAM.DELETE.AUDIT 0"
+	poison := deletedEntry(t, "poison")
+	poison.Headers[bus.HdrSubject] = badSubject
+	poison.Headers["Bad: Header"] = "x"
+	liar := deletedEntry(t, "liar")
+	liar.Headers[bus.HdrSubject] = bus.SubjPodScheduled
+	publishBatch(t, c, bus.SubjPodDeleted, deletedEntry(t, "a"), poison, liar, deletedEntry(t, "b"))
+	publishBatch(t, c, bus.SubjPodDeleted, deletedEntry(t, "c"), deletedEntry(t, "d"))
+	bustest.Eventually(t, 10*time.Second, func() bool { return bustest.Drained(c, bus.StreamPods, "poison") }, "consumer drained")
+
+	mu.Lock()
+	if want := map[string]int{"a": 1, "b": 1, "c": 1, "d": 1}; fmt.Sprint(handled) != fmt.Sprint(want) {
+		t.Errorf("handled %v, want %v", handled, want)
+	}
+	mu.Unlock()
+	dead := bustest.Messages(t, c, bus.StreamDead, bus.SubjDeadPrefix+">")
+	if len(dead) != 2 {
+		t.Fatalf("%d parked messages, want the poison and the liar once each", len(dead))
+	}
+	for _, m := range dead {
+		switch m.Header.Get(bus.HdrPodUID) {
+		case "poison":
+			if m.Subject != bus.SubjDeadFallback || m.Header.Get(bus.HdrDeadSubject) != strconv.Quote(badSubject) || m.Header.Get(bus.HdrDeadReason) == "" {
+				t.Errorf("poison parked on %s with headers %v; want %s, its subject quoted and a reason", m.Subject, m.Header, bus.SubjDeadFallback)
+			}
+		case "liar":
+			if m.Subject != bus.SubjDeadPrefix+bus.SubjPodScheduled || m.Header.Get(bus.HdrDeadReason) == "" {
+				t.Errorf("liar parked on %s with headers %v", m.Subject, m.Header)
+			}
+		default:
+			t.Errorf("unexpected parked message on %s: %v", m.Subject, m.Header)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A message whose handler fails on every delivery is parked on the last one the consumer allows,
+// once, and the consumer goes on.
+func TestLastDeliveryParks(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const maxDeliver = 3
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "bounded", Filters: []string{bus.SubjPodDeleted}, MaxDeliver: maxDeliver},
+			func(ctx context.Context, m *bus.Msg) error {
+				var d pb.PodDeleted
+				if err := m.Decode(&d); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				attempts[d.GetUid()]++
+				if d.GetUid() == "hopeless" {
+					return errors.New("store unavailable")
+				}
+				return nil
+			})
+	}()
+	pub := bus.NewPublisher(c.JS, "test/1")
+	for _, uid := range []string{"hopeless", "next"} {
+		if err := pub.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool { return bustest.Drained(c, bus.StreamPods, "bounded") }, "consumer drained")
+	mu.Lock()
+	if want := map[string]int{"hopeless": maxDeliver, "next": 1}; fmt.Sprint(attempts) != fmt.Sprint(want) {
+		t.Errorf("attempts %v, want %v", attempts, want)
+	}
+	mu.Unlock()
+	dead := bustest.Messages(t, c, bus.StreamDead, bus.SubjDeadPrefix+">")
+	if len(dead) != 1 || dead[0].Header.Get(bus.HdrPodUID) != "hopeless" || !strings.Contains(dead[0].Header.Get(bus.HdrDeadReason), "gave up after 3 deliveries") {
+		t.Fatalf("parked %v; want hopeless once, with the reason", dead)
+	}
+	cons, err := c.JS.Consumer(ctx, bus.StreamPods, "bounded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := cons.Info(ctx); err != nil || info.Config.MaxDeliver != maxDeliver {
+		t.Errorf("consumer MaxDeliver %v (%v), want %d", info.Config.MaxDeliver, err, maxDeliver)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

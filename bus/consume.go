@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +126,9 @@ type ConsumerSpec struct {
 	PinnedTTL   time.Duration // default 5s; keep it below AckWait
 	// DeliverNew starts a newly created consumer at the end of the stream instead of the beginning.
 	DeliverNew bool
+	// MaxDeliver bounds the deliveries of a message (default DefaultMaxDeliver); the last one parks a
+	// message its handler still fails (see Work).
+	MaxDeliver int
 	Logger     *slog.Logger
 }
 
@@ -140,6 +145,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h H
 	return Work(ctx, js, cons, spec, h)
 }
 
+// DefaultMaxDeliver is how many times a message is delivered at most. Failures back off to 5s between
+// deliveries, so a message is given up only after more than an hour of failing: longer than any
+// outage of NATS or of a store the pipeline rides out by redelivery, short enough that nothing is
+// retried forever or fills MaxAckPending.
+const DefaultMaxDeliver = 1000
+
 // EnsureConsumer creates or updates the durable consumer of spec.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
@@ -147,7 +158,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       orDuration(spec.AckWait, 10*time.Second),
 		MaxAckPending: orInt(spec.MaxAckPending, 8192),
-		MaxDeliver:    -1, // at least once: never give up on a message; hopeless ones are parked explicitly
+		MaxDeliver:    spec.maxDeliver(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 	if spec.DeliverNew {
@@ -340,6 +351,8 @@ func resume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, batc
 
 func (spec ConsumerSpec) pinnedTTL() time.Duration { return orDuration(spec.PinnedTTL, 5*time.Second) }
 
+func (spec ConsumerSpec) maxDeliver() int { return orInt(spec.MaxDeliver, DefaultMaxDeliver) }
+
 // pull starts the continuous pull of a consumer. A pinned client renews its pulls well within the pin
 // TTL, so that a live client keeps its pin.
 func pull(cons jetstream.Consumer, spec ConsumerSpec, batch int) (jetstream.MessagesContext, error) {
@@ -397,6 +410,11 @@ func (w *worker) messages(raw jetstream.Msg) []*Msg {
 		m := base
 		m.Subject, m.Header, m.Data, m.Meta, m.Index = e.Subject, e.Header, e.Data, MetaFrom(e.Header), i
 		m.ack = entryAck{b: b, i: i}
+		if e.Subject != base.Subject && (!ValidSubject(e.Subject) || GroupSubject(e.Subject) != base.Subject) {
+			// Only events share a batch across subjects (GroupSubject): any other own subject is a lie
+			// about where the entry was published, which a handler might believe.
+			m.bad = fmt.Errorf("%w: entry %d of a batch on %s names subject %q", ErrMalformed, i, base.Subject, e.Subject)
+		}
 		out = append(out, &m)
 	}
 	b.left = len(out)
@@ -504,10 +522,12 @@ func (w *worker) safeGroup(ctx context.Context, ms []*Msg) (errs []error, ok boo
 	return errs, len(errs) == len(ms)
 }
 
-// settle acknowledges, parks or negatively acknowledges m by the error its handler returned.
+// settle acknowledges, parks or negatively acknowledges m by the error its handler returned. On the
+// last delivery the consumer allows, a failure of any kind parks the message: it would not come back.
 func (w *worker) settle(ctx context.Context, m *Msg, err error) {
 	raw := m.ack
 	name := w.spec.Durable
+	last := m.Delivered >= uint64(w.spec.maxDeliver())
 	var re *RetryError
 	switch {
 	case err == nil:
@@ -515,13 +535,10 @@ func (w *worker) settle(ctx context.Context, m *Msg, err error) {
 		_ = raw.Ack()
 	case errors.Is(err, ErrMalformed) || errors.Is(err, ErrPermanent):
 		metrics.Count("malformed."+name, 1)
-		if perr := Park(ctx, w.js, m, err); perr != nil {
-			w.log.Error("cannot park message; will retry", "consumer", name, "subject", m.Subject, "err", perr)
-			_ = raw.NakWithDelay(time.Second)
-			return
-		}
-		w.log.Warn("message parked", "consumer", name, "subject", m.Subject, "err", err)
-		_ = raw.Term()
+		w.park(ctx, m, err, last)
+	case last:
+		metrics.Count("gave_up."+name, 1)
+		w.park(ctx, m, fmt.Errorf("%w: gave up after %d deliveries: %w", ErrPermanent, m.Delivered, err), true)
 	case errors.As(err, &re):
 		metrics.Count("retries."+name, 1)
 		_ = raw.NakWithDelay(re.Delay)
@@ -531,6 +548,28 @@ func (w *worker) settle(ctx context.Context, m *Msg, err error) {
 		w.log.Warn("handler failed; will retry", "consumer", name, "subject", m.Subject, "delivery", m.Delivered, "in", d, "err", err)
 		_ = raw.NakWithDelay(d)
 	}
+}
+
+// park parks m and terminates it. Should parking fail (NATS unavailable), m is redelivered to try
+// again, unless this is its last delivery: then it is terminated unparked, and that is logged.
+func (w *worker) park(ctx context.Context, m *Msg, reason error, last bool) {
+	name := w.spec.Durable
+	if perr := Park(ctx, w.js, m, reason); perr != nil {
+		if !last {
+			d := backoff(m.Delivered)
+			w.log.Error("cannot park message; will retry", "consumer", name, "subject", m.Subject, "in", d, "err", perr)
+			_ = m.ack.NakWithDelay(d)
+			return
+		}
+		metrics.Count("unparked."+name, 1)
+		w.log.Error("cannot park message on its last delivery; dropped", "consumer", name, "subject", m.Subject,
+			"stream_seq", m.StreamSeq, "index", m.Index, "reason", reason, "err", perr)
+		_ = m.ack.Term()
+		return
+	}
+	metrics.Count("parked."+name, 1)
+	w.log.Warn("message parked", "consumer", name, "subject", m.Subject, "err", reason)
+	_ = m.ack.Term()
 }
 
 // safeHandle turns a handler panic into a parked message: one bad message never takes a service down.
@@ -546,11 +585,14 @@ func (w *worker) safeHandle(ctx context.Context, m *Msg) (err error) {
 	return w.h(ctx, m)
 }
 
-// Park copies m to dead.<subject> with the reason in a header.
+// Park copies m to dead.<subject> with the reason in a header. A message that cannot go there (its
+// subject is not a valid one, or the publish fails other than for want of NATS) goes to
+// SubjDeadFallback instead, with its subject quoted: parking a message never depends on what it says.
+// Headers whose names NATS would refuse are left out.
 func Park(ctx context.Context, js jetstream.JetStream, m *Msg, reason error) error {
 	h := nats.Header{}
 	for k, v := range m.Header {
-		if k == HdrMsgID || k == HdrBatch {
+		if k == HdrMsgID || k == HdrBatch || !validHeaderName(k) {
 			continue // a parked batch that did not unpack is kept as plain bytes
 		}
 		h[k] = v
@@ -559,8 +601,39 @@ func Park(ctx context.Context, js jetstream.JetStream, m *Msg, reason error) err
 	h.Set(HdrDeadSubject, m.Subject)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := js.PublishMsg(pctx, &nats.Msg{Subject: SubjDeadPrefix + m.Subject, Header: h, Data: m.Data})
+	if ValidSubject(m.Subject) {
+		_, err := js.PublishMsg(pctx, &nats.Msg{Subject: SubjDeadPrefix + m.Subject, Header: h, Data: m.Data})
+		if err == nil || unavailable(err) {
+			return err
+		}
+		h.Set(HdrDeadReason, fmt.Sprintf("%s (not parked on its subject: %v)", reason, err))
+	}
+	h.Set(HdrDeadSubject, strconv.Quote(m.Subject))
+	_, err := js.PublishMsg(pctx, &nats.Msg{Subject: SubjDeadFallback, Header: h, Data: m.Data})
 	return err
+}
+
+// unavailable reports whether a publish failed for want of NATS (worth retrying as is) rather than
+// because of the message.
+func unavailable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// validHeaderName reports whether NATS accepts k as a header name: printable ASCII without ':' and
+// the separators nats.go refuses.
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func backoff(delivered uint64) time.Duration {

@@ -14,6 +14,7 @@
 package bus
 
 import (
+	"crypto/rand"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -59,6 +60,9 @@ const (
 	subjHeartbeatPref  = "node.heartbeat."
 	subjEventPrefix    = "event."
 	SubjDeadPrefix     = "dead."
+	// SubjDeadFallback is where a message is parked when it cannot be on dead.<its subject> (that is
+	// not a valid subject, or the publish there failed for good); HdrDeadSubject then quotes its subject.
+	SubjDeadFallback = "dead.=unparkable"
 
 	SubjAllPods       = "pod.>"
 	SubjAllStatus     = "status.>"
@@ -121,8 +125,57 @@ const (
 	HdrSubject = "Podbus-Subject"
 )
 
-// SubjReplyPrefix is where admission replicas receive the store's answers: SubjReplyPrefix + id + "." + n.
+// SubjReplyPrefix is where admission replicas receive the store's answers (SubjReply).
 const SubjReplyPrefix = "podbus.reply."
+
+// SubjReply is the subject where the store answers one command of an admission replica: token is
+// ReplyToken's, fresh per command, so a client that does not see the command cannot answer in the
+// store's place. (Core NATS does not say who published a reply: who may publish on SubjReplyPrefix,
+// and read the commands that name these subjects, is for NATS permissions to restrict.)
+func SubjReply(replica, token string) string { return SubjReplyPrefix + Token(replica) + "." + token }
+
+// SubjReplies filters the replies to one admission replica.
+func SubjReplies(replica string) string { return SubjReplyPrefix + Token(replica) + ".*" }
+
+// IsReplySubject reports whether subject is one SubjReply makes: the store answers nowhere else, so a
+// command cannot turn its answer into a message on any other subject (a JetStream API call, say).
+func IsReplySubject(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, SubjReplyPrefix)
+	replica, token, ok2 := strings.Cut(rest, ".")
+	return ok && ok2 && validToken(replica) && validToken(token)
+}
+
+// validToken reports whether t is one literal subject token: not empty, no wildcard, no separator or
+// white space.
+func validToken(t string) bool {
+	if t == "" || t == "*" || t == ">" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c == '.' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidSubject reports whether s is a literal subject a message can be published on: tokens as
+// validToken says, at least one.
+func ValidSubject(s string) bool {
+	for {
+		t, rest, more := strings.Cut(s, ".")
+		if !validToken(t) {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
+}
+
+// ReplyToken returns an unguessable subject token (128 random bits) for one command's reply subject.
+func ReplyToken() string { return rand.Text() }
 
 // SubjSchedulerMembers is the core NATS subject on which scheduler replicas announce their ids, to
 // share the pinned pending partitions fairly (see the scheduler service's balance.go).

@@ -188,3 +188,37 @@ func TestGroupSubjectAndReadFilters(t *testing.T) {
 		}
 	}
 }
+
+func TestValidSubjectAndReplySubjects(t *testing.T) {
+	tests := []struct {
+		subject      string
+		valid, reply bool
+	}{
+		{"pod.deleted", true, false},
+		{SubjPodBound("node-1.example"), true, false},
+		{SubjReply("admission-0", ReplyToken()), true, true},
+		{SubjReply("a.b", "tok"), true, true},
+		{"podreply.a1", true, false},
+		{"podreply.a1.t.u", true, false},
+		{"podreply.a1.*", false, false},
+		{"podreply.*.t", false, false},
+		{"$JS.API.STREAM.DELETE.AUDIT", true, false},
+		{"", false, false},
+		{"pod..deleted", false, false},
+		{"pod.deleted.", false, false},
+		{"pod.>", false, false},
+		{"pod deleted", false, false},
+		{"pod.deleted\r\nPUB x 0", false, false},
+	}
+	for _, tt := range tests {
+		if got := ValidSubject(tt.subject); got != tt.valid {
+			t.Errorf("ValidSubject(%q) = %v, want %v", tt.subject, got, tt.valid)
+		}
+		if got := IsReplySubject(tt.subject); got != tt.reply {
+			t.Errorf("IsReplySubject(%q) = %v, want %v", tt.subject, got, tt.reply)
+		}
+	}
+	if a, b := ReplyToken(), ReplyToken(); a == b || len(a) < 26 {
+		t.Errorf("reply tokens %q and %q: want distinct, 128 bits", a, b)
+	}
+}

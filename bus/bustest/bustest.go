@@ -121,14 +121,41 @@ func LastMsg(t testing.TB, c *bus.Conn, stream, subject string) *jetstream.RawSt
 	return all[len(all)-1]
 }
 
-// Drained reports whether a durable consumer has handled and acknowledged everything on its stream.
+// Drained reports whether a durable consumer has handled and acknowledged everything on its stream
+// that its filters take. The consumer's own pending count is not enough: the server counts a message
+// new to the stream asynchronously, so right after a publish it may still say nothing is pending.
+// The last message of each filter must be under the consumer's ack floor too.
 func Drained(c *bus.Conn, stream, durable string) bool {
-	cons, err := c.JS.Consumer(context.Background(), stream, durable)
+	ctx := context.Background()
+	cons, err := c.JS.Consumer(ctx, stream, durable)
 	if err != nil {
 		return false
 	}
-	info, err := cons.Info(context.Background())
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	info, err := cons.Info(ctx)
+	if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+		return false
+	}
+	filters := info.Config.FilterSubjects
+	if f := info.Config.FilterSubject; f != "" {
+		filters = append(filters, f)
+	}
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	st, err := c.JS.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	for _, f := range filters {
+		m, err := st.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil || info.AckFloor.Stream < m.Sequence {
+			return false
+		}
+	}
+	return true
 }
 
 // Decode unmarshals a stored message into into, failing the test if it does not decode.

@@ -152,11 +152,12 @@ func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ExitOnError)
 	c.register(fs, "status")
 	grace := fs.Duration("node-monitor-grace-period", 40*time.Second, "a node whose heartbeats stop for this long becomes NotReady")
+	skew := fs.Duration("max-clock-skew", time.Minute, "refuse agent reports and heartbeats dated further than this ahead of the bus's clock")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	return c.serve(ctx, "status", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace}, cn)
+		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace, MaxClockSkew: *skew}, cn)
 	})
 }
 

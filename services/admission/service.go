@@ -27,7 +27,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,9 +95,8 @@ type Service struct {
 	ready   chan struct{}
 	limits  *limiter
 	addr    atomic.Value // string, set once listening
-	nextN   atomic.Uint64
 	mu      sync.Mutex
-	waiter  map[uint64]chan *pb.CommandResult
+	waiter  map[string]chan *pb.CommandResult // by reply token
 	// ctx bounds the watch caches: it ends with Run.
 	ctx      context.Context
 	stop     context.CancelFunc
@@ -154,7 +152,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		log:     logger.With("actor", "admission/"+cfg.ID),
 		ready:   make(chan struct{}),
 		limits:  newLimiter(cfg.Limits.withDefaults()),
-		waiter:  map[uint64]chan *pb.CommandResult{},
+		waiter:  map[string]chan *pb.CommandResult{},
 		caches:  map[string]*watchCache{},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
@@ -194,7 +192,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.cache(k)
 		}
 	}
-	sub, err := s.conn.NC.Subscribe(bus.SubjReplyPrefix+s.cfg.ID+".>", s.onReply)
+	sub, err := s.conn.NC.Subscribe(bus.SubjReplies(s.cfg.ID), s.onReply)
 	if err != nil {
 		return fmt.Errorf("admission: subscribe replies: %w", err)
 	}
@@ -231,26 +229,24 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// onReply hands a store answer to the request waiting for it.
+// onReply hands a store answer to the request waiting for it: only one answer, and only on the subject
+// made for that request (SubjReply); anything else is counted and dropped.
 func (s *Service) onReply(m *nats.Msg) {
-	i := strings.LastIndexByte(m.Subject, '.')
-	n, err := strconv.ParseUint(m.Subject[i+1:], 10, 64)
-	if err != nil {
-		metrics.Count("admission.reply.malformed", 1)
-		return
-	}
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	res := &pb.CommandResult{}
 	if err := proto.Unmarshal(m.Data, res); err != nil {
 		metrics.Count("admission.reply.malformed", 1)
 		return
 	}
 	s.mu.Lock()
-	ch := s.waiter[n]
-	delete(s.waiter, n)
+	ch := s.waiter[token]
+	delete(s.waiter, token)
 	s.mu.Unlock()
-	if ch != nil {
-		ch <- res // buffered: never blocks
+	if ch == nil {
+		metrics.Count("admission.reply.unexpected", 1)
+		return
 	}
+	ch <- res // buffered: never blocks
 }
 
 // ErrReplyTimeout is returned by command when the store did not answer within Config.ReplyTimeout.
@@ -258,17 +254,17 @@ var ErrReplyTimeout = errors.New("no answer from the store")
 
 // command publishes cmd and waits for the store's CommandResult.
 func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta) (*pb.CommandResult, error) {
-	n := s.nextN.Add(1)
+	token := bus.ReplyToken()
 	ch := make(chan *pb.CommandResult, 1)
 	s.mu.Lock()
-	s.waiter[n] = ch
+	s.waiter[token] = ch
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		delete(s.waiter, n)
+		delete(s.waiter, token)
 		s.mu.Unlock()
 	}()
-	meta.Reply = bus.SubjReplyPrefix + s.cfg.ID + "." + strconv.FormatUint(n, 10)
+	meta.Reply = bus.SubjReply(s.cfg.ID, token)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
 	defer cancel()
 	if err := s.pub.Publish(ctx, subject, cmd, meta); err != nil {

@@ -8,10 +8,15 @@
 //	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc/<node>, ack
 //	                           ├─ bound to <node> ───────────────────────▶ ensure reservation, pod.bound.<node>, ack
 //	                           ├─ bound elsewhere ───────────────────────▶ release alloc/<node>, ack
+//	                           ├─ node refused by the pod's nodeSelector,
+//	                           │  node affinity or untolerated taints ───▶ pod.pending (conflict), ack
 //	                           ├─ unschedulable ─────────────────────────▶ PodScheduled=False, FailedScheduling, ack
 //	                           └─ reserve in alloc/<node> ─┬─ no room ───▶ pod.pending (conflict), ack
 //	                                                       └─ reserved ──▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
 //	pod.deleted ─▶ release alloc/<node>, ack
+//
+// The pod is always the stored one: the pod body a decision carries is ignored, since anyone who can
+// publish pod.scheduled could carry any body.
 //
 // A reservation is made before the binding, so a crash in between leaves a reservation and an
 // unacknowledged decision: its redelivery either binds (the reservation is found and reused) or finds
@@ -214,19 +219,36 @@ func decisionOf(m *bus.Msg) (*pb.SchedulingDecision, error) {
 func (s *Service) handleCheckedDecisions(ctx context.Context, ms []*bus.Msg) []error {
 	errs := make([]error, len(ms))
 	ds := make([]*pb.SchedulingDecision, len(ms))
-	pre := make([]*checkReq, len(ms))
-	var group []*checkReq
 	for i, m := range ms {
-		d, err := decisionOf(m)
-		if err != nil {
-			errs[i] = err
+		ds[i], errs[i] = decisionOf(m)
+	}
+	// The stored pods, read at once: a decision's own pod body is never trusted (see decideWith).
+	stored := make([]*storedPod, len(ms))
+	var reads sync.WaitGroup
+	for i, d := range ds {
+		if d == nil {
 			continue
 		}
-		ds[i] = d
-		if p := d.GetPod(); !d.GetUnschedulable() && p != nil && d.GetPodRevision() > 0 && judge(p, d) == verdictAct && s.view.concerns(p) {
-			pre[i] = newCheckReq(d.GetNode(), p, checkedID(d, m.Position()))
-			group = append(group, pre[i])
+		reads.Go(func() {
+			pod, rev, err := s.pod(ctx, bus.PodKey(d.GetNamespace(), d.GetName()))
+			if err == nil {
+				stored[i] = &storedPod{pod: pod, rev: rev}
+			}
+		})
+	}
+	reads.Wait()
+	pre := make([]*checkReq, len(ms))
+	var group []*checkReq
+	for i, d := range ds {
+		p := stored[i].get()
+		if d == nil || p == nil || d.GetUnschedulable() || judge(p, d) != verdictAct || !s.view.concerns(p) {
+			continue
 		}
+		if why, err := s.refusal(ctx, p, d); err != nil || why != "" {
+			continue // decided alone, which refuses it
+		}
+		pre[i] = newCheckReq(d.GetNode(), p, checkedID(d, ms[i].Position()))
+		group = append(group, pre[i])
 	}
 	if len(group) > 0 {
 		s.reserveCheckedGroup(ctx, group)
@@ -234,12 +256,12 @@ func (s *Service) handleCheckedDecisions(ctx context.Context, ms []*bus.Msg) []e
 	var wg sync.WaitGroup
 	for i, d := range ds {
 		if d != nil && pre[i] != nil {
-			wg.Go(func() { errs[i] = s.decideWith(ctx, d, ms[i].Position(), pre[i]) })
+			wg.Go(func() { errs[i] = s.decideWith(ctx, d, ms[i].Position(), stored[i], pre[i]) })
 		}
 	}
 	for i, d := range ds {
 		if d != nil && pre[i] == nil {
-			errs[i] = s.decide(ctx, d, ms[i].Position())
+			errs[i] = s.decideWith(ctx, d, ms[i].Position(), stored[i], nil)
 		}
 	}
 	wg.Wait()

@@ -563,7 +563,7 @@ func TestDecisionCarriesPod(t *testing.T) {
 		wantNode string
 		wantUIDs map[string]bool
 	}{
-		{name: "unchanged: binds from the carried pod", wantNode: "n1", wantUIDs: map[string]bool{"u1": true}},
+		{name: "unchanged: binds the stored pod", wantNode: "n1", wantUIDs: map[string]bool{"u1": true}},
 		{name: "deleted since: not bound, reservation released", change: deleting, wantUIDs: map[string]bool{}},
 		{name: "labels changed since: binds the stored pod", change: func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"v": "2"} },
 			wantNode: "n1", wantUIDs: map[string]bool{"u1": true}},

@@ -15,6 +15,9 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/sched/framework"
+	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
+	"github.com/podbus/podbus/sched/plugins/tainttoleration"
 )
 
 const (
@@ -79,33 +82,45 @@ func preBound(pod *pb.Pod) bool {
 
 // decide handles one decision; seq is its stream sequence (it names the conflict requeue).
 func (s *Service) decide(ctx context.Context, d *pb.SchedulingDecision, seq uint64) error {
-	return s.decideWith(ctx, d, seq, nil)
+	return s.decideWith(ctx, d, seq, nil, nil)
 }
 
-// decideWith is decide with the outcome of the decision's checked reservation, made already with
-// others' (handleCheckedDecisions); nil when there is none. Only the first attempt, on the pod the
-// decision carries, can use it.
-func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq uint64, pre *checkReq) error {
+// storedPod is a pod as read from the pods bucket, with the revision a binding compare-and-sets against.
+type storedPod struct {
+	pod *pb.Pod // nil when absent
+	rev uint64
+}
+
+// decideWith is decide with the pod already read (first, nil for none) and the outcome of the
+// decision's checked reservation, made already with others' on that pod (handleCheckedDecisions); nil
+// when there is none. Only the first attempt can use them.
+//
+// The pod a decision carries is never used: whoever can publish pod.scheduled could carry any pod body
+// with the current revision, and the compare-and-set would take it. The binder binds the stored pod.
+func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq uint64, first *storedPod, pre *checkReq) error {
 	key := bus.PodKey(d.GetNamespace(), d.GetName())
 	for attempt := range maxAttempts {
 		var pod *pb.Pod
 		var rev uint64
 		var err error
-		if p := d.GetPod(); attempt == 0 && p != nil && d.GetPodRevision() > 0 {
-			// The pod as the scheduler saw it saves a read: if it changed since, the pod's
-			// compare-and-set below fails and the next attempt reads it.
-			pod, rev = p, d.GetPodRevision()
+		if attempt == 0 && first != nil {
+			pod, rev = first.pod, first.rev
 		} else if pod, rev, err = s.pod(ctx, key); err != nil {
 			return err
 		}
 		switch judge(pod, d) {
 		case verdictRelease:
 			metrics.Count("binder.stale_decisions", 1)
-			return s.release(ctx, d.GetNode(), d.GetUid())
+			return s.releaseStale(ctx, d)
 		case verdictDone:
 			return nil
 		case verdictBound:
 			return s.rebind(ctx, pod, rev, d.GetNode())
+		}
+		if why, err := s.refusal(ctx, pod, d); err != nil {
+			return err
+		} else if why != "" {
+			return s.refuse(ctx, pod, rev, d, seq, why)
 		}
 
 		if d.GetUnschedulable() {
@@ -121,6 +136,77 @@ func (s *Service) decideWith(ctx context.Context, d *pb.SchedulingDecision, seq 
 		return err
 	}
 	return fmt.Errorf("decision for %s: %w", key, errRetry)
+}
+
+// releaseStale releases the reservation a decision for a pod that is gone, replaced or placed elsewhere
+// may have made. A reservation held under the decision's uid by a pod of another name is not its own
+// (a forged decision can name any uid) and stays.
+func (s *Service) releaseStale(ctx context.Context, d *pb.SchedulingDecision) error {
+	if d.GetNode() == "" {
+		return nil
+	}
+	a, _, err := s.allocation(ctx, d.GetNode(), true)
+	if err != nil {
+		return err
+	}
+	pa, ok := a.GetPods()[d.GetUid()]
+	if !ok {
+		return nil
+	}
+	if pa.GetNamespace() != d.GetNamespace() || pa.GetName() != d.GetName() {
+		metrics.Count("binder.refused.foreign_uid", 1)
+		s.log.Warn("decision names the uid of another pod; refused", "pod", d.GetNamespace()+"/"+d.GetName(),
+			"uid", d.GetUid(), "holder", pa.GetNamespace()+"/"+pa.GetName(), "node", d.GetNode(), "scheduler", d.GetScheduler())
+		return nil
+	}
+	return s.release(ctx, d.GetNode(), d.GetUid())
+}
+
+// Why a decision is refused for the pod's own constraints on its node (the scheduler's filter reasons).
+const (
+	refusedAffinity = nodeaffinity.ErrReasonPod
+	refusedTaint    = tainttoleration.ErrReasonUntolerated
+)
+
+// refusal says why the stored pod may not go on the node the decision names (or nominates for a
+// preemption), "" when it may: the pod's nodeSelector and required node affinity and the node's
+// NoSchedule and NoExecute taints, which any publisher of pod.scheduled could otherwise ignore. A pod
+// created with spec.nodeName is exempt, as in Kubernetes, where only the kubelet admits it.
+func (s *Service) refusal(ctx context.Context, pod *pb.Pod, d *pb.SchedulingDecision) (string, error) {
+	name := d.GetNode()
+	if d.GetUnschedulable() && len(d.GetVictims()) > 0 {
+		name = d.GetNominatedNode()
+	}
+	if name == "" || preBound(pod) {
+		return "", nil
+	}
+	n, err := s.node(ctx, name)
+	if errors.Is(err, bus.ErrNotFound) {
+		return "", nil // reserve refuses an unknown node; a nomination to it evicts nothing
+	}
+	if err != nil {
+		return "", err
+	}
+	if !nodeaffinity.GetRequired(pod).Match(n) {
+		return refusedAffinity, nil
+	}
+	tols := pod.GetSpec().GetTolerations()
+	for _, t := range n.GetSpec().GetTaints() {
+		e := t.GetEffect()
+		if (e == framework.TaintEffectNoSchedule || e == framework.TaintEffectNoExecute) && !framework.TolerationsTolerateTaint(tols, t) {
+			return refusedTaint, nil
+		}
+	}
+	return "", nil
+}
+
+// refuse drops a decision whose node the pod may not go on, and sends the pod back to the schedulers:
+// the decision may be honest and the node have changed since (a new taint, a removed label).
+func (s *Service) refuse(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why string) error {
+	metrics.Count("binder.refused_decisions", 1)
+	s.log.Warn("decision refused: the pod may not go on its node", "pod", pod.GetMetadata().GetUid(),
+		"node", d.GetNode(), "nominated", d.GetNominatedNode(), "why", why, "scheduler", d.GetScheduler())
+	return s.requeue(ctx, pod, rev, seq, "")
 }
 
 // pod reads the stored pod; nil when it does not exist.
@@ -184,7 +270,7 @@ func checkedID(d *pb.SchedulingDecision, seq uint64) string {
 }
 
 // bind writes the binding on the pod (compare-and-set on rev). It changes pod itself, which is this
-// attempt's own copy (decoded from the decision or read from the store): a failed compare-and-set
+// attempt's own copy, read from the store: a failed compare-and-set
 // makes the caller read the pod again.
 // It returns the pod as stored, in both forms.
 func (s *Service) bind(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) (*pb.Pod, []byte, uint64, error) {
@@ -318,14 +404,21 @@ func (s *Service) markUnschedulable(ctx context.Context, key string, pod *pb.Pod
 func (s *Service) conflict(ctx context.Context, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision, seq uint64, why reservation, allocRev uint64) error {
 	metrics.Count("binder.conflicts", 1)
 	metrics.Count("binder.conflicts."+d.GetScheduler(), 1)
-	uid := pod.GetMetadata().GetUid()
-	s.log.Info("decision refused; pod goes back to the schedulers", "pod", uid, "node", d.GetNode(), "why", why, "scheduler", d.GetScheduler())
-	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}
-	id := fmt.Sprintf("conflict-%s-%d", uid, seq)
-	m := meta(pod, id)
+	s.log.Info("decision refused; pod goes back to the schedulers", "pod", pod.GetMetadata().GetUid(), "node", d.GetNode(), "why", why, "scheduler", d.GetScheduler())
+	var trigger string
 	if (why == reservationNoRoom || why == reservationConstraint) && allocRev > 0 {
-		m.Trigger = "a" + strconv.FormatUint(allocRev, 10)
+		trigger = "a" + strconv.FormatUint(allocRev, 10)
 	}
+	return s.requeue(ctx, pod, rev, seq, trigger)
+}
+
+// requeue publishes the pod as pending again, as a conflict; trigger, when set, names the change the
+// scheduler's view must include first.
+func (s *Service) requeue(ctx context.Context, pod *pb.Pod, rev uint64, seq uint64, trigger string) error {
+	uid := pod.GetMetadata().GetUid()
+	msg := &pb.PendingPod{Pod: pod, Revision: rev, Cause: causeConflict}
+	m := meta(pod, fmt.Sprintf("conflict-%s-%d", uid, seq))
+	m.Trigger = trigger
 	if err := s.pub.Publish(ctx, bus.PendingSubject(podutil.ConstraintGroup(pod)), msg, m); err != nil {
 		return fmt.Errorf("requeue pod %s: %w", uid, err)
 	}
@@ -341,4 +434,12 @@ func meta(pod *pb.Pod, msgID string) bus.Meta {
 		PodUID:      md.GetUid(),
 		Key:         md.GetNamespace() + "/" + md.GetName(),
 	}
+}
+
+// get is the stored pod, nil when absent or not read.
+func (p *storedPod) get() *pb.Pod {
+	if p == nil {
+		return nil
+	}
+	return p.pod
 }

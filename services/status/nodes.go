@@ -35,7 +35,12 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 		return fmt.Errorf("%w: heartbeat without node name", bus.ErrMalformed)
 	}
 	if m.Subject != bus.SubjHeartbeat(name) {
-		return fmt.Errorf("%w: heartbeat for node %s on %s", bus.ErrMalformed, name, m.Subject)
+		return refuse("subject", "heartbeat for node %s on %s", name, m.Subject)
+	}
+	// A heartbeat from the future would outdate every real one after it until that time.
+	horizon := s.horizon(m.Time)
+	if at := heartbeatTime(hb.GetNode()); at.After(horizon) || hb.GetSentAt().AsTime().After(horizon) {
+		return refuse("future", "heartbeat of node %s at %s is after %s", name, at.Format(time.RFC3339), horizon.Format(time.RFC3339))
 	}
 	key := bus.NodeKey(name)
 	for range casAttempts {
@@ -52,7 +57,8 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 		if err != nil {
 			return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
 		}
-		if !heartbeatTime(hb.GetNode()).After(heartbeatTime(&cur)) {
+		// A stored time beyond the horizon came from a heartbeat accepted before they were refused.
+		if last := heartbeatTime(&cur); !heartbeatTime(hb.GetNode()).After(last) && !last.After(s.horizon(time.Time{})) {
 			return nil // older than what is stored (redelivery, replay)
 		}
 		mergeNode(&cur, hb.GetNode())

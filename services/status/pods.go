@@ -40,6 +40,14 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	if !rep.GetGone() && rep.GetStatus() == nil {
 		return fmt.Errorf("%w: status report for %s/%s without status", bus.ErrMalformed, rep.GetNamespace(), rep.GetName())
 	}
+	if m.Subject != bus.SubjPodStatus(rep.GetNode()) {
+		return refuse("subject", "report of node %s for pod %s/%s on %s", rep.GetNode(), rep.GetNamespace(), rep.GetName(), m.Subject)
+	}
+	// seq is the agent's wall clock in unix nanoseconds: one far ahead would make every later report
+	// look stale and freeze the pod's status.
+	if horizon := s.horizon(m.Time); rep.GetSeq() > uint64(horizon.UnixNano()) {
+		return refuse("future", "report seq %d of pod %s/%s is after %s", rep.GetSeq(), rep.GetNamespace(), rep.GetName(), horizon.Format(time.RFC3339))
+	}
 	res, correlation, err := s.applyReport(ctx, &rep)
 	if err != nil {
 		return err
@@ -101,7 +109,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		// The pod as this replica last wrote it saves a read when it is still current (the usual case:
 		// one pod's reports go to one worker); anything but a plain apply is decided on a fresh read.
 		pod, rev, cached := s.last.get(key, rep.GetUid())
-		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > pod.GetInternal().GetReportSeq() &&
+		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > s.storedSeq(pod) &&
 			pod.GetSpec().GetNodeName() == rep.GetNode() {
 			mergeStatus(pod, rep)
 			newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
@@ -129,10 +137,12 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		if pod.GetMetadata().GetUid() != rep.GetUid() {
 			return goneOrIgnored(rep), corr, nil
 		}
-		if n := pod.GetSpec().GetNodeName(); n != "" && n != rep.GetNode() {
-			return ignored, corr, nil // a report from a node the pod is not bound to
+		if n := pod.GetSpec().GetNodeName(); n != rep.GetNode() {
+			// The binder stores the binding before it hands the pod to the node's agent, so no honest
+			// agent reports a pod that is not bound to its node.
+			return ignored, corr, refuse("not_bound", "report of node %s for pod %s bound to %q", rep.GetNode(), key, n)
 		}
-		if rep.GetSeq() <= pod.GetInternal().GetReportSeq() {
+		if rep.GetSeq() <= s.storedSeq(pod) {
 			return ignored, corr, nil
 		}
 		if rep.GetGone() {
@@ -159,6 +169,24 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		return applied, corr, nil
 	}
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
+}
+
+// horizon is the latest time an agent may stamp a message the stream stored at stored (zero: now).
+func (s *Service) horizon(stored time.Time) time.Time {
+	if stored.IsZero() {
+		stored = time.Now()
+	}
+	return stored.Add(s.cfg.MaxClockSkew)
+}
+
+// storedSeq is the pod's last applied report seq, or 0 when that lies beyond the horizon of now (written
+// before reports from the future were refused): a pod must not stay frozen by one.
+func (s *Service) storedSeq(pod *pb.Pod) uint64 {
+	seq := pod.GetInternal().GetReportSeq()
+	if seq > uint64(s.horizon(time.Time{}).UnixNano()) {
+		return 0
+	}
+	return seq
 }
 
 func goneOrIgnored(rep *pb.PodStatusReport) outcome {

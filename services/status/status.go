@@ -3,9 +3,12 @@
 // controller does, marks nodes whose heartbeats stopped as Ready=Unknown.
 //
 //	status.pod.<node>     ─▶ pods/<ns.name>: status replaced when seq > internal.report_seq
+//	                         refused (parked) unless the pod is bound to <node> and seq is not ahead
+//	                         of the bus's clock by more than MaxClockSkew
 //	                         gone: CAS delete ─▶ pod.deleted
 //	                         event notes ─▶ event.<ns>.<name>
-//	node.heartbeat.<node> ─▶ nodes/<node>: created or status replaced (spec and user labels kept)
+//	node.heartbeat.<node> ─▶ nodes/<node>: created or status replaced (spec and user labels kept);
+//	                         refused (parked) for another node or dated beyond MaxClockSkew
 //	node monitor (watch)  ─▶ Ready=True but silent for NodeMonitorGracePeriod ─▶ Ready=Unknown + NodeNotReady
 package status
 
@@ -20,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/metrics"
 )
 
 // Config configures one status replica.
@@ -30,11 +34,24 @@ type Config struct {
 	NodeMonitorGracePeriod time.Duration
 	// MonitorInterval between node monitor passes (default 5s).
 	MonitorInterval time.Duration
-	Logger          *slog.Logger
+	// MaxClockSkew is how far ahead of the bus's clock (the time the stream stored the message) an
+	// agent's report seq or heartbeat time may be before it is refused (default 1m).
+	MaxClockSkew time.Duration
+	Logger       *slog.Logger
 }
 
 // ErrConfig is returned by New for an unusable configuration.
 var ErrConfig = errors.New("invalid status config")
+
+// ErrRefused marks a report or heartbeat its sender may not send: for a pod not bound to the node it
+// names, on another node's subject, or dated beyond the clock skew. It is parked (bus.ErrPermanent).
+var ErrRefused = errors.New("refused")
+
+// refuse counts a refusal by why and returns the error that parks the message.
+func refuse(why, format string, args ...any) error {
+	metrics.Count("status.refused."+why, 1)
+	return fmt.Errorf("%w: %w: %s", bus.ErrPermanent, ErrRefused, fmt.Sprintf(format, args...))
+}
 
 // casAttempts bounds the read-modify-write loops against concurrent writers.
 const casAttempts = 16
@@ -68,6 +85,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	if cfg.MonitorInterval <= 0 {
 		cfg.MonitorInterval = 5 * time.Second
+	}
+	if cfg.MaxClockSkew <= 0 {
+		cfg.MaxClockSkew = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

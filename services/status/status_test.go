@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -398,4 +401,97 @@ func TestNodeMonitorLeavesAgentlessNodes(t *testing.T) {
 	if s := podutil.NodeCondition(e.node("kwok-1"), podutil.NodeReady).GetStatus(); s != podutil.True {
 		t.Errorf("agentless node is %s, want True", s)
 	}
+}
+
+// Reports an agent may not send are refused, counted and parked, and leave the pod as it was; honest
+// reports still apply, also to a pod frozen by a seq from the future stored before such seqs were refused.
+func TestForgedReportsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	on := func(name, uid, node string, seq uint64) *pb.Pod {
+		p := testPod(name, uid)
+		p.Spec.NodeName = node
+		p.Internal.ReportSeq = seq
+		e.put(p)
+		return p
+	}
+	on("web", "u1", "n1", 0)
+	on("other", "u3", "n3", 0)
+	on("free", "u4", "", 0)
+	on("frozen", "u5", "n1", math.MaxUint64)
+	now := uint64(time.Now().UnixNano())
+	forReport := func(name, uid, node string, seq uint64) *pb.PodStatusReport {
+		r := report(name, uid, seq, "Failed")
+		r.Node = node
+		r.Status.Reason = "Forged"
+		return r
+	}
+	forged := []struct {
+		name    string
+		subject string
+		rep     *pb.PodStatusReport
+		why     string
+	}{
+		{"another node's pod on my subject", bus.SubjPodStatus("n1"), forReport("other", "u3", "n3", now), "subject"},
+		{"another node's pod named as mine", bus.SubjPodStatus("n1"), forReport("other", "u3", "n1", now), "not_bound"},
+		{"an unbound pod", bus.SubjPodStatus("n1"), forReport("free", "u4", "n1", now), "not_bound"},
+		{"seq from the future", bus.SubjPodStatus("n1"), forReport("web", "u1", "n1", math.MaxUint64), "future"},
+	}
+	for i, f := range forged {
+		before := metrics.Counter("status.refused." + f.why)
+		meta := bus.Meta{MsgID: fmt.Sprintf("forged-%d", i), PodUID: f.rep.Uid, Key: "default/" + f.rep.Name}
+		if err := e.pub.Publish(context.Background(), f.subject, f.rep, meta); err != nil {
+			t.Fatal(err)
+		}
+		bustest.Eventually(t, wait, func() bool {
+			m := e.lastMsg(bus.StreamDead, bus.SubjDeadPrefix+f.subject)
+			return m != nil && m.Header.Get(bus.HdrMsgID) == "" && m.Header.Get(bus.HdrPodUID) == f.rep.Uid &&
+				strings.Contains(m.Header.Get(bus.HdrDeadReason), ErrRefused.Error())
+		}, "%s parked", f.name)
+		if got := metrics.Counter("status.refused."+f.why) - before; got != 1 {
+			t.Errorf("%s: status.refused.%s counted %d, want 1", f.name, f.why, got)
+		}
+	}
+	for _, name := range []string{"web", "other", "free"} {
+		if p := e.get(name); p.GetStatus().GetPhase() != "Pending" || p.GetInternal().GetReportSeq() != 0 {
+			t.Errorf("%s: phase %s seq %d after forged reports, want Pending 0", name, p.GetStatus().GetPhase(), p.GetInternal().GetReportSeq())
+		}
+	}
+
+	// Honest reports, with the agents' clocks.
+	e.send(forReport("web", "u1", "n1", now))
+	e.send(forReport("other", "u3", "n3", now))
+	e.send(forReport("frozen", "u5", "n1", now))
+	for _, name := range []string{"web", "other", "frozen"} {
+		bustest.Eventually(t, wait, func() bool { return e.get(name).GetInternal().GetReportSeq() == now }, "%s: honest report applied", name)
+	}
+}
+
+// A heartbeat dated beyond the clock skew is refused and parked; real heartbeats keep the node current,
+// also one whose stored heartbeat time came from the future before such heartbeats were refused.
+func TestHeartbeatFromTheFutureRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	future := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	before := metrics.Counter("status.refused.future")
+	forged := heartbeat("n2", future)
+	forged.Node.Status.Capacity["cpu"] = "100000"
+	e.beat(forged)
+	bustest.Eventually(t, wait, func() bool {
+		m := e.lastMsg(bus.StreamDead, bus.SubjDeadPrefix+bus.SubjHeartbeat("n2"))
+		return m != nil && strings.Contains(m.Header.Get(bus.HdrDeadReason), ErrRefused.Error())
+	}, "forged heartbeat parked")
+	if got := metrics.Counter("status.refused.future") - before; got != 1 {
+		t.Errorf("status.refused.future counted %d, want 1", got)
+	}
+	if e.node("n2") != nil {
+		t.Fatal("a refused heartbeat registered its node")
+	}
+	e.beat(heartbeat("n2", time.Now()))
+	bustest.Eventually(t, wait, func() bool { return e.node("n2").GetStatus().GetCapacity()["cpu"] == "4" }, "real heartbeat applied")
+
+	// A node stored with a heartbeat time of year 9999 takes the next real heartbeat.
+	if _, err := bus.Create(context.Background(), e.nodes, bus.NodeKey("n3"), heartbeat("n3", future).Node); err != nil {
+		t.Fatal(err)
+	}
+	e.beat(heartbeat("n3", time.Now()))
+	bustest.Eventually(t, wait, func() bool { return e.node("n3").GetStatus().GetCapacity()["cpu"] == "4" }, "real heartbeat replaces one from the future")
 }

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -162,6 +164,11 @@ func validate(subject string, cmd *pb.PodCommand) error {
 // is already durable, so a lost reply only costs the client a timeout.
 func (s *Service) reply(subject string, res *pb.CommandResult) {
 	if subject == "" || res == nil {
+		return
+	}
+	if !bus.IsReplySubject(subject) {
+		metrics.Count("store.reply_refused", 1)
+		s.log.Warn("command names a reply subject that is not an admission's; not answered", "subject", subject)
 		return
 	}
 	data, err := proto.Marshal(res)

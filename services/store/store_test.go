@@ -100,7 +100,7 @@ var subjects = map[pb.PodCommand_Op]string{
 // send publishes cmd like admission does and waits for the store's answer.
 func (h *harness) send(cmd *pb.PodCommand) *pb.CommandResult {
 	h.t.Helper()
-	reply := nats.NewInbox()
+	reply := bus.SubjReply("test", bus.ReplyToken())
 	sub, err := h.conn.NC.SubscribeSync(reply)
 	if err != nil {
 		h.t.Fatal(err)
@@ -589,7 +589,7 @@ func TestConcurrentCreatesShareStoredMessages(t *testing.T) {
 	ctx := context.Background()
 	const n = 200
 	answers := make(chan *pb.CommandResult, n)
-	sub, err := h.conn.NC.Subscribe("answers.>", func(m *nats.Msg) {
+	sub, err := h.conn.NC.Subscribe(bus.SubjReplies("test"), func(m *nats.Msg) {
 		res := &pb.CommandResult{}
 		if err := proto.Unmarshal(m.Data, res); err != nil {
 			t.Error(err)
@@ -606,7 +606,7 @@ func TestConcurrentCreatesShareStoredMessages(t *testing.T) {
 	for i := range n {
 		p := pod(fmt.Sprintf("u%d", i))
 		p.Metadata.Name = fmt.Sprintf("web-%d", i)
-		f, err := admission.PublishAsync(bus.SubjPodCreate, create(p), bus.Meta{Reply: fmt.Sprintf("answers.%d", i),
+		f, err := admission.PublishAsync(bus.SubjPodCreate, create(p), bus.Meta{Reply: bus.SubjReply("test", fmt.Sprint(i)),
 			Key: "default/" + p.Metadata.Name, PodUID: p.Metadata.Uid, Correlation: p.Internal.CorrelationId})
 		if err != nil {
 			t.Fatal(err)
@@ -651,5 +651,30 @@ func TestConcurrentCreatesShareStoredMessages(t *testing.T) {
 	}
 	if c, p := info.State.Subjects[bus.SubjPodCreate], info.State.Subjects[bus.SubjPodPending]; c >= n || p >= n {
 		t.Errorf("%d commands and their pending pods were stored as %d and %d messages; want fewer", n, c, p)
+	}
+}
+
+// The store answers only on admission reply subjects: a command naming any other subject (a JetStream
+// API call, another service's subject) is carried out but not answered there.
+func TestAnswersOnlyOnReplySubjects(t *testing.T) {
+	h := start(t)
+	victim, err := h.conn.NC.SubscribeSync("victim.inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := metrics.Counter("store.reply_refused")
+	meta := bus.Meta{Reply: "victim.inbox", Key: "default/web", PodUID: "u1"}
+	if err := h.pub.Publish(context.Background(), bus.SubjPodCreate, create(pod("u1")), meta); err != nil {
+		t.Fatal(err)
+	}
+	// The next command for the same pod is handled after it, and answered on its own reply subject.
+	if res := h.send(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: pod("u1")}); res.GetCode() != 200 {
+		t.Fatalf("delete answered %d %s: %s", res.GetCode(), res.GetReason(), res.GetMessage())
+	}
+	if m, err := victim.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("the store answered on %s: %q", m.Subject, m.Data)
+	}
+	if got := metrics.Counter("store.reply_refused") - before; got != 1 {
+		t.Errorf("store.reply_refused counted %d, want 1", got)
 	}
 }
