@@ -59,7 +59,7 @@ users:
 - name: p
   user: {username: nobody}
 `)
-	caOnly, err := pki.Kubeconfig{CA: admin.CA}.Transport()
+	caOnly, err := pki.Kubeconfig{CA: admin.CA}.Transport(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 			if kc.Server != api {
 				t.Fatalf("kubeconfig server %s, want %s", kc.Server, api)
 			}
-			if client.Transport, err = kc.Transport(); err != nil {
+			if client.Transport, err = kc.Transport(nil); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -173,14 +173,17 @@ func (k Kubeconfig) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Transport is an http.RoundTripper that speaks to k's server as k's user: its TLS configuration, and
-// its token on every request.
-func (k Kubeconfig) Transport() (http.RoundTripper, error) {
+// Transport is an http.RoundTripper that speaks to k's server as k's user: base (nil: a copy of
+// http.DefaultTransport) with k's TLS configuration, and k's token on every request.
+func (k Kubeconfig) Transport(base *http.Transport) (http.RoundTripper, error) {
 	tc, err := k.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t := base
+	if t == nil {
+		t = http.DefaultTransport.(*http.Transport).Clone()
+	}
 	t.TLSClientConfig = tc
 	if k.Token == "" {
 		return t, nil
