@@ -239,12 +239,12 @@ func (s *Service) Run(ctx context.Context) error {
 		scheme = "https"
 	}
 	srv := &http.Server{
-		Handler: s.Handler(),
-		// Failed handshakes (a client that does not trust the CA) are the client's business.
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       s.limits.l.IdleTimeout, // read and write deadlines are per request (limits.go)
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// Failed handshakes (a client that does not trust the CA) are the client's business.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.addr.Store(ln.Addr().String())
 	close(s.ready)
