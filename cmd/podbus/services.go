@@ -436,7 +436,7 @@ func runUp(ctx context.Context, args []string) error {
 	var cfg up.Config
 	fs.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
-	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, kubeconfig)")
+	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, the API's certificates, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the API over plain HTTP without authentication, every request an administrator (default: TLS, PKI in <data>/pki)")
 	sans := fs.String("tls-san", "", "extra host names and IP addresses of the API's serving certificate, comma separated")
