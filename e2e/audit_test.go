@@ -28,7 +28,7 @@ func TestAudit(t *testing.T) {
 	cl, c := startCluster(t, up.Config{Nodes: 6, NodeCPU: "8", NodeMemory: "16Gi", MaxPods: 110})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	client := &http.Client{Timeout: 15 * time.Second}
+	client := apiClient(cl, 15*time.Second)
 	const total, deleted = 300, 30
 
 	var wg sync.WaitGroup

@@ -97,7 +97,7 @@ func TestBadInputIsRejectedAndLosesNothing(t *testing.T) {
 	// Heartbeats every 250ms (default 10s) so that the test can see the heartbeat consumer still working
 	// after its garbage.
 	cl, conn := startCluster(t, up.Config{Nodes: 2, StartDelay: time.Millisecond, HeartbeatInterval: 250 * time.Millisecond})
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := apiClient(cl, 30*time.Second)
 	ctx := context.Background()
 	podsURL := cl.APIURL + "/api/v1/namespaces/default/pods"
 

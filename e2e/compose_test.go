@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/pki"
 )
 
 const (
@@ -38,8 +39,9 @@ type composeEnv struct {
 	t       *testing.T
 	root    string   // repository root
 	compose []string // docker-compose, or docker compose
-	api     string   // http://127.0.0.1:<port>
+	api     string   // https://127.0.0.1:<port>
 	kube    kube
+	client  *http.Client // the admin of the kubeconfig the admission container wrote
 }
 
 // needDocker finds docker, a compose implementation and kubectl; without them it skips, but fails in CI.
@@ -156,7 +158,7 @@ func (c *composeEnv) getJSON(path string, into any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -291,11 +293,8 @@ func TestCompose(t *testing.T) {
 	if port == "" {
 		port = "16443"
 	}
-	c := &composeEnv{t: t, root: root, compose: dc, api: "http://127.0.0.1:" + port}
-	c.kube = kube{t: t, kubeconfig: filepath.Join(root, "deploy", "kubeconfig")}
-	if port != "16443" {
-		c.kube.kubeconfig = writeFile(t, "kubeconfig", strings.Replace(mustRead(t, c.kube.kubeconfig), ":16443", ":"+port, 1))
-	}
+	c := &composeEnv{t: t, root: root, compose: dc, api: "https://127.0.0.1:" + port}
+	c.kube = kube{t: t, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
 
 	start := time.Now()
 	c.must(10*time.Minute, "make", "images")
@@ -325,6 +324,7 @@ func TestCompose(t *testing.T) {
 	start = time.Now()
 	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=1", "--scale", fmt.Sprintf("agent=%d", composeAgents))
 	c.waitHealthy(composeServices+composeAgents, 3*time.Minute)
+	c.fetchKubeconfig()
 	c.waitNodes(composeAgents, time.Minute)
 	healthy := time.Since(start)
 	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", composeServices+composeAgents, composeAgents, healthy.Round(100*time.Millisecond))
@@ -403,6 +403,38 @@ func TestCompose(t *testing.T) {
 	t.Logf("FIGURES: healthy after %s; 1 scheduler %.0f pods/s; 3 schedulers %.0f pods/s", healthy.Round(100*time.Millisecond), rate1, rate3)
 }
 
+// fetchKubeconfig copies the admin kubeconfig out of the admission container, as the README says, and
+// checks that the API serves TLS with its CA and refuses a request without credentials.
+func (c *composeEnv) fetchKubeconfig() {
+	c.t.Helper()
+	id := strings.TrimSpace(c.mustDC(time.Minute, "ps", "-q", "admission"))
+	c.must(time.Minute, "docker", "cp", id+":/var/lib/podbus/kubeconfig", c.kube.kubeconfig)
+	k, err := pki.LoadKubeconfig(c.kube.kubeconfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if k.Server != c.api || len(k.CA) == 0 || len(k.ClientCert) == 0 {
+		c.t.Fatalf("kubeconfig: server %s, %d bytes of CA, %d of client certificate; want %s with both", k.Server, len(k.CA), len(k.ClientCert), c.api)
+	}
+	rt, err := k.Transport(nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.client = &http.Client{Transport: rt}
+	anon, err := pki.Kubeconfig{CA: k.CA}.Transport(nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: anon, Timeout: 30 * time.Second}).Get(c.api + "/api/v1/nodes")
+	if err != nil {
+		c.t.Fatalf("GET /api/v1/nodes with the CA alone: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		c.t.Errorf("GET /api/v1/nodes without credentials: %s, want 401", resp.Status)
+	}
+}
+
 // applyQuiet is apply for a goroutine: it reports failure as -1 instead of calling Fatal.
 func (c *composeEnv) applyQuiet(file string) int {
 	for attempt := 1; attempt <= 5; attempt++ {
@@ -414,15 +446,6 @@ func (c *composeEnv) applyQuiet(file string) int {
 		time.Sleep(time.Second)
 	}
 	return -1
-}
-
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // waitNodes waits until want nodes are Ready through the API.

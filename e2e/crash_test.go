@@ -70,9 +70,11 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 		return status.New(status.Config{ID: "status"}, c)
 	})
 	var api *admission.Service
+	apiCfg := admission.Config{ID: "api", Addr: "127.0.0.1:0", ReplyTimeout: 2 * time.Second}
+	client := apiTLS(t, &apiCfg, 30*time.Second)
 	startProc(t, url, "admission", func(c *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		var err error
-		api, err = admission.New(admission.Config{ID: "api", Addr: "127.0.0.1:0", ReplyTimeout: 2 * time.Second}, c)
+		api, err = admission.New(apiCfg, c)
 		return api, err
 	})
 	procs := map[string]*proc{
@@ -89,14 +91,11 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 	var apiURL string
 	deadline := time.Now().Add(10 * time.Second)
 	for apiURL == "" && time.Now().Before(deadline) {
-		if a := api.Addr(); a != "" {
-			apiURL = "http://" + a
-		}
+		apiURL = api.URL()
 		time.Sleep(10 * time.Millisecond)
 	}
 
 	const n = 300
-	client := &http.Client{Timeout: 30 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	codes := make([]int, n)

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,8 +19,10 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/admission"
 )
 
 // startCluster brings up a whole podbus for t.
@@ -45,6 +48,35 @@ func startCluster(t *testing.T, cfg up.Config) (*up.Cluster, *bus.Conn) {
 		}
 	})
 	return cl, bustest.Conn(t, cl.NATSURL, "e2e-observer")
+}
+
+// apiClient speaks to the cluster's API as its admin, over TLS, with the given timeout.
+func apiClient(cl *up.Cluster, timeout time.Duration) *http.Client {
+	c := cl.HTTPClient()
+	c.Timeout = timeout
+	return c
+}
+
+// apiTLS gives an API started outside `up` a CA and serving certificate of the test's, and returns a
+// client of its administrator.
+func apiTLS(t *testing.T, cfg *admission.Config, timeout time.Duration) *http.Client {
+	t.Helper()
+	ca, err := pki.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TLSCertFile, cfg.TLSKeyFile, err = ca.Serving(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientCAFile = ca.CertFile()
+	admin, err := ca.IssueClient(up.AdminUser, up.AdminGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{admin}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: timeout}
 }
 
 func podJSON(ns, name, cpu, mem string) []byte {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/pki"
 )
 
 // buildPodbus compiles cmd/podbus once per test binary run.
@@ -111,6 +112,8 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		return err == nil
 	}, "nats-server listening")
 
+	// The API generates its CA, serving certificate and admin kubeconfig as kube-apiserver's --cert-dir.
+	certDir, kubeconfig := t.TempDir(), filepath.Join(t.TempDir(), "kubeconfig")
 	var procs []*process
 	for _, s := range []struct {
 		name string
@@ -121,15 +124,27 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		{"scheduler-b", []string{"scheduler", "--id", "sched-b"}},
 		{"binder", []string{"binder"}},
 		{"status", []string{"status"}},
-		{"admission", []string{"admission", "--listen", "127.0.0.1:" + strconv.Itoa(apiPort)}},
+		{"admission", []string{"admission", "--listen", "127.0.0.1:" + strconv.Itoa(apiPort), "--cert-dir", certDir, "--kubeconfig-out", kubeconfig}},
 		{"agent-n1", []string{"agent", "--node", "n1", "--pod-cidr", "10.42.1.0/24", "--cpu", "4", "--memory", "8Gi"}},
 		{"agent-n2", []string{"agent", "--node", "n2", "--pod-cidr", "10.42.2.0/24", "--cpu", "4", "--memory", "8Gi"}},
 	} {
 		procs = append(procs, spawn(t, bin, s.name, append(s.args, "--nats", url)...))
 	}
-	api := "http://127.0.0.1:" + strconv.Itoa(apiPort)
+	api := "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	client := &http.Client{Timeout: 10 * time.Second}
 	bustest.Eventually(t, 60*time.Second, func() bool {
+		if client.Transport == nil {
+			kc, err := pki.LoadKubeconfig(kubeconfig)
+			if err != nil {
+				return false
+			}
+			if kc.Server != api {
+				t.Fatalf("kubeconfig server %s, want %s", kc.Server, api)
+			}
+			if client.Transport, err = kc.Transport(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		resp, err := client.Get(api + "/api/v1/nodes")
 		if err != nil {
 			return false

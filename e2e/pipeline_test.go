@@ -15,7 +15,7 @@ import (
 // reason, none is bound twice, no node is over capacity.
 func TestPipelineFillsLimitedNodes(t *testing.T) {
 	cl, conn := startCluster(t, up.Config{Nodes: 10, NodeCPU: "4", NodeMemory: "8Gi", MaxPods: 45, StartDelay: 5 * time.Millisecond})
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := apiClient(cl, 30*time.Second)
 
 	// Requests cycle through 100m..400m cpu: 10 nodes x 4 cpu hold about 160 of them by cpu, and the pod
 	// count limit (45 per node) bounds the small ones.

@@ -31,7 +31,7 @@ func priorityPodJSON(name, cpu, class string) []byte {
 // on the node it was nominated to, while the equal-priority pod keeps off the room held for it.
 func TestPreemption(t *testing.T) {
 	cl, conn := startCluster(t, up.Config{Nodes: 2, NodeCPU: "2", NodeMemory: "8Gi", MaxPods: 20, StartDelay: time.Millisecond})
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := apiClient(cl, 30*time.Second)
 	createIn := func(ns string, body []byte) {
 		t.Helper()
 		if code, msg := post(t, client, cl.APIURL, ns, body); code != http.StatusCreated {

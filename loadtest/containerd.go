@@ -187,8 +187,10 @@ func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, l
 		_ = cl.Wait()
 		return nil, nil, err
 	}
+	client := cl.HTTPClient()
+	client.Timeout = 30 * time.Second
 	b := &podbusBench{
-		api: &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: &http.Client{Timeout: 30 * time.Second}},
+		api: &realAPI{url: cl.APIURL, ns: cfg.Namespace, image: image, client: client},
 		t:   &tracker{pods: map[string]*podTimes{}, uids: map[string]string{}},
 	}
 	err = ensureNamespace(ctx, b.api.client, cl.APIURL, cfg.Namespace)

@@ -29,6 +29,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -37,6 +38,7 @@ import (
 type Config struct {
 	API         string // target API URL; empty starts an embedded cluster
 	NATS        string // NATS URL to observe the pipeline (required with API)
+	Kubeconfig  string // the target API's CA and credentials, and its server unless API (empty: plain requests)
 	Nodes       int
 	Pods        int
 	Rate        float64 // pods/s; 0 = as fast as possible
@@ -79,6 +81,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.StringVar(&c.API, "api", "", "target API URL (empty: start an embedded cluster)")
 	fs.StringVar(&c.NATS, "nats", "", "NATS URL of the target cluster, to observe the pipeline")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the target API: its server (unless --api), CA and credentials")
 	fs.IntVar(&c.Nodes, "nodes", 100, "simulated nodes (embedded cluster)")
 	fs.IntVar(&c.Pods, "pods", 5000, "pods to submit")
 	fs.Float64Var(&c.Rate, "rate", 0, "pods per second (0: as fast as possible)")
@@ -153,6 +156,13 @@ func ParseFlags(args []string) (Config, error) {
 		}
 	default:
 		return c, fmt.Errorf("--runtime %q: fake or containerd", c.Runtime)
+	}
+	if c.Kubeconfig != "" && c.API == "" {
+		k, err := pki.LoadKubeconfig(c.Kubeconfig)
+		if err != nil {
+			return c, err
+		}
+		c.API = k.Server
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
@@ -256,7 +266,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		cfg.API, cfg.NATS = cl.APIURL, cl.NATSURL
+		cfg.API, cfg.NATS, cfg.Kubeconfig = cl.APIURL, cl.NATSURL, cl.Kubeconfig
 		defer func() { ccancel(); _ = cl.Wait() }()
 	}
 	res, err := run(ctx, cfg)
@@ -280,6 +290,22 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		printCounters(w, metrics.Counters())
 	}
 	return nil
+}
+
+// apiClient speaks to cfg.API as the user of cfg.Kubeconfig.
+func apiClient(cfg Config) (*http.Client, error) {
+	var k pki.Kubeconfig
+	if cfg.Kubeconfig != "" {
+		var err error
+		if k, err = pki.LoadKubeconfig(cfg.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
+	rt, err := k.Transport(&http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency})
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt, Timeout: 30 * time.Second}, nil
 }
 
 // ensureNamespace creates the pods' namespace unless it exists: the API refuses pods in a namespace
@@ -323,7 +349,10 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer stopObserving()
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
+	client, err := apiClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := ensureNamespace(ctx, client, cfg.API, cfg.Namespace); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ package up
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
+	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
@@ -43,6 +45,12 @@ type Config struct {
 	APIAddr string
 	// APILimits bound the API's requests and watches (zero: the admission defaults).
 	APILimits admission.Limits
+	// The API serves TLS with a CA and serving certificate kept in DataDir/pki (created on first start,
+	// reused after), and the kubeconfig carries the admin's client certificate. APIHosts are extra names
+	// and addresses for the serving certificate. InsecureHTTP serves plain HTTP instead, where every
+	// request is an administrator (admission.Config.InsecureHTTP).
+	APIHosts     []string
+	InsecureHTTP bool
 	// Nodes is how many simulated nodes to run, each with NodeCPU, NodeMemory and MaxPods.
 	Nodes      int
 	NodeCPU    string
@@ -131,6 +139,10 @@ type Cluster struct {
 	APIURL     string
 	NATSURL    string
 	Kubeconfig string
+	// CAFile is the CA the API's serving certificate chains to, and AdminTLS trusts it and presents the
+	// admin's client certificate (see HTTPClient); both empty with Config.InsecureHTTP.
+	CAFile   string
+	AdminTLS *tls.Config
 	// RealNode is the real node's name, "" without one; NoRealNode says why there is none when
 	// Config.Runtime was RuntimeAuto.
 	RealNode   string
@@ -200,6 +212,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 
 	var api *admission.Service
+	apiCfg := admission.Config{ID: "api-0", Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP}
+	kc := pki.Kubeconfig{}
+	if !cfg.NoServices && !cfg.InsecureHTTP {
+		ca, certPEM, keyPEM, err := apiPKI(cfg, &apiCfg)
+		if err != nil {
+			return fail(err)
+		}
+		kc = pki.Kubeconfig{CA: ca.CertPEM(), ClientCert: certPEM, ClientKey: keyPEM}
+		if c.AdminTLS, err = adminTLS(kc); err != nil {
+			return fail(err)
+		}
+		c.CAFile = ca.CertFile()
+	}
 	if !cfg.NoServices {
 		type mk func(cn *bus.Conn) (runner, error)
 		services := []struct {
@@ -237,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		api, err = admission.New(admission.Config{ID: "api-0", Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts}, cn)
+		api, err = admission.New(apiCfg, cn)
 		if err != nil {
 			return fail(fmt.Errorf("admission: %w", err))
 		}
@@ -317,9 +342,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		c.APIURL = "http://" + addr
+		c.APIURL = "https://" + Dialable(addr)
+		if cfg.InsecureHTTP {
+			c.APIURL = "http://" + Dialable(addr)
+		}
+		kc.Server = c.APIURL
 		c.Kubeconfig = filepath.Join(cfg.DataDir, "kubeconfig")
-		if err := WriteKubeconfig(c.Kubeconfig, c.APIURL, ""); err != nil {
+		if err := pki.WriteKubeconfig(c.Kubeconfig, "podbus", kc); err != nil {
 			return fail(err)
 		}
 	}
@@ -462,32 +491,4 @@ func WaitNodes(ctx context.Context, c *bus.Conn, want int) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// WriteKubeconfig writes a kubeconfig for the API at url (token optional).
-func WriteKubeconfig(path, url, token string) error {
-	user := "  user: {}\n"
-	if token != "" {
-		user = fmt.Sprintf("  user:\n    token: %s\n", token)
-	}
-	doc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: podbus
-  cluster:
-    server: %s
-contexts:
-- name: podbus
-  context:
-    cluster: podbus
-    user: podbus
-    namespace: default
-current-context: podbus
-users:
-- name: podbus
-%s`, url, user)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(doc), 0o600)
 }

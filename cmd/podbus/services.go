@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -20,6 +21,7 @@ import (
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/health"
+	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
@@ -166,9 +168,16 @@ func runAdmission(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("admission", flag.ExitOnError)
 	c.register(fs, "admission")
 	addr := fs.String("listen", "127.0.0.1:6443", "address of the Kubernetes API")
-	tokens := fs.String("tokens", "", "bearer tokens as token=user,token=user (empty: anonymous access); prefer PODBUS_TOKENS, as flags show in the process list")
+	certFile := fs.String("tls-cert-file", "", "serving certificate (PEM); empty: one generated in --cert-dir")
+	keyFile := fs.String("tls-private-key-file", "", "key of --tls-cert-file")
+	clientCA := fs.String("client-ca-file", "", "authenticate client certificates signed by this CA (CN user, O groups); empty: the CA of --cert-dir when the serving certificate is generated there")
+	tokenFile := fs.String("token-auth-file", "", "static bearer tokens, kube's CSV: token,user,uid,\"group1,group2\"")
+	certDir := fs.String("cert-dir", filepath.Join(".podbus", "pki"), "where the CA and serving certificate are generated (first start) and reused when --tls-cert-file is not given")
+	sans := fs.String("tls-san", "", "extra host names and IP addresses of the generated serving certificate, comma separated")
+	insecure := fs.Bool("insecure-http", false, "serve plain HTTP without authentication, every request an administrator (system:masters); refused with any credential flag")
 	limits := limitFlags(fs)
-	kubeconfig := fs.String("kubeconfig-out", "", "write a kubeconfig for this API here")
+	kubeconfig := fs.String("kubeconfig-out", "", "write an admin kubeconfig here (the generated CA and a client certificate of "+up.AdminUser+" in "+up.AdminGroup+")")
+	server := fs.String("kubeconfig-server", "", "server URL in --kubeconfig-out (default: https:// and --listen, a wildcard host as 127.0.0.1)")
 	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -180,29 +189,76 @@ func runAdmission(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	toks := map[string]string{}
-	for _, kv := range strings.Split(*tokens, ",") {
-		if t, u, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			toks[t] = u
+	cfg := admission.Config{ID: c.id, Addr: *addr, Limits: limits.get(), PriorityClasses: classes, Bus: c.busOptions(),
+		TLSCertFile: *certFile, TLSKeyFile: *keyFile, ClientCAFile: *clientCA, TokenAuthFile: *tokenFile, InsecureHTTP: *insecure}
+	kc, err := admissionTLS(&cfg, *certDir, splitList(*sans), *kubeconfig != "")
+	if err != nil {
+		return err
+	}
+	if *kubeconfig != "" {
+		kc.Server = *server
+		if kc.Server == "" {
+			kc.Server = "https://" + up.Dialable(*addr)
+			if *insecure {
+				kc.Server = "http://" + up.Dialable(*addr)
+			}
+		}
+		if err := pki.WriteKubeconfig(*kubeconfig, "podbus", kc); err != nil {
+			return err
 		}
 	}
 	return c.serve(ctx, "admission", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		svc, err := admission.New(admission.Config{ID: c.id, Addr: *addr, Tokens: toks, Limits: limits.get(), PriorityClasses: classes, Bus: c.busOptions()}, cn)
-		if err != nil {
-			return nil, err
-		}
-		if *kubeconfig != "" {
-			token := ""
-			for t := range toks {
-				token = t
-				break
-			}
-			if err := up.WriteKubeconfig(*kubeconfig, "http://"+*addr, token); err != nil {
-				return nil, err
-			}
-		}
-		return svc, nil
+		return admission.New(cfg, cn)
 	})
+}
+
+// errAdminKubeconfig is returned when --kubeconfig-out cannot carry an admin credential.
+var errAdminKubeconfig = errors.New("--kubeconfig-out needs the generated PKI: no --tls-cert-file, and no --client-ca-file or that of --cert-dir")
+
+// admissionTLS generates (or reuses) the CA and serving certificate in certDir when no serving
+// certificate is given, as kube-apiserver and k3s do; the CA then also authenticates client certificates
+// unless another client CA is given. With admin, it returns an admin kubeconfig's CA and credential.
+func admissionTLS(cfg *admission.Config, certDir string, sans []string, admin bool) (pki.Kubeconfig, error) {
+	if cfg.InsecureHTTP {
+		return pki.Kubeconfig{}, nil
+	}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		if admin {
+			return pki.Kubeconfig{}, errAdminKubeconfig
+		}
+		return pki.Kubeconfig{}, nil
+	}
+	ca, err := pki.LoadOrCreate(certDir)
+	if err != nil {
+		return pki.Kubeconfig{}, err
+	}
+	if cfg.TLSCertFile, cfg.TLSKeyFile, err = ca.Serving(sans...); err != nil {
+		return pki.Kubeconfig{}, err
+	}
+	if cfg.ClientCAFile == "" {
+		cfg.ClientCAFile = ca.CertFile()
+	}
+	if !admin {
+		return pki.Kubeconfig{}, nil
+	}
+	if cfg.ClientCAFile != ca.CertFile() {
+		return pki.Kubeconfig{}, errAdminKubeconfig
+	}
+	certPEM, keyPEM, err := ca.Client("admin", up.AdminUser, up.AdminGroup)
+	if err != nil {
+		return pki.Kubeconfig{}, err
+	}
+	return pki.Kubeconfig{CA: ca.CertPEM(), ClientCert: certPEM, ClientKey: keyPEM}, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func runNamespaces(ctx context.Context, args []string) error {
@@ -381,8 +437,10 @@ func runUp(ctx context.Context, args []string) error {
 	var cfg up.Config
 	fs.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
-	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, kubeconfig)")
+	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, the API's certificates, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the API over plain HTTP without authentication, every request an administrator (default: TLS, PKI in <data>/pki)")
+	sans := fs.String("tls-san", "", "extra host names and IP addresses of the API's serving certificate, comma separated")
 	limits := limitFlags(fs)
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "simulated nodes")
 	fs.StringVar(&cfg.NodeCPU, "node-cpu", "8", "cpu of each simulated node")
@@ -430,6 +488,7 @@ func runUp(ctx context.Context, args []string) error {
 		cfg.PriorityClasses = pc
 	}
 	cfg.APILimits = limits.get()
+	cfg.APIHosts = splitList(*sans)
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
 		return err

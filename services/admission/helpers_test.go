@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/pki"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -31,15 +33,37 @@ type env struct {
 	svc   *Service
 	base  string
 	store *fakeStore
+	// client speaks to the API: over TLS trusting ca (nil in the insecure mode), with no credentials.
+	client *http.Client
+	ca     *pki.CA
 }
 
-// start runs admission (and, unless noStore, a fake store) for the test.
+// start runs admission (and, unless noStore, a fake store) for the test: in the insecure mode unless
+// mod turns it off, then over TLS with a CA of the test's that also verifies client certificates.
 func start(t *testing.T, mod func(*Config), noStore bool) *env {
 	t.Helper()
 	_, conn := bustest.Start(t)
-	cfg := Config{ID: "a1", Addr: "127.0.0.1:0", ReplyTimeout: 5 * time.Second}
+	cfg := Config{ID: "a1", Addr: "127.0.0.1:0", ReplyTimeout: 5 * time.Second, InsecureHTTP: true}
 	if mod != nil {
 		mod(&cfg)
+	}
+	var ca *pki.CA
+	client := &http.Client{}
+	if !cfg.InsecureHTTP {
+		var err error
+		if ca, err = pki.LoadOrCreate(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.TLSCertFile, cfg.TLSKeyFile, err = ca.Serving(); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ClientCAFile == "" {
+			cfg.ClientCAFile = ca.CertFile()
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: ca.Pool()}
+		client.Transport = tr
+		t.Cleanup(tr.CloseIdleConnections)
 	}
 	svc, err := New(cfg, conn)
 	if err != nil {
@@ -61,7 +85,7 @@ func start(t *testing.T, mod func(*Config), noStore bool) *env {
 	case <-time.After(10 * time.Second):
 		t.Fatal("admission not ready")
 	}
-	e := &env{t: t, conn: conn, svc: svc, base: "http://" + svc.Addr()}
+	e := &env{t: t, conn: conn, svc: svc, base: svc.URL(), client: client, ca: ca}
 	if !noStore {
 		e.store = runFakeStore(t, conn)
 	}
@@ -178,7 +202,7 @@ func (e *env) do(method, path, body string, headers ...string) (*http.Response, 
 		k, v, _ := strings.Cut(h, ": ")
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -253,7 +277,7 @@ func (e *env) watchStream(path string, headers ...string) (next func() (string, 
 		k, v, _ := strings.Cut(h, ": ")
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}

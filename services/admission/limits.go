@@ -36,7 +36,8 @@ type Limits struct {
 	MaxRequestsInflight         int
 	MaxMutatingRequestsInflight int
 	// MaxWatchesPerUser bounds the concurrent watches and log streams of one user (the
-	// authenticated user, or the client address when access is anonymous): 429 beyond.
+	// authenticated user, or the client address in the insecure mode, where everyone is one user): 429
+	// beyond.
 	MaxWatchesPerUser int
 	// MaxObjectBytes bounds an object as stored, and the JSON a PATCH produces (413 beyond).
 	MaxObjectBytes int
@@ -125,7 +126,7 @@ func (s *Service) limited(next func(http.ResponseWriter, *http.Request, *userInf
 		rc := http.NewResponseController(w)
 		if longRunning(r) {
 			owner := user.Name
-			if user.Name == anonymousUser {
+			if user.Name == unsecuredUser {
 				owner, _, _ = net.SplitHostPort(r.RemoteAddr)
 				owner = "address " + owner
 			}

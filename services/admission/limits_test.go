@@ -284,13 +284,14 @@ func TestInflightLimits(t *testing.T) {
 func TestWatchesPerUser(t *testing.T) {
 	e := start(t, func(c *Config) {
 		c.Limits.MaxWatchesPerUser = 2
-		c.Tokens = map[string]string{"tok-a": "alice", "tok-b": "bob"}
+		c.InsecureHTTP = false
+		c.TokenAuthFile = tokenFile(t, "tok-a,alice,1", "tok-b,bob,2")
 	}, false)
 	const path = "/api/v1/namespaces/default/pods?watch=1"
 	tryWatch := func(token string) int {
 		req, _ := http.NewRequest("GET", e.base+path+"&timeoutSeconds=1", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := e.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +356,8 @@ func TestSystemPriorityClassNamespace(t *testing.T) {
 func TestTokensNotLogged(t *testing.T) {
 	var buf syncBuffer
 	e := start(t, func(c *Config) {
-		c.Tokens = map[string]string{"s3cret-token": "alice"}
+		c.InsecureHTTP = false
+		c.TokenAuthFile = tokenFile(t, "s3cret-token,alice,1")
 		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}, false)
 	e.do("POST", "/api/v1/namespaces/default/pods", podJSON("p"), "Authorization: Bearer s3cret-token")

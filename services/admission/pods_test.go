@@ -100,7 +100,10 @@ func TestErrors(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
-	e := start(t, func(c *Config) { c.Tokens = map[string]string{"t0k": "alice"} }, false)
+	e := start(t, func(c *Config) {
+		c.InsecureHTTP = false
+		c.TokenAuthFile = tokenFile(t, "t0k,alice,1")
+	}, false)
 	tests := []struct {
 		name    string
 		headers []string
@@ -167,7 +170,7 @@ func TestCreate(t *testing.T) {
 	cmd, meta := e.store.lastCommand()
 	uid := cmd.GetPod().GetMetadata().GetUid()
 	if cmd.GetOp() != pb.PodCommand_OP_CREATE || meta.MsgID != "create-"+uid || meta.PodUID != uid || meta.Key != "default/"+name ||
-		meta.Correlation == "" || meta.Correlation != cmd.GetPod().GetInternal().GetCorrelationId() || meta.User != anonymousUser {
+		meta.Correlation == "" || meta.Correlation != cmd.GetPod().GetInternal().GetCorrelationId() || meta.User != unsecuredUser {
 		t.Errorf("command %v meta %+v", cmd.GetOp(), meta)
 	}
 

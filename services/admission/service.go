@@ -22,6 +22,7 @@ package admission
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,7 +49,6 @@ const (
 	DefaultAddr         = "127.0.0.1:6443"
 	DefaultReplyTimeout = 10 * time.Second
 	DefaultMaxBodyBytes = 3 << 20 // kube-apiserver's limit for a request body
-	anonymousUser       = "system:anonymous"
 )
 
 // Config configures one admission replica.
@@ -56,8 +56,18 @@ type Config struct {
 	ID string
 	// Addr is the listen address; "127.0.0.1:0" picks a free port (see Service.Addr).
 	Addr string
-	// Tokens maps bearer tokens to user names. Empty: anonymous access.
-	Tokens map[string]string
+	// TLSCertFile and TLSKeyFile are the serving certificate and key (kube-apiserver's --tls-cert-file and
+	// --tls-private-key-file), PEM; required unless InsecureHTTP.
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile authenticates client certificates that chain to it: CN the user, O the groups
+	// (--client-ca-file). Empty: no x509 authentication.
+	ClientCAFile string
+	// TokenAuthFile holds static bearer tokens in kube's CSV, token,user,uid[,"group1,group2"]
+	// (--token-auth-file). Empty: no tokens.
+	TokenAuthFile string
+	// InsecureHTTP serves plain HTTP without authentication: every request is system:unsecured in
+	// system:masters. New refuses it with any of the above.
+	InsecureHTTP bool
 	// ReplyTimeout bounds the wait for the store's answer to a command (504 Timeout after it).
 	ReplyTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (413 above it).
@@ -94,6 +104,7 @@ type Service struct {
 	log     *slog.Logger
 	ready   chan struct{}
 	limits  *limiter
+	authn   *authn
 	addr    atomic.Value // string, set once listening
 	mu      sync.Mutex
 	waiter  map[string]chan *pb.CommandResult // by reply token
@@ -127,6 +138,10 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	an, err := newAuthn(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	reg := &registry{kinds: append(builtinKinds(), cfg.extraKinds...)}
@@ -152,6 +167,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		log:     logger.With("actor", "admission/"+cfg.ID),
 		ready:   make(chan struct{}),
 		limits:  newLimiter(cfg.Limits.withDefaults()),
+		authn:   an,
 		waiter:  map[string]chan *pb.CommandResult{},
 		caches:  map[string]*watchCache{},
 	}
@@ -181,6 +197,19 @@ func (s *Service) Addr() string {
 	return a
 }
 
+// URL is the API's base URL, https:// unless Config.InsecureHTTP ("" before Ready).
+func (s *Service) URL() string {
+	a := s.Addr()
+	switch {
+	case a == "":
+		return ""
+	case s.cfg.InsecureHTTP:
+		return "http://" + a
+	default:
+		return "https://" + a
+	}
+}
+
 // Run serves the API until ctx is cancelled, then shuts the server down gracefully.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.stop()
@@ -202,15 +231,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admission: listen %s: %w", s.cfg.Addr, err)
 	}
+	scheme := "http"
+	if !s.cfg.InsecureHTTP {
+		ln = tls.NewListener(ln, s.authn.tlsConfig())
+		scheme = "https"
+	}
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       s.limits.l.IdleTimeout, // read and write deadlines are per request (limits.go)
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// Failed handshakes (a client that does not trust the CA) are the client's business.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.addr.Store(ln.Addr().String())
 	close(s.ready)
-	s.log.Info("serving kubernetes API", "addr", ln.Addr().String())
+	s.log.Info("serving kubernetes API", "addr", ln.Addr().String(), "scheme", scheme)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -288,18 +324,7 @@ type userInfo struct {
 	Groups []string
 }
 
-// user authenticates the request: nil when the token is wrong.
+// user authenticates the request (authn.go): nil for no or wrong credentials.
 func (s *Service) user(r *http.Request) *userInfo {
-	tok, hasTok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if len(s.cfg.Tokens) == 0 {
-		return &userInfo{Name: anonymousUser, Groups: []string{"system:unauthenticated"}}
-	}
-	if !hasTok {
-		return nil
-	}
-	u, ok := s.cfg.Tokens[strings.TrimSpace(tok)]
-	if !ok {
-		return nil
-	}
-	return &userInfo{Name: u, Groups: []string{"system:authenticated"}}
+	return s.authn.authenticate(r)
 }
