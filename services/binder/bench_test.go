@@ -13,10 +13,11 @@ import (
 
 // BenchmarkReserve reserves a pod on a node that holds 0 or 110 pods already and releases it again, so
 // every iteration finds the node as it was: the cost of a binding's reservation should not depend on
-// how full the node is.
+// how full the node is, nor on how many pods came and went before.
 func BenchmarkReserve(b *testing.B) {
-	for _, placed := range []int{0, 110} {
-		b.Run(fmt.Sprintf("pods=%d", placed), func(b *testing.B) {
+	for _, tc := range []struct{ placed, departed int }{{0, 0}, {110, 0}, {0, 1000}} {
+		placed := tc.placed
+		b.Run(fmt.Sprintf("pods=%d,departed=%d", placed, tc.departed), func(b *testing.B) {
 			ctx := context.Background()
 			_, url := bustest.Server(b)
 			conn := bustest.Conn(b, url, "bench")
@@ -40,6 +41,15 @@ func BenchmarkReserve(b *testing.B) {
 				p := pod(fmt.Sprintf("placed-%03d", i), fmt.Sprintf("placed-%03d", i), "100m", labelled)
 				if res, _, err := s.reserve(ctx, "n1", p); err != nil || res != reservationAdded {
 					b.Fatalf("place pod %d: %v %v", i, res, err)
+				}
+			}
+			for i := range tc.departed {
+				uid := fmt.Sprintf("departed-%04d", i)
+				if res, _, err := s.reserve(ctx, "n1", pod(uid, uid, "100m", labelled)); err != nil || res != reservationAdded {
+					b.Fatalf("reserve: %v %v", res, err)
+				}
+				if err := s.release(ctx, "n1", uid); err != nil {
+					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()

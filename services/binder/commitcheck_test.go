@@ -286,3 +286,40 @@ func TestCheckedGroupCrashBeforeToken(t *testing.T) {
 	}
 	h.checkFinal(nodes, pods)
 }
+
+// A checked decision whose binding lost the pod's compare-and-set is judged again; if the constraints
+// refuse it then, the reservation it made and confirmed goes with the refusal. Another decision's
+// refusal leaves that reservation alone: it may be binding.
+func TestRefusalWithdrawsOnlyItsOwnReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		retry    string // the refused decision's id
+		wantKept bool
+	}{
+		{"the decision that made it", "s1-7", false},
+		{"another decision", "s2-9", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := setup(t)
+			h.addNode(zoneNode("a1", "a"))
+			s := h.viewing("b1")
+			ctx := context.Background()
+			x := pod("ux", "x", "100m", antiWeb(hostKey))
+			if res, _, err := s.reserveChecked(ctx, "a1", x, "s1-7"); err != nil || res != reservationAdded {
+				t.Fatalf("first reservation = %v, %v", res, err)
+			}
+			// Another app=web pod lands on a1 meanwhile: x's anti-affinity now refuses a1.
+			y := pod("uy", "y", "100m", func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"app": "web"} })
+			if res, _, err := s.reserve(ctx, "a1", y); err != nil || res != reservationAdded {
+				t.Fatalf("reserve y = %v, %v", res, err)
+			}
+			res, _, err := s.reserveChecked(ctx, "a1", x, tc.retry)
+			if err != nil || res != reservationConstraint {
+				t.Fatalf("retry = %v, %v; want %v", res, err, reservationConstraint)
+			}
+			if got := h.allocPods("a1")["ux"]; got != tc.wantKept {
+				t.Errorf("x's reservation kept: %v, want %v", got, tc.wantKept)
+			}
+		})
+	}
+}
