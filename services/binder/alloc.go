@@ -223,10 +223,20 @@ func (s *Service) writeAlloc(ctx context.Context, node, uid string, pa *pb.PodAl
 	return newRev, nil
 }
 
-// resync lets the alloc watch bring the node's keys up to rev (0: unknown) after a lost
-// compare-and-set; if it does not in time, the node is read afresh at its next use.
+// resync lets the alloc watch bring the node's keys up to rev, the node's last revision as the server
+// named it, after a lost compare-and-set; if it does not in time, the node is read afresh at its next
+// use. A replicated stream does not name the revision: the watch then catches up with the stream.
 func (s *Service) resync(ctx context.Context, node string, rev uint64) {
-	if rev == 0 || !s.alloc.waitFor(ctx, rev, resyncWait) || s.alloc.rev(node) < rev {
+	exact := rev > 0
+	if !exact {
+		st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+		if err != nil {
+			s.alloc.forget(node)
+			return
+		}
+		rev = st.CachedInfo().State.LastSeq
+	}
+	if !s.alloc.waitFor(ctx, rev, resyncWait) || (exact && s.alloc.rev(node) < rev) {
 		s.alloc.forget(node)
 	}
 }
