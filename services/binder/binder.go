@@ -5,13 +5,13 @@
 //
 // One decision, step by step (every step is a compare-and-set; a lost one re-reads and starts over):
 //
-//	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc/<node>, ack
+//	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc <node>.p.<uid>, ack
 //	                           ├─ bound to <node> ───────────────────────▶ ensure reservation, pod.bound.<node>, ack
-//	                           ├─ bound elsewhere ───────────────────────▶ release alloc/<node>, ack
+//	                           ├─ bound elsewhere ───────────────────────▶ release alloc <node>.p.<uid>, ack
 //	                           ├─ unschedulable ─────────────────────────▶ PodScheduled=False, FailedScheduling, ack
-//	                           └─ reserve in alloc/<node> ─┬─ no room ───▶ pod.pending (conflict), ack
-//	                                                       └─ reserved ──▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
-//	pod.deleted ─▶ release alloc/<node>, ack
+//	                           └─ reserve alloc <node>.p.<uid> ─┬─ no room ─▶ pod.pending (conflict), ack
+//	                                                            └─ reserved ─▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
+//	pod.deleted ─▶ release alloc <node>.p.<uid>, ack
 //
 // A reservation is made before the binding, so a crash in between leaves a reservation and an
 // unacknowledged decision: its redelivery either binds (the reservation is found and reused) or finds

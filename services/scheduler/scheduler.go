@@ -12,8 +12,8 @@
 // All replicas share the durable consumer "scheduler" (pods without inter-pod constraints); the pods of
 // a constraint group go to one of bus.PendingPartitions consumers, each pinned to one replica at a time.
 // Each replica keeps its own cache and requeuer. Two replicas (or workers) may pick the same room: the
-// binder's compare-and-set on alloc/<node> refuses the loser, which comes back on its pending subject
-// with cause "conflict".
+// binder's compare-and-set over the node's alloc keys refuses the loser, which comes back on its pending
+// subject with cause "conflict".
 package scheduler
 
 import (
