@@ -64,7 +64,8 @@ func TestNewMessage(t *testing.T) {
 		"event.default.web":    "Event",
 		"$KV.pods.default.web": "Pod",
 		"$KV.nodes.n1":         "Node",
-		"$KV.alloc.n1":         "NodeAllocation",
+		"$KV.alloc.n1.m":       "NodeAllocation",
+		"$KV.alloc.n1.p.u1":    "PodAllocation",
 		"dead.pod.scheduled":   "",
 		"something.else":       "",
 	}

@@ -110,6 +110,10 @@ func NewMessage(subject string) proto.Message {
 		case bus.BucketNodes:
 			return &pb.Node{}
 		case bus.BucketAlloc:
+			// A pod's key holds its allocation, a node's meta key its preemptions.
+			if _, uid, ok := bus.SplitAllocKey(strings.TrimPrefix(rest, bucket+".")); ok && uid != "" {
+				return &pb.PodAllocation{}
+			}
 			return &pb.NodeAllocation{}
 		}
 	}

@@ -78,7 +78,11 @@ const (
 const (
 	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
 	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
-	BucketAlloc = "alloc" // key NodeKey(name) -> podbusv1.NodeAllocation (written by the binder only)
+	// BucketAlloc holds what the binder committed per node, one key per placed pod (AllocPodKey ->
+	// podbusv1.PodAllocation) and one for the node's preemptions (AllocMetaKey -> podbusv1.NodeAllocation
+	// with nominated pods and, under pods, the victims' preempted_by only). Every write is a
+	// compare-and-set on the last revision of any key of the node (WriteUnder, AllocNodeFilter).
+	BucketAlloc = "alloc"
 	// BucketCommit holds KeyInterPodCommit, a token whose revision every binder compare-and-sets when it
 	// commits a pod that inter-pod constraints concern, so such commits are checked one at a time against a
 	// view that includes every earlier one (see services/binder/commitcheck.go).

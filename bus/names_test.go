@@ -222,3 +222,23 @@ func TestValidSubjectAndReplySubjects(t *testing.T) {
 		t.Errorf("reply tokens %q and %q: want distinct, 128 bits", a, b)
 	}
 }
+
+// Node names may hold dots: a node's alloc keys never match another node's filter.
+func TestAllocKeys(t *testing.T) {
+	for _, tt := range []struct{ node, uid string }{{"n1", "u1"}, {"a.b", "u1"}, {"a", "b.p.u1"}, {"a.b.p", "c"}, {"n1", ""}} {
+		key := AllocPodKey(tt.node, tt.uid)
+		if tt.uid == "" {
+			key = AllocMetaKey(tt.node)
+		}
+		node, uid, ok := SplitAllocKey(key)
+		if !ok || node != tt.node || uid != tt.uid {
+			t.Errorf("SplitAllocKey(%q) = %q, %q, %v; want %q, %q", key, node, uid, ok, tt.node, tt.uid)
+		}
+		if tok, _, _ := strings.Cut(AllocNodeFilter(tt.node), "."); !strings.HasPrefix(key, tok+".") || strings.Contains(tok, ".") {
+			t.Errorf("key %q is not under its node's filter %q", key, AllocNodeFilter(tt.node))
+		}
+	}
+	if _, _, ok := SplitAllocKey(NodeKey("n1")); ok {
+		t.Error("a key without a node part was taken for an alloc key")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/binder"
 )
 
 // hdrGarbage tags every garbage message with its kind; Park copies headers, so the parked copy says which
@@ -487,8 +488,7 @@ func waitReleased(t *testing.T, c *bus.Conn, key, uid string) {
 		_, inStore := pods(t, c)[key]
 		allocated := false
 		for i := range 2 {
-			var a pb.NodeAllocation
-			if _, err := bus.Get(ctx, b.Alloc, bus.NodeKey(up.NodeName(i)), &a); err == nil && a.GetPods()[uid] != nil {
+			if a, _, err := binder.ReadAllocation(ctx, b.Alloc, up.NodeName(i)); err == nil && a.GetPods()[uid] != nil {
 				allocated = true
 			}
 		}

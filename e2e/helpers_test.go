@@ -23,6 +23,7 @@ import (
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/binder"
 )
 
 // startCluster brings up a whole podbus for t.
@@ -208,9 +209,9 @@ func checkInvariants(t *testing.T, c *bus.Conn) {
 			t.Fatal(err)
 		}
 		name := n.GetMetadata().GetName()
-		var a pb.NodeAllocation
-		if _, err := bus.Get(ctx, b.Alloc, key, &a); err != nil {
-			continue
+		a, _, err := binder.ReadAllocation(ctx, b.Alloc, name)
+		if err != nil {
+			t.Fatal(err)
 		}
 		total := &pb.Resources{}
 		for uid, pa := range a.GetPods() {

@@ -14,6 +14,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/binder"
 )
 
 func priorityPodJSON(name, cpu, class string) []byte {
@@ -102,8 +103,8 @@ func TestPreemption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a pb.NodeAllocation
-	if _, err := bus.Get(context.Background(), b.Alloc, bus.NodeKey(node), &a); err != nil {
+	a, _, err := binder.ReadAllocation(context.Background(), b.Alloc, node)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(a.GetNominated()) != 0 {

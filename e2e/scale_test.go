@@ -189,9 +189,9 @@ func reservationLeaks(t *testing.T, b bus.Buckets, nodes []*pb.Node, all map[str
 	var leaks []string
 	for _, n := range nodes {
 		name := n.GetMetadata().GetName()
-		var a pb.NodeAllocation
-		if _, err := bus.Get(context.Background(), b.Alloc, bus.NodeKey(name), &a); err != nil {
-			continue
+		a, _, err := binder.ReadAllocation(context.Background(), b.Alloc, name)
+		if err != nil {
+			t.Fatal(err)
 		}
 		for uid := range a.GetPods() {
 			if boundTo[uid] != name {
@@ -372,8 +372,10 @@ func checkScale(t *testing.T, conn *bus.Conn, b bus.Buckets, nodes []*pb.Node, a
 	}
 	var free int64
 	for name, n := range byName {
-		var a pb.NodeAllocation
-		_, _ = bus.Get(context.Background(), b.Alloc, bus.NodeKey(name), &a)
+		a, _, err := binder.ReadAllocation(context.Background(), b.Alloc, name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(n.GetSpec().GetTaints()) == 0 {
 			free += podutil.NodeAllocatable(n).GetMilliCpu() - a.GetTotal().GetMilliCpu()
 		}

@@ -97,12 +97,6 @@ func fnv32(s string) uint32 {
 }
 
 func binderStandIn(b bus.Buckets, pods *sync.Map, pub *bus.Publisher, rec *events.Recorder) bus.Handler {
-	var mu sync.Mutex
-	type held struct {
-		a   *pb.NodeAllocation
-		rev uint64
-	}
-	alloc := map[string]held{} // this stand-in is the only writer: its last write is the record
 	return func(ctx context.Context, m *bus.Msg) error {
 		d := &pb.SchedulingDecision{}
 		if err := m.Decode(d); err != nil {
@@ -114,33 +108,11 @@ func binderStandIn(b bus.Buckets, pods *sync.Map, pub *bus.Publisher, rec *event
 		}
 		pod := proto.Clone(v.(*pb.Pod)).(*pb.Pod)
 		node := d.GetNode()
-		mu.Lock()
-		h := alloc[node]
-		mu.Unlock()
-		a := &pb.NodeAllocation{Node: node, Pods: map[string]*pb.PodAllocation{}}
-		if h.a != nil {
-			a = proto.Clone(h.a).(*pb.NodeAllocation)
-		} else if rev, err := bus.Get(ctx, b.Alloc, bus.NodeKey(node), a); err == nil {
-			h.rev = rev // the placed pods' record, read once
-			if a.Pods == nil {
-				a.Pods = map[string]*pb.PodAllocation{}
-			}
-		} else if !errors.Is(err, bus.ErrNotFound) {
+		// This stand-in is the only writer and checks no capacity: the pod's key, once.
+		pa := &pb.PodAllocation{Namespace: d.GetNamespace(), Name: d.GetName(), Requests: podutil.PodRequests(pod), Labels: pod.GetMetadata().GetLabels()}
+		if _, err := bus.Create(ctx, b.Alloc, bus.AllocPodKey(node, d.GetUid()), pa); err != nil && !errors.Is(err, bus.ErrExists) {
 			return err
 		}
-		req := podutil.PodRequests(pod)
-		a.Pods[d.GetUid()] = &pb.PodAllocation{Namespace: d.GetNamespace(), Name: d.GetName(), Requests: req, Labels: pod.GetMetadata().GetLabels()}
-		a.Total = &pb.Resources{}
-		for _, p := range a.Pods {
-			podutil.Add(a.Total, p.GetRequests())
-		}
-		rev, err := bus.Update(ctx, b.Alloc, bus.NodeKey(node), a, h.rev)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		alloc[node] = held{a: a, rev: rev}
-		mu.Unlock()
 		pod.Spec.NodeName = node
 		podutil.SetPodCondition(pod, &pb.PodCondition{Type: podutil.PodScheduled, Status: podutil.True}, time.Now())
 		md := pod.GetMetadata()

@@ -141,8 +141,7 @@ func Place(ctx context.Context, b bus.Buckets, pods []*pb.Pod, nodeOf func(i int
 	}
 	for node, a := range byNode {
 		g.Go(func() error {
-			_, err := bus.Create(gctx, b.Alloc, bus.NodeKey(node), a)
-			return err
+			return binder.PlaceAllocations(gctx, b.Alloc, node, a.Pods)
 		})
 	}
 	return g.Wait()

@@ -4707,6 +4707,9 @@ func (x *NodeHeartbeat) GetSeq() uint64 {
 }
 
 // The alloc bucket, key = node: what the binder has committed to a node.
+// A node's allocation as one record. The alloc bucket stores it split (bus.BucketAlloc): a
+// PodAllocation per pod key, and under the node's meta key only nominated and, under pods, the victims'
+// preempted_by; readers fold the keys back into this shape, total included.
 type NodeAllocation struct {
 	state protoimpl.MessageState    `protogen:"open.v1"`
 	Node  string                    `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -4794,7 +4797,10 @@ type PodAllocation struct {
 	PreemptedBy string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
 	// Set while a binder commits the pod under inter-pod constraints (the decision's id): the reservation
 	// is its owner's to confirm or withdraw; other decisions for the pod wait (services/binder/commitcheck.go).
-	Tentative     string `protobuf:"bytes,11,opt,name=tentative,proto3" json:"tentative,omitempty"`
+	Tentative string `protobuf:"bytes,11,opt,name=tentative,proto3" json:"tentative,omitempty"`
+	// The decision that made the reservation when the commit check made it (tentative or confirmed), so a
+	// later refusal of that same decision withdraws it and nothing else (services/binder/commitcheck.go).
+	Decision      string `protobuf:"bytes,12,opt,name=decision,proto3" json:"decision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4902,6 +4908,13 @@ func (x *PodAllocation) GetPreemptedBy() string {
 func (x *PodAllocation) GetTentative() string {
 	if x != nil {
 		return x.Tentative
+	}
+	return ""
+}
+
+func (x *PodAllocation) GetDecision() string {
+	if x != nil {
+		return x.Decision
 	}
 	return ""
 }
@@ -5493,7 +5506,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\x1aV\n" +
 	"\x0eNominatedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\xba\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.podbus.v1.PodAllocationR\x05value:\x028\x01\"\xd6\x04\n" +
 	"\rPodAllocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
@@ -5506,7 +5519,8 @@ const file_podbus_proto_rawDesc = "" +
 	"\x0escheduler_name\x18\t \x01(\tR\rschedulerName\x12!\n" +
 	"\fpreempted_by\x18\n" +
 	" \x01(\tR\vpreemptedBy\x12\x1c\n" +
-	"\ttentative\x18\v \x01(\tR\ttentative\x1a9\n" +
+	"\ttentative\x18\v \x01(\tR\ttentative\x12\x1a\n" +
+	"\bdecision\x18\f \x01(\tR\bdecision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +

@@ -39,6 +39,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
@@ -90,7 +92,12 @@ type nodeState struct {
 	allocatable framework.Resource
 	images      map[string]int64   // normalised image -> size
 	alloc       *pb.NodeAllocation // nil: no alloc record
-	allocTotal  framework.Resource // alloc.total
+	// owned: alloc was assembled here from the alloc keys (ApplyPodAlloc, ApplyNodeMeta) and is changed
+	// in place; otherwise it is a caller's record (UpsertAlloc), copied before the first such change.
+	owned bool
+	// marks are the victims' preempted_by from the node's meta key, by victim uid.
+	marks      map[string]string
+	allocTotal framework.Resource // alloc.total
 	// cpu/memory of the alloc record's pods with the scoring defaults applied.
 	allocNZCPU, allocNZMem int64
 	// allocPods are the alloc record's pods, by uid order; allocByUID indexes them for reuse.
@@ -290,7 +297,7 @@ func (c *Cache) UpsertAllocChange(node string, a *pb.NodeAllocation, rev uint64)
 		}
 	}
 	grown := false
-	ns.alloc, ns.allocTotal = a, framework.ResourceOf(a.GetTotal())
+	ns.alloc, ns.owned, ns.marks, ns.allocTotal = a, false, nil, framework.ResourceOf(a.GetTotal())
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
 	byUID := make(map[string]*framework.PlacedPod, len(a.GetPods()))
 	pods := make([]*framework.PlacedPod, 0, len(a.GetPods()))
@@ -388,7 +395,7 @@ func (c *Cache) confirmOnly(ns *nodeState, a *pb.NodeAllocation) bool {
 		byUID[ap.uid] = ap.placed
 	}
 	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
-	ns.alloc, ns.allocTotal, ns.allocPods, ns.allocByUID = a, want, pods, byUID
+	ns.alloc, ns.owned, ns.marks, ns.allocTotal, ns.allocPods, ns.allocByUID = a, false, nil, want, pods, byUID
 	return true
 }
 
@@ -412,13 +419,179 @@ func (c *Cache) RemoveAllocChange(node string, rev uint64) Change {
 		return Change{}
 	}
 	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
-	ns.alloc, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, framework.Resource{}, 0, 0
+	ns.alloc, ns.owned, ns.marks, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, false, nil, framework.Resource{}, 0, 0
 	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
 	c.refresh(ns)
 	if had {
 		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
 	}
 	return Change{}
+}
+
+// ApplyPodAlloc applies one pod key of the alloc bucket (bus.AllocPodKey): p is the pod's allocation on
+// node, nil when the key was deleted. It costs the same however many pods the node holds. It returns a
+// trigger when the pod left (resources were freed), a pod-added trigger when it came.
+func (c *Cache) ApplyPodAlloc(node, uid string, p *pb.PodAllocation, rev uint64) Change {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.allocRev = max(c.allocRev, rev)
+	ns := c.state(node)
+	old := ns.alloc.GetPods()[uid]
+	if p == nil {
+		if old == nil {
+			return Change{}
+		}
+		c.own(ns)
+		delete(ns.alloc.Pods, uid)
+		ns.allocTotal.Sub(framework.ResourceOf(old.GetRequests()))
+		cpu, mem := framework.NonZeroRequests(old.GetRequests())
+		ns.allocNZCPU -= cpu
+		ns.allocNZMem -= mem
+		if i, found := slices.BinarySearchFunc(ns.allocPods, uid, byUID); found {
+			ns.allocPods = slices.Concat(ns.allocPods[:i:i], ns.allocPods[i+1:])
+		}
+		delete(ns.allocByUID, uid)
+		c.refresh(ns)
+		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
+	}
+	c.own(ns)
+	if by := ns.marks[uid]; by != p.GetPreemptedBy() {
+		p = proto.Clone(p).(*pb.PodAllocation)
+		p.PreemptedBy = by
+	}
+	ns.alloc.Pods[uid] = p
+	req := framework.ResourceOf(p.GetRequests())
+	cpu, mem := framework.NonZeroRequests(p.GetRequests())
+	if old != nil {
+		// Rewritten in place (a tentative reservation confirmed): what it counts may change, it stays.
+		ns.allocTotal.Sub(framework.ResourceOf(old.GetRequests()))
+		ocpu, omem := framework.NonZeroRequests(old.GetRequests())
+		ns.allocNZCPU += cpu - ocpu
+		ns.allocNZMem += mem - omem
+		ns.allocTotal.Add(req)
+		c.setPlaced(ns, ns.allocByUID[uid].Committed(p))
+		c.refresh(ns)
+		return Change{}
+	}
+	ns.allocTotal.Add(req)
+	ns.allocNZCPU += cpu
+	ns.allocNZMem += mem
+	ap := c.assumed[uid]
+	if ap != nil && ap.node == node && ns.info != nil && p.GetPreemptedBy() == "" &&
+		cpu == ap.nzCPU && mem == ap.nzMem && sameResource(req, ap.req) {
+		// This replica's own decision committed: the node counts the same, so its NodeInfo stays (a
+		// rebuild would copy a chunk of the node list for every committed pod).
+		ap.placed.Confirm()
+		delete(c.assumed, uid)
+		delete(ns.assumed, uid)
+		c.setPlaced(ns, ap.placed)
+		return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
+	}
+	var pp *framework.PlacedPod
+	if ap != nil {
+		if ap.node == node {
+			pp = ap.placed
+		}
+		if other := c.forgetLocked(ap); other != ns {
+			c.refresh(other)
+		}
+	}
+	if pp == nil {
+		pp = framework.NewPlacedPod(uid, p)
+	} else {
+		pp = pp.Committed(p)
+	}
+	c.setPlaced(ns, pp)
+	c.refresh(ns)
+	return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
+}
+
+// ApplyNodeMeta applies the meta key of node in the alloc bucket (bus.AllocMetaKey): its nominated pods
+// and, under pods, the victims' preempted_by (nil: the key was deleted). It returns a trigger when a
+// nomination left, which frees room for lower priorities.
+func (c *Cache) ApplyNodeMeta(node string, meta *pb.NodeAllocation, rev uint64) Change {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.allocRev = max(c.allocRev, rev)
+	ns := c.state(node)
+	c.own(ns)
+	marks := map[string]string{}
+	for uid, m := range meta.GetPods() {
+		if by := m.GetPreemptedBy(); by != "" {
+			marks[uid] = by
+		}
+	}
+	for uid := range joinKeys(ns.marks, marks) {
+		p := ns.alloc.Pods[uid]
+		if p == nil || p.GetPreemptedBy() == marks[uid] {
+			continue
+		}
+		p = proto.Clone(p).(*pb.PodAllocation)
+		p.PreemptedBy = marks[uid]
+		ns.alloc.Pods[uid] = p
+		c.setPlaced(ns, ns.allocByUID[uid].Committed(p))
+	}
+	ns.marks = marks
+	shrunk := false
+	for uid := range ns.alloc.GetNominated() {
+		if _, ok := meta.GetNominated()[uid]; !ok {
+			shrunk = true
+			break
+		}
+	}
+	ns.alloc.Nominated = meta.GetNominated()
+	ns.nominated = nil
+	for uid, p := range meta.GetNominated() {
+		ns.nominated = append(ns.nominated, framework.NewPlacedPod(uid, p))
+	}
+	slices.SortFunc(ns.nominated, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
+	c.refresh(ns)
+	if shrunk {
+		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
+	}
+	return Change{}
+}
+
+// own makes ns.alloc a record this cache may change.
+func (c *Cache) own(ns *nodeState) {
+	if ns.owned {
+		return
+	}
+	a := &pb.NodeAllocation{Node: ns.name, Pods: maps.Clone(ns.alloc.GetPods()), Nominated: ns.alloc.GetNominated()}
+	if a.Pods == nil {
+		a.Pods = map[string]*pb.PodAllocation{}
+	}
+	if ns.allocByUID == nil {
+		ns.allocByUID = map[string]*framework.PlacedPod{}
+	}
+	ns.alloc, ns.owned = a, true
+}
+
+// setPlaced puts pp in the node's committed pods, replacing the one of the same uid. The list is
+// copied, not changed: NodeInfos share it.
+func (c *Cache) setPlaced(ns *nodeState, pp *framework.PlacedPod) {
+	i, found := slices.BinarySearchFunc(ns.allocPods, pp.UID, byUID)
+	pods := make([]*framework.PlacedPod, 0, len(ns.allocPods)+1)
+	pods = append(pods, ns.allocPods[:i]...)
+	pods = append(pods, pp)
+	if found {
+		i++
+	}
+	ns.allocPods = append(pods, ns.allocPods[i:]...)
+	ns.allocByUID[pp.UID] = pp
+}
+
+func byUID(p *framework.PlacedPod, uid string) int { return strings.Compare(p.UID, uid) }
+
+func joinKeys(a, b map[string]string) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
 
 // Assume counts pod on node until the binder's alloc record shows it, it is forgotten, or the TTL passes.

@@ -500,3 +500,92 @@ func TestConfirmOnly(t *testing.T) {
 		})
 	}
 }
+
+// Applying a node's alloc keys one change at a time gives the node the same NodeInfo as applying the
+// record they fold into: requests, pods (with the victims' marks) and nominations; and the same triggers.
+func TestApplyPodAllocMatchesTheWholeRecord(t *testing.T) {
+	r := func(cpu int64) *pb.Resources { return &pb.Resources{MilliCpu: cpu, Memory: cpu << 20, Pods: 1} }
+	type step struct {
+		uid      string
+		cpu      int64 // 0: the pod's key is deleted
+		meta     *pb.NodeAllocation
+		wantTrig byte // 0: none
+	}
+	steps := []step{
+		{uid: "u1", cpu: 500, wantTrig: 'p'},
+		{uid: "u2", cpu: 250, wantTrig: 'p'},
+		{uid: "u3", cpu: 100, wantTrig: 'p'},
+		{meta: &pb.NodeAllocation{Nominated: map[string]*pb.PodAllocation{"hi": {Name: "hi", Requests: r(300)}},
+			Pods: map[string]*pb.PodAllocation{"u2": {PreemptedBy: "hi"}}}},
+		{uid: "u2", cpu: 0, wantTrig: 'a'},
+		{meta: &pb.NodeAllocation{}, wantTrig: 'a'},
+		{uid: "u1", cpu: 0, wantTrig: 'a'},
+	}
+	inc, _ := newTestCache()
+	whole, _ := newTestCache()
+	for _, c := range []*Cache{inc, whole} {
+		c.UpsertNode(st.Node("n").Capacity("4", "8Gi", 110).Obj(), 1)
+	}
+	pods := map[string]*pb.PodAllocation{}
+	var meta *pb.NodeAllocation
+	for i, s := range steps {
+		rev := uint64(10 + i)
+		var ch Change
+		switch {
+		case s.meta != nil:
+			meta = s.meta
+			ch = inc.ApplyNodeMeta("n", s.meta, rev)
+		case s.cpu == 0:
+			delete(pods, s.uid)
+			ch = inc.ApplyPodAlloc("n", s.uid, nil, rev)
+		default:
+			pods[s.uid] = &pb.PodAllocation{Name: s.uid, Namespace: "default", Requests: r(s.cpu)}
+			ch = inc.ApplyPodAlloc("n", s.uid, pods[s.uid], rev)
+		}
+		if got := byte(0); ch.Trigger != "" {
+			got = ch.Trigger[0]
+			if got != s.wantTrig {
+				t.Errorf("step %d: trigger %q, want kind %q", i, ch.Trigger, s.wantTrig)
+			}
+		} else if s.wantTrig != 0 {
+			t.Errorf("step %d: no trigger, want kind %q", i, s.wantTrig)
+		}
+		rec := &pb.NodeAllocation{Node: "n", Pods: map[string]*pb.PodAllocation{}, Total: &pb.Resources{}, Nominated: meta.GetNominated()}
+		for uid, p := range pods {
+			if by := meta.GetPods()[uid].GetPreemptedBy(); by != "" {
+				p = &pb.PodAllocation{Name: p.Name, Namespace: p.Namespace, Requests: p.Requests, PreemptedBy: by}
+			}
+			rec.Pods[uid] = p
+			rec.Total.MilliCpu += p.Requests.MilliCpu
+			rec.Total.Memory += p.Requests.Memory
+			rec.Total.Pods += p.Requests.Pods
+		}
+		whole.UpsertAlloc("n", rec, rev)
+		si, _ := inc.Snapshot()
+		sw, _ := whole.Snapshot()
+		a, b := si.Get("n"), sw.Get("n")
+		if diff := cmp.Diff(b.Requested, a.Requested); diff != "" {
+			t.Errorf("step %d: requested (-whole +incremental):\n%s", i, diff)
+		}
+		type placed struct {
+			UID, PreemptedBy string
+		}
+		list := func(ni *framework.NodeInfo, nominated bool) []placed {
+			var out []placed
+			src := ni.Pods
+			if nominated {
+				src = ni.Nominated
+			}
+			for _, p := range src {
+				out = append(out, placed{p.UID, p.PreemptedBy})
+			}
+			return out
+		}
+		if diff := cmp.Diff(list(b, false), list(a, false)); diff != "" {
+			t.Errorf("step %d: pods (-whole +incremental):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(list(b, true), list(a, true)); diff != "" {
+			t.Errorf("step %d: nominated (-whole +incremental):\n%s", i, diff)
+		}
+	}
+}

@@ -5,15 +5,15 @@
 //
 // One decision, step by step (every step is a compare-and-set; a lost one re-reads and starts over):
 //
-//	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc/<node>, ack
+//	pod.scheduled ─▶ read pod ─┬─ gone / other uid / deleting ───────────▶ release alloc <node>.p.<uid>, ack
 //	                           ├─ bound to <node> ───────────────────────▶ ensure reservation, pod.bound.<node>, ack
-//	                           ├─ bound elsewhere ───────────────────────▶ release alloc/<node>, ack
+//	                           ├─ bound elsewhere ───────────────────────▶ release alloc <node>.p.<uid>, ack
 //	                           ├─ node refused by the pod's nodeSelector,
 //	                           │  node affinity or untolerated taints ───▶ pod.pending (conflict), ack
 //	                           ├─ unschedulable ─────────────────────────▶ PodScheduled=False, FailedScheduling, ack
-//	                           └─ reserve in alloc/<node> ─┬─ no room ───▶ pod.pending (conflict), ack
-//	                                                       └─ reserved ──▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
-//	pod.deleted ─▶ release alloc/<node>, ack
+//	                           └─ reserve alloc <node>.p.<uid> ─┬─ no room ─▶ pod.pending (conflict), ack
+//	                                                            └─ reserved ─▶ bind pod ─▶ pod.bound.<node>, Scheduled, ack
+//	pod.deleted ─▶ release alloc <node>.p.<uid>, ack
 //
 // The pod is always the stored one: the pod body a decision carries is ignored, since anyone who can
 // publish pod.scheduled could carry any body.

@@ -629,7 +629,7 @@ func TestReserveWithoutARecordInTheCache(t *testing.T) {
 			if tt.wantSynced {
 				s.alloc.sync()
 			}
-			if _, _, known := s.alloc.get("n1"); known != tt.wantSynced {
+			if _, known := s.alloc.view("n1", "u1"); known != tt.wantSynced {
 				t.Fatalf("known = %v, want %v", known, tt.wantSynced)
 			}
 			res, _, err := s.reserve(context.Background(), "n1", pod("u1", "web", "1"))
@@ -643,35 +643,73 @@ func TestReserveWithoutARecordInTheCache(t *testing.T) {
 	}
 }
 
-// Records are never changed once written: the copy the cache hands out has maps of its own, and
-// settling a tentative reservation from the cached record replaces its entry instead of changing the
-// one the written record (which the view may hold) shares.
-func TestCachedRecordsStayAsWritten(t *testing.T) {
+// Entries are never changed once taken in: settling a tentative reservation writes a copy of the
+// cache's entry, which the view or a decision may hold.
+func TestCachedEntriesStayAsWritten(t *testing.T) {
 	h := setup(t)
 	h.addNode(node("n1", "4", true))
 	s := h.service("b1")
 	ctx := context.Background()
-	if res, _, err := s.reserveAs(ctx, "n1", pod("u1", "web", "1"), "dec-1"); err != nil || res != reservationAdded {
+	if res, _, err := s.reserveAs(ctx, "n1", pod("u1", "web", "1"), "dec-1", "dec-1"); err != nil || res != reservationAdded {
 		t.Fatalf("reserve = %v, %v", res, err)
 	}
-	written := s.alloc.m["n1"].a
-	cp, _, _ := s.alloc.get("n1")
-	delete(cp.Pods, "u1")
-	cp.Pods["u9"] = &pb.PodAllocation{Name: "x"}
-	if _, ok := written.Pods["u1"]; !ok || len(written.Pods) != 1 {
-		t.Fatalf("changing the copy's map changed the written record: %v", written.Pods)
-	}
+	written := s.alloc.m["n1"].pods["u1"]
 	if err := s.settle(ctx, "n1", "u1", "dec-1", true); err != nil {
 		t.Fatal(err)
 	}
-	if got := written.Pods["u1"].GetTentative(); got != "dec-1" {
-		t.Errorf("the written record's entry changed: tentative %q, want dec-1", got)
+	if got := written.GetTentative(); got != "dec-1" {
+		t.Errorf("the written entry changed: tentative %q, want dec-1", got)
 	}
-	a := &pb.NodeAllocation{}
-	if _, err := bus.Get(ctx, h.b.Alloc, bus.NodeKey("n1"), a); err != nil {
+	a, _, err := ReadAllocation(ctx, h.b.Alloc, "n1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if e := a.Pods["u1"]; e == nil || e.GetTentative() != "" {
-		t.Errorf("stored entry %v, want u1 confirmed", e)
+	if e := a.Pods["u1"]; e == nil || e.GetTentative() != "" || e.GetDecision() != "dec-1" {
+		t.Errorf("stored entry %v, want u1 confirmed, made by dec-1", e)
+	}
+}
+
+// Binders racing for one node's room, each with its own cache and each pod asked for by two of them,
+// fill the node exactly: the compare-and-set over the node's keys refuses every write based on a
+// state another binder changed, so the total never passes allocatable and no pod counts twice.
+func TestConcurrentBindersNeverOvercommit(t *testing.T) {
+	h := setup(t)
+	h.addNode(node("n1", "4", true)) // room for 8 pods of 500m
+	ctx := context.Background()
+	binders := make([]*Service, 4)
+	for i := range binders {
+		binders[i] = h.service(fmt.Sprintf("b%d", i))
+	}
+	var wg sync.WaitGroup
+	added := make(chan string, 64)
+	for i := range 12 {
+		p := pod(fmt.Sprintf("u%02d", i), fmt.Sprintf("p%02d", i), "500m")
+		for _, s := range []*Service{binders[i%4], binders[(i+1)%4]} {
+			wg.Go(func() {
+				res, _, err := s.reserve(ctx, "n1", p)
+				if err != nil {
+					t.Errorf("reserve %s: %v", p.GetMetadata().GetUid(), err)
+				}
+				if res == reservationAdded {
+					added <- p.GetMetadata().GetUid()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(added)
+	seen := map[string]bool{}
+	for uid := range added {
+		if seen[uid] {
+			t.Errorf("pod %s added twice", uid)
+		}
+		seen[uid] = true
+	}
+	a, _, err := ReadAllocation(ctx, h.b.Alloc, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.GetPods()) != 8 || len(seen) != 8 || a.GetTotal().GetMilliCpu() != 4000 {
+		t.Errorf("node holds %d pods (%d added), %dm cpu; want 8 pods, 4000m", len(a.GetPods()), len(seen), a.GetTotal().GetMilliCpu())
 	}
 }

@@ -2,7 +2,7 @@ package binder
 
 // The commit check: schedulers decide on their own caches, so two replicas can each place one of two
 // anti-affine pods on the same node (or zone) at the same moment, or push a zone over a spread's maxSkew.
-// The compare-and-set on alloc/<node> protects resources only. For a pod that inter-pod constraints
+// The compare-and-set on the node's alloc keys protects resources only. For a pod that inter-pod constraints
 // concern — it has required pod (anti-)affinity or a DoNotSchedule spread constraint, or a placed pod's
 // required anti-affinity term matches it (symmetry) — the binder re-runs the InterPodAffinity and PodTopologySpread
 // filters at commit time, on a view of every node and allocation, and commits such pods one group at a
@@ -12,8 +12,8 @@ package binder
 //	2. wait until the view has applied the alloc stream's last revision (every reservation made so far)
 //	3. for each decision in order, run the filters for its node on that view, with the group's earlier
 //	   reservations assumed in it; a violation refuses the decision
-//	4. if allowed, reserve on alloc/<node> (compare-and-set, resources as always), tentatively: marked
-//	   with the decision
+//	4. if allowed, reserve on the node's alloc keys (compare-and-set, resources as always), tentatively:
+//	   marked with the decision, which the reservation keeps once confirmed
 //	5. compare-and-set the token from t and confirm the group's reservations; if another binder committed
 //	   such pods in between, withdraw them and start again from 1 (that commit may be what makes ours
 //	   invalid)
@@ -69,20 +69,24 @@ type commitView struct {
 	appliedMu sync.Mutex
 	applied   chan struct{}
 
-	// Alloc records are decoded as they come but reach the cache only when a check reads it (flush):
-	// applying one rebuilds its node's NodeInfo, which a binder that commits no constrained pod never
-	// needs. pending holds the latest record per node (nil: gone),
-	// received the highest revision decoded, and antiNodes the nodes whose latest record holds a pod
-	// with required anti-affinity: all that concerns asks for a pod without constraints of its own.
-	pmu       sync.Mutex
-	pending   map[string]pendingAlloc
-	received  uint64
-	antiNodes map[string]bool
+	// Alloc keys are decoded as they come but reach the cache only when a check reads it (flush):
+	// applying one refreshes its node's NodeInfo, which a binder that commits no constrained pod never
+	// needs. pending holds the latest change per key, received the highest revision decoded, and
+	// antiPods the keys of pods with required anti-affinity: all that concerns asks for a pod without
+	// constraints of its own.
+	pmu      sync.Mutex
+	pending  map[string]pendingAlloc
+	received uint64
+	antiPods map[string]bool
 }
 
+// pendingAlloc is one alloc key's latest change: uid's pod key (pa nil: deleted) or, with uid "", the
+// node's meta key.
 type pendingAlloc struct {
-	a   *pb.NodeAllocation
-	rev uint64
+	node, uid string
+	pa        *pb.PodAllocation
+	meta      *pb.NodeAllocation
+	rev       uint64
 }
 
 // changed returns a channel closed at the next applied alloc entry.
@@ -108,7 +112,7 @@ func newCommitView() (*commitView, error) {
 		return nil, err
 	}
 	return &commitView{cache: cache.New(cache.Options{}), fw: fw, ready: make(chan struct{}), applied: make(chan struct{}),
-		pending: map[string]pendingAlloc{}, antiNodes: map[string]bool{}}, nil
+		pending: map[string]pendingAlloc{}, antiPods: map[string]bool{}}, nil
 }
 
 // watchView feeds the view until ctx ends.
@@ -122,6 +126,7 @@ func (s *Service) watchView(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("binder: watch alloc: %w", err)
 	}
+	s.alloc.advance(0)
 	defer func() { _ = allocW.Stop() }()
 	v := s.view
 	nodesDone, allocDone := false, false
@@ -146,9 +151,10 @@ func (s *Service) watchView(ctx context.Context) error {
 				allocDone = true
 				s.alloc.sync()
 			} else {
-				if name, a, ok := v.applyAlloc(e, s.alloc.at); ok {
-					s.alloc.observe(name, a, e.Revision())
+				if c, ok := v.applyAlloc(e); ok {
+					s.alloc.observe(c.node, c.uid, c.pa, c.meta, c.rev)
 				}
+				s.alloc.advance(e.Revision())
 				v.notify()
 			}
 		}
@@ -177,55 +183,36 @@ func (v *commitView) applyNode(e jetstream.KeyValueEntry) {
 	v.cache.UpsertNode(n, e.Revision())
 }
 
-// applyAlloc takes in an alloc entry (for the cache at the next flush) and returns the node and its
-// record (nil when deleted or unreadable). written returns the record this binder wrote at a node and
-// revision, if it still holds it: that one needs no decoding.
-func (v *commitView) applyAlloc(e jetstream.KeyValueEntry, written func(node string, rev uint64) *pb.NodeAllocation) (string, *pb.NodeAllocation, bool) {
-	name, ok := bus.Untoken(e.Key())
+// applyAlloc takes in an alloc entry (for the cache at the next flush) and returns it decoded.
+func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) (pendingAlloc, bool) {
+	node, uid, pa, meta, ok := decodeAllocEntry(e)
 	if !ok {
-		return "", nil, false
+		return pendingAlloc{}, false
 	}
-	var a *pb.NodeAllocation
-	if e.Operation() == jetstream.KeyValuePut {
-		if a = written(name, e.Revision()); a == nil {
-			a = &pb.NodeAllocation{}
-			if proto.Unmarshal(e.Value(), a) != nil {
-				a = nil
-			}
-		}
-	}
+	c := pendingAlloc{node: node, uid: uid, pa: pa, meta: meta, rev: e.Revision()}
 	v.pmu.Lock()
 	defer v.pmu.Unlock()
-	v.pending[name] = pendingAlloc{a: a, rev: e.Revision()}
+	v.pending[e.Key()] = c
 	v.received = max(v.received, e.Revision())
-	if hasRequiredAntiAffinity(a) {
-		v.antiNodes[name] = true
+	if len(pa.GetPodAntiAffinity().GetRequired()) > 0 {
+		v.antiPods[e.Key()] = true
 	} else {
-		delete(v.antiNodes, name)
+		delete(v.antiPods, e.Key())
 	}
-	return name, a, true
+	return c, true
 }
 
-func hasRequiredAntiAffinity(a *pb.NodeAllocation) bool {
-	for _, p := range a.GetPods() {
-		if len(p.GetPodAntiAffinity().GetRequired()) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// flush applies the alloc records taken in so far to the cache.
+// flush applies the alloc changes taken in so far to the cache.
 func (v *commitView) flush() {
 	v.pmu.Lock()
 	pending := v.pending
 	v.pending = make(map[string]pendingAlloc, len(pending))
 	v.pmu.Unlock()
-	for name, p := range pending {
-		if p.a == nil {
-			v.cache.RemoveAlloc(name, p.rev)
+	for _, p := range pending {
+		if p.uid == "" {
+			v.cache.ApplyNodeMeta(p.node, p.meta, p.rev)
 		} else {
-			v.cache.UpsertAlloc(name, p.a, p.rev)
+			v.cache.ApplyPodAlloc(p.node, p.uid, p.pa, p.rev)
 		}
 	}
 }
@@ -247,7 +234,7 @@ func (v *commitView) concerns(pod *pb.Pod) bool {
 	}
 	// Symmetry: a placed pod's required anti-affinity may exclude this pod.
 	v.pmu.Lock()
-	none := len(v.antiNodes) == 0
+	none := len(v.antiPods) == 0
 	v.pmu.Unlock()
 	if none {
 		return false
@@ -435,11 +422,15 @@ func (s *Service) checkAndReserve(ctx context.Context, reqs []*checkReq, seen ui
 		if st := s.view.violates(r.pi, r.node); st != nil {
 			s.log.Debug("inter-pod constraints refuse the decision", "pod", uid, "node", r.node, "why", st.Message())
 			metrics.Count("binder.constraint_refusals", 1)
-			// Our own tentative reservation of an earlier delivery goes with the refusal.
-			r.res, r.rev, r.err = reservationConstraint, seen, s.settle(ctx, r.node, uid, r.id, false)
+			// The reservation this decision made earlier (an earlier delivery, or an attempt whose
+			// binding lost the pod's compare-and-set), tentative or confirmed, goes with the refusal;
+			// another decision's stays.
+			r.res, r.rev, r.err = reservationConstraint, seen, s.withdraw(ctx, r.node, uid, func(e *pb.PodAllocation) bool {
+				return e.GetDecision() == r.id
+			})
 			continue
 		}
-		r.res, r.rev, r.err = s.reserveAs(ctx, r.node, r.pod, r.id)
+		r.res, r.rev, r.err = s.reserveAs(ctx, r.node, r.pod, r.id, r.id)
 		if r.err != nil || !r.res.ok() {
 			continue
 		}

@@ -287,49 +287,38 @@ func TestCheckedGroupCrashBeforeToken(t *testing.T) {
 	h.checkFinal(nodes, pods)
 }
 
-// The view takes a record this binder wrote from its cache instead of decoding the entry, and only the
-// one at the very revision it wrote: anything else is decoded.
-func TestViewTakesOwnRecordsWithoutDecoding(t *testing.T) {
-	h := setup(t)
-	ctx := context.Background()
-	stored := &pb.NodeAllocation{Pods: map[string]*pb.PodAllocation{"u1": {Name: "web", Namespace: "default"}}}
-	rev, err := bus.Update(ctx, h.b.Alloc, bus.NodeKey("n1"), stored, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := h.b.Alloc.Get(ctx, bus.NodeKey("n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine := &pb.NodeAllocation{Pods: map[string]*pb.PodAllocation{"u1": {Name: "web", Namespace: "default"}}}
-	tests := []struct {
+// A checked decision whose binding lost the pod's compare-and-set is judged again; if the constraints
+// refuse it then, the reservation it made and confirmed goes with the refusal. Another decision's
+// refusal leaves that reservation alone: it may be binding.
+func TestRefusalWithdrawsOnlyItsOwnReservation(t *testing.T) {
+	for _, tc := range []struct {
 		name     string
-		written  *allocCache
-		wantMine bool
+		retry    string // the refused decision's id
+		wantKept bool
 	}{
-		{"written at this revision", &allocCache{m: map[string]cachedAlloc{"n1": {a: mine, rev: rev}}}, true},
-		{"written at an older revision", &allocCache{m: map[string]cachedAlloc{"n1": {a: mine, rev: rev - 1}}}, false},
-		{"written on another node", &allocCache{m: map[string]cachedAlloc{"n2": {a: mine, rev: rev}}}, false},
-		{"nothing written", &allocCache{}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v, err := newCommitView()
-			if err != nil {
-				t.Fatal(err)
+		{"the decision that made it", "s1-7", false},
+		{"another decision", "s2-9", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := setup(t)
+			h.addNode(zoneNode("a1", "a"))
+			s := h.viewing("b1")
+			ctx := context.Background()
+			x := pod("ux", "x", "100m", antiWeb(hostKey))
+			if res, _, err := s.reserveChecked(ctx, "a1", x, "s1-7"); err != nil || res != reservationAdded {
+				t.Fatalf("first reservation = %v, %v", res, err)
 			}
-			name, got, ok := v.applyAlloc(e, tt.written.at)
-			if !ok || name != "n1" {
-				t.Fatalf("applyAlloc = %q, %v", name, ok)
+			// Another app=web pod lands on a1 meanwhile: x's anti-affinity now refuses a1.
+			y := pod("uy", "y", "100m", func(p *pb.Pod) { p.Metadata.Labels = map[string]string{"app": "web"} })
+			if res, _, err := s.reserve(ctx, "a1", y); err != nil || res != reservationAdded {
+				t.Fatalf("reserve y = %v, %v", res, err)
 			}
-			if (got == mine) != tt.wantMine {
-				t.Errorf("took the written record: %v, want %v", got == mine, tt.wantMine)
+			res, _, err := s.reserveChecked(ctx, "a1", x, tc.retry)
+			if err != nil || res != reservationConstraint {
+				t.Fatalf("retry = %v, %v; want %v", res, err, reservationConstraint)
 			}
-			if !proto.Equal(got, stored) {
-				t.Errorf("record %v, want %v", got, stored)
-			}
-			if p := v.pending["n1"]; p.a != got || p.rev != rev {
-				t.Errorf("pending n1 = %v at %d, want the record at %d", p.a, p.rev, rev)
+			if got := h.allocPods("a1")["ux"]; got != tc.wantKept {
+				t.Errorf("x's reservation kept: %v, want %v", got, tc.wantKept)
 			}
 		})
 	}

@@ -145,13 +145,9 @@ func (s *Service) releaseStale(ctx context.Context, d *pb.SchedulingDecision) er
 	if d.GetNode() == "" {
 		return nil
 	}
-	a, _, err := s.allocation(ctx, d.GetNode(), true)
-	if err != nil {
+	pa, err := s.podAlloc(ctx, d.GetNode(), d.GetUid())
+	if err != nil || pa == nil {
 		return err
-	}
-	pa, ok := a.GetPods()[d.GetUid()]
-	if !ok {
-		return nil
 	}
 	if pa.GetNamespace() != d.GetNamespace() || pa.GetName() != d.GetName() {
 		metrics.Count("binder.refused.foreign_uid", 1)
@@ -159,7 +155,9 @@ func (s *Service) releaseStale(ctx context.Context, d *pb.SchedulingDecision) er
 			"uid", d.GetUid(), "holder", pa.GetNamespace()+"/"+pa.GetName(), "node", d.GetNode(), "scheduler", d.GetScheduler())
 		return nil
 	}
-	return s.release(ctx, d.GetNode(), d.GetUid())
+	return s.withdraw(ctx, d.GetNode(), d.GetUid(), func(e *pb.PodAllocation) bool {
+		return e.GetNamespace() == d.GetNamespace() && e.GetName() == d.GetName()
+	})
 }
 
 // Why a decision is refused for the pod's own constraints on its node (the scheduler's filter reasons).

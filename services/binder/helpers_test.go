@@ -155,32 +155,18 @@ func (h *harness) getPod(name string) *pb.Pod {
 	return p
 }
 
-// allocPods lists the uids reserved on node and checks the record's total against them.
+// allocPods lists the uids reserved on node (its pod keys).
 func (h *harness) allocPods(node string) map[string]bool {
 	h.t.Helper()
-	a := &pb.NodeAllocation{}
-	_, err := bus.Get(context.Background(), h.b.Alloc, bus.NodeKey(node), a)
-	if errors.Is(err, bus.ErrNotFound) {
-		return map[string]bool{}
-	}
+	a, _, err := ReadAllocation(context.Background(), h.b.Alloc, node)
 	if err != nil {
 		h.t.Fatal(err)
-	}
-	if !proto.Equal(orEmpty(a.GetTotal()), orEmpty(total(a))) {
-		h.t.Errorf("alloc/%s total %v does not match its pods %v", node, a.GetTotal(), total(a))
 	}
 	out := map[string]bool{}
 	for uid := range a.GetPods() {
 		out[uid] = true
 	}
 	return out
-}
-
-func orEmpty(r *pb.Resources) *pb.Resources {
-	if r == nil {
-		return &pb.Resources{}
-	}
-	return r
 }
 
 func decision(uid, name, node string) *pb.SchedulingDecision {
@@ -263,7 +249,7 @@ func (h *harness) watchInvariants(allocatable map[string]*pb.Resources) *invaria
 					if !ok {
 						return
 					}
-					if e != nil && e.Operation() == jetstream.KeyValuePut {
+					if e != nil {
 						f(e)
 					}
 				}
@@ -272,7 +258,7 @@ func (h *harness) watchInvariants(allocatable map[string]*pb.Resources) *invaria
 	}
 	watch(h.b.Pods, func(e jetstream.KeyValueEntry) {
 		p := &pb.Pod{}
-		if err := proto.Unmarshal(e.Value(), p); err != nil {
+		if err := proto.Unmarshal(e.Value(), p); e.Operation() != jetstream.KeyValuePut || err != nil {
 			return
 		}
 		uid, n := p.GetMetadata().GetUid(), p.GetSpec().GetNodeName()
@@ -284,15 +270,22 @@ func (h *harness) watchInvariants(allocatable map[string]*pb.Resources) *invaria
 			inv.boundTo[uid] = n
 		}
 	})
+	nodes := map[string]*nodeState{} // the alloc keys folded per node, as a scheduler folds them
 	watch(h.b.Alloc, func(e jetstream.KeyValueEntry) {
-		a := &pb.NodeAllocation{}
-		if err := proto.Unmarshal(e.Value(), a); err != nil {
+		node, uid, pa, meta, ok := decodeAllocEntry(e)
+		if !ok {
 			return
 		}
-		if short := podutil.Insufficient(allocatable[a.GetNode()], &pb.Resources{}, a.GetTotal()); len(short) > 0 {
-			inv.mu.Lock()
-			defer inv.mu.Unlock()
-			inv.violations = append(inv.violations, fmt.Sprintf("alloc/%s over allocatable in %v: %v", a.GetNode(), short, a.GetTotal()))
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
+		n := nodes[node]
+		if n == nil {
+			n = newNodeState()
+			nodes[node] = n
+		}
+		n.apply(uid, pa, meta, e.Revision())
+		if short := podutil.Insufficient(allocatable[node], &pb.Resources{}, n.total); len(short) > 0 {
+			inv.violations = append(inv.violations, fmt.Sprintf("alloc of %s over allocatable in %v at revision %d: %v", node, short, e.Revision(), n.total))
 		}
 	})
 	return inv

@@ -18,8 +18,8 @@ import (
 // Preemption, as the binder carries it out for an unschedulable decision that names a node and
 // victims (the scheduler only proposes, like everything else it decides):
 //
-//	1. mark: in alloc/<node> (CAS) each victim gets preempted_by=<pod uid> and the pod is listed under
-//	   nominated, so every scheduler replica holds the room for it against lower priorities and knows
+//	1. mark: in the node's alloc meta key (one compare-and-set over the node's keys) each victim gets
+//	   preempted_by=<pod uid> and the pod is listed under nominated, so every scheduler replica holds the room for it against lower priorities and knows
 //	   it waits for those victims (it will not preempt again meanwhile);
 //	2. claim: CAS status.nominatedNodeName (with PodScheduled=False) on the pod;
 //	3. evict: a Preempted event on each victim and a pod.cmd.delete with reason Preempted to the store
@@ -70,63 +70,62 @@ func (s *Service) nomination(ctx context.Context, pod *pb.Pod, d *pb.SchedulingD
 }
 
 // markVictims marks the victims still on node (and of lower priority than pod, whatever the decision
-// says) and lists pod as nominated there. It returns the victims to evict.
+// says) and lists pod as nominated there, in the node's meta key. It returns the victims to evict.
 func (s *Service) markVictims(ctx context.Context, node string, pod *pb.Pod, victims []*pb.PreemptionVictim) ([]*pb.PreemptionVictim, error) {
 	uid := pod.GetMetadata().GetUid()
 	prio := pod.GetSpec().GetPriority()
 	for range maxAttempts {
-		a, rev, err := s.allocation(ctx, node, true)
-		if err != nil {
-			return nil, err
-		}
-		changed := false
+		var rev uint64
+		var meta *pb.NodeAllocation
 		var out []*pb.PreemptionVictim
-		for _, v := range victims {
-			pa, ok := a.Pods[v.GetUid()]
-			if !ok || pa.GetPriority() >= prio {
-				continue // gone already, or not preemptible by this pod
+		changed := false
+		err := s.inspect(ctx, node, func(n *nodeState) {
+			rev, meta = n.rev, cloneMeta(n.meta)
+			for _, v := range victims {
+				pa := n.pods[v.GetUid()]
+				if pa == nil || pa.GetPriority() >= prio {
+					continue // gone already, or not preemptible by this pod
+				}
+				out = append(out, v)
+				if meta.Pods[v.GetUid()].GetPreemptedBy() == "" {
+					meta.Pods[v.GetUid()] = &pb.PodAllocation{PreemptedBy: uid}
+					changed = true
+				}
 			}
-			out = append(out, v)
-			if pa.GetPreemptedBy() == "" {
-				pa = proto.Clone(pa).(*pb.PodAllocation)
-				pa.PreemptedBy = uid
-				a.Pods[v.GetUid()] = pa
+			if n.pods[uid] == nil && meta.Nominated[uid] == nil && len(out) > 0 {
+				meta.Nominated[uid] = podAllocation(pod, podutil.PodRequests(pod))
 				changed = true
 			}
-		}
-		if _, placed := a.Pods[uid]; !placed && a.GetNominated()[uid] == nil && len(out) > 0 {
-			if a.Nominated == nil {
-				a.Nominated = map[string]*pb.PodAllocation{}
+			if changed {
+				pruneMarks(meta, n)
 			}
-			a.Nominated[uid] = podAllocation(pod, podutil.PodRequests(pod))
-			changed = true
+		})
+		if err != nil {
+			return nil, err
 		}
 		if !changed {
 			return out, nil
 		}
-		newRev, err := bus.Update(ctx, s.b.Alloc, bus.NodeKey(node), a, rev)
+		_, err = s.writeAlloc(ctx, node, "", nil, meta, rev)
 		if errors.Is(err, bus.ErrConflict) {
-			s.alloc.forget(node)
 			continue
 		}
 		if err != nil {
-			s.alloc.forget(node)
 			return nil, fmt.Errorf("mark victims of %s on %s: %w", uid, node, err)
 		}
-		s.alloc.put(node, a, newRev)
 		return out, nil
 	}
 	return nil, fmt.Errorf("mark victims of %s on %s: %w", uid, node, errRetry)
 }
 
-// victimsPending reports whether pods preempted for uid are still on node.
+// victimsPending reports whether pods preempted for uid are still on node. It reads the node afresh.
 func (s *Service) victimsPending(ctx context.Context, node, uid string) (bool, error) {
-	a, _, err := s.allocation(ctx, node, true)
+	n, err := loadNodeAlloc(ctx, s.b.Alloc, node)
 	if err != nil {
 		return false, err
 	}
-	for _, p := range a.GetPods() {
-		if p.GetPreemptedBy() == uid {
+	for vuid, m := range n.meta.GetPods() {
+		if m.GetPreemptedBy() == uid && n.pods[vuid] != nil {
 			return true, nil
 		}
 	}
@@ -135,40 +134,92 @@ func (s *Service) victimsPending(ctx context.Context, node, uid string) (bool, e
 
 // unnominate drops uid's nomination on node and its marks on the victims still there (idempotent).
 func (s *Service) unnominate(ctx context.Context, node, uid string) error {
+	return s.editMeta(ctx, node, func(meta *pb.NodeAllocation) {
+		delete(meta.Nominated, uid)
+		for vuid, m := range meta.Pods {
+			if m.GetPreemptedBy() == uid {
+				delete(meta.Pods, vuid)
+			}
+		}
+	})
+}
+
+// dropNomination drops uid's nomination on node, its victims' marks left (idempotent).
+func (s *Service) dropNomination(ctx context.Context, node, uid string) error {
+	return s.editMeta(ctx, node, func(meta *pb.NodeAllocation) { delete(meta.Nominated, uid) })
+}
+
+// editMeta changes node's meta key with f (compare-and-set on the node's keys); an unchanged key is
+// not written, an empty one is deleted.
+func (s *Service) editMeta(ctx context.Context, node string, f func(meta *pb.NodeAllocation)) error {
 	for range maxAttempts {
-		a, rev, err := s.allocation(ctx, node, true)
+		var rev uint64
+		var meta *pb.NodeAllocation
+		changed := false
+		err := s.inspect(ctx, node, func(n *nodeState) {
+			if n.meta == nil {
+				return
+			}
+			rev, meta = n.rev, cloneMeta(n.meta)
+			f(meta)
+			pruneMarks(meta, n)
+			changed = !proto.Equal(meta, n.meta)
+		})
 		if err != nil {
 			return err
 		}
-		changed := false
-		if _, ok := a.GetNominated()[uid]; ok {
-			delete(a.Nominated, uid)
-			changed = true
-		}
-		for vuid, p := range a.GetPods() {
-			if p.GetPreemptedBy() == uid {
-				p = proto.Clone(p).(*pb.PodAllocation)
-				p.PreemptedBy = ""
-				a.Pods[vuid] = p
-				changed = true
-			}
-		}
-		if !changed || rev == 0 {
+		if !changed {
 			return nil
 		}
-		newRev, err := bus.Update(ctx, s.b.Alloc, bus.NodeKey(node), a, rev)
+		if len(meta.Nominated) == 0 && len(meta.Pods) == 0 {
+			meta = nil
+		}
+		_, err = s.writeAlloc(ctx, node, "", nil, meta, rev)
 		if errors.Is(err, bus.ErrConflict) {
-			s.alloc.forget(node)
 			continue
 		}
 		if err != nil {
-			s.alloc.forget(node)
-			return fmt.Errorf("drop nomination of %s on %s: %w", uid, node, err)
+			return fmt.Errorf("change preemptions on %s: %w", node, err)
 		}
-		s.alloc.put(node, a, newRev)
 		return nil
 	}
-	return fmt.Errorf("drop nomination of %s on %s: %w", uid, node, errRetry)
+	return fmt.Errorf("change preemptions on %s: %w", node, errRetry)
+}
+
+// inspect runs f on node's state as the cache holds it (read afresh when it cannot say); f must not keep
+// or change what it is given.
+func (s *Service) inspect(ctx context.Context, node string, f func(n *nodeState)) error {
+	if s.alloc.inspect(node, f) {
+		return nil
+	}
+	n, err := loadNodeAlloc(ctx, s.b.Alloc, node)
+	if err != nil {
+		return err
+	}
+	s.alloc.load(node, n)
+	f(n)
+	return nil
+}
+
+// cloneMeta is a meta record the caller may change (an empty one for nil).
+func cloneMeta(m *pb.NodeAllocation) *pb.NodeAllocation {
+	out := &pb.NodeAllocation{Nominated: map[string]*pb.PodAllocation{}, Pods: map[string]*pb.PodAllocation{}}
+	for k, v := range m.GetNominated() {
+		out.Nominated[k] = v
+	}
+	for k, v := range m.GetPods() {
+		out.Pods[k] = v
+	}
+	return out
+}
+
+// pruneMarks drops the marks of victims that left the node.
+func pruneMarks(meta *pb.NodeAllocation, n *nodeState) {
+	for vuid := range meta.Pods {
+		if n.pods[vuid] == nil {
+			delete(meta.Pods, vuid)
+		}
+	}
 }
 
 // evict records a Preempted event on each victim and asks the store to delete it gracefully (the

@@ -44,7 +44,7 @@ func TestPreemptionDecision(t *testing.T) {
 	}
 	h.addPod(hi)
 	alloc := func(n string) *pb.NodeAllocation {
-		a, _, err := s.allocation(ctx, n, true)
+		a, _, err := ReadAllocation(ctx, h.b.Alloc, n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@
 // All replicas share the durable consumer "scheduler" (pods without inter-pod constraints); the pods of
 // a constraint group go to one of bus.PendingPartitions consumers, each pinned to one replica at a time.
 // Each replica keeps its own cache and requeuer. Two replicas (or workers) may pick the same room: the
-// binder's compare-and-set on alloc/<node> refuses the loser, which comes back on its pending subject
-// with cause "conflict".
+// binder's compare-and-set over the node's alloc keys refuses the loser, which comes back on its pending
+// subject with cause "conflict".
 package scheduler
 
 import (
@@ -297,22 +297,33 @@ func (s *Service) applyNode(e jetstream.KeyValueEntry, initial bool) {
 	}
 }
 
-// applyAlloc feeds an alloc-bucket entry to the cache and requeues when pods left a node.
+// applyAlloc feeds an alloc-bucket entry, one pod's key or a node's meta key (bus.BucketAlloc), to the
+// cache and requeues when pods left a node.
 func (s *Service) applyAlloc(e jetstream.KeyValueEntry, initial bool) {
-	name, ok := bus.Untoken(e.Key())
+	node, uid, ok := bus.SplitAllocKey(e.Key())
 	if !ok {
 		return
 	}
 	var ch cache.Change
-	if e.Operation() != jetstream.KeyValuePut {
-		ch = s.cache.RemoveAllocChange(name, e.Revision())
-	} else {
-		a := &pb.NodeAllocation{}
-		if err := decodeEntry(e, a); err != nil {
+	switch put := e.Operation() == jetstream.KeyValuePut; {
+	case uid == "" && put:
+		meta := &pb.NodeAllocation{}
+		if err := decodeEntry(e, meta); err != nil {
 			s.log.Warn("ignoring alloc entry", "key", e.Key(), "err", err)
 			return
 		}
-		ch = s.cache.UpsertAllocChange(name, a, e.Revision())
+		ch = s.cache.ApplyNodeMeta(node, meta, e.Revision())
+	case uid == "":
+		ch = s.cache.ApplyNodeMeta(node, nil, e.Revision())
+	case put:
+		pa := &pb.PodAllocation{}
+		if err := decodeEntry(e, pa); err != nil {
+			s.log.Warn("ignoring alloc entry", "key", e.Key(), "err", err)
+			return
+		}
+		ch = s.cache.ApplyPodAlloc(node, uid, pa, e.Revision())
+	default:
+		ch = s.cache.ApplyPodAlloc(node, uid, nil, e.Revision())
 	}
 	if ch.Trigger != "" && !initial {
 		s.parks.Trigger(ch)

@@ -132,18 +132,25 @@ func (h *harness) putNode(n *pb.Node) uint64 {
 	return rev
 }
 
-// putAlloc fakes the binder: it commits pods (uid -> requests) on node.
+// putAlloc fakes the binder: it commits exactly pods (uid -> requests) on node, one key each.
 func (h *harness) putAlloc(node string, pods map[string]*pb.Pod) {
 	h.t.Helper()
-	a := &pb.NodeAllocation{Node: node, Pods: map[string]*pb.PodAllocation{}, Total: &pb.Resources{}}
-	for uid, p := range pods {
-		req := podutil.PodRequests(p)
-		a.Pods[uid] = &pb.PodAllocation{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Requests: req}
-		podutil.Add(a.Total, req)
+	ctx := context.Background()
+	if keys, err := h.buckets.Alloc.ListKeysFiltered(ctx, bus.AllocNodeFilter(node)); err == nil {
+		for key := range keys.Keys() {
+			if _, uid, ok := bus.SplitAllocKey(key); ok && pods[uid] == nil {
+				if err := h.buckets.Alloc.Delete(ctx, key); err != nil {
+					h.t.Fatal(err)
+				}
+			}
+		}
 	}
-	data, _ := proto.Marshal(a)
-	if _, err := h.buckets.Alloc.Put(context.Background(), bus.NodeKey(node), data); err != nil {
-		h.t.Fatal(err)
+	for uid, p := range pods {
+		pa := &pb.PodAllocation{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Requests: podutil.PodRequests(p)}
+		data, _ := proto.Marshal(pa)
+		if _, err := h.buckets.Alloc.Put(ctx, bus.AllocPodKey(node, uid), data); err != nil {
+			h.t.Fatal(err)
+		}
 	}
 }
 
