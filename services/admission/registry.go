@@ -188,6 +188,12 @@ func builtinKinds() []*kind {
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,
+		roleKind,
+		clusterRoleKind,
+		roleBindingKind,
+		clusterRoleBindingKind,
+		withServe(selfSubjectAccessReviewKind, (*Service).serveSelfSubjectAccessReview),
+		withServe(selfSubjectRulesReviewKind, (*Service).serveSelfSubjectRulesReview),
 	}
 }
 
