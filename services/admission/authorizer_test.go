@@ -212,3 +212,32 @@ func TestAttributesOf(t *testing.T) {
 		})
 	}
 }
+
+func TestRuleCovers(t *testing.T) {
+	r := func(verbs, groups, resources, names []string) rbacv1.PolicyRule {
+		return rbacv1.PolicyRule{Verbs: verbs, APIGroups: groups, Resources: resources, ResourceNames: names}
+	}
+	s := func(v ...string) []string { return v }
+	tests := []struct {
+		name       string
+		owner, sub rbacv1.PolicyRule
+		want       bool
+	}{
+		{"same", r(s("get"), s(""), s("pods"), nil), r(s("get"), s(""), s("pods"), nil), true},
+		{"wildcards", r(s("*"), s("*"), s("*"), nil), r(s("delete"), s("apps"), s("deployments/scale"), nil), true},
+		{"other verb", r(s("get"), s(""), s("pods"), nil), r(s("list"), s(""), s("pods"), nil), false},
+		{"*/sub covers a subresource", r(s("get"), s(""), s("*/status"), nil), r(s("get"), s(""), s("pods/status"), nil), true},
+		{"*/sub not the resource", r(s("get"), s(""), s("*/status"), nil), r(s("get"), s(""), s("pods"), nil), false},
+		{"named owner, unnamed sub", r(s("get"), s(""), s("pods"), s("p")), r(s("get"), s(""), s("pods"), nil), false},
+		{"unnamed owner covers names", r(s("get"), s(""), s("pods"), nil), r(s("get"), s(""), s("pods"), s("p")), true},
+		{"url prefix", rbacv1.PolicyRule{Verbs: s("get"), NonResourceURLs: s("/apis/*")}, rbacv1.PolicyRule{Verbs: s("get"), NonResourceURLs: s("/apis/x")}, true},
+		{"resource rule not a url", r(s("*"), s("*"), s("*"), nil), rbacv1.PolicyRule{Verbs: s("get"), NonResourceURLs: s("/healthz")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ruleCovers(tt.owner, tt.sub); got != tt.want {
+				t.Errorf("ruleCovers = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

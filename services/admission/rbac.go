@@ -29,6 +29,7 @@ var (
 		storage: jsonStorage(bus.BucketSpec{Name: bus.BucketRoles, Description: "podbus roles", History: 4},
 			func() runtime.Object { return &rbacv1.Role{} }),
 		strategy: strategy{
+			admit: (*Service).admitRBAC,
 			validate: func(o runtime.Object) field.ErrorList {
 				r := o.(*rbacv1.Role)
 				return append(validateRBACMeta(&r.ObjectMeta, true), validateRules(r.Rules, true)...)
@@ -42,7 +43,10 @@ var (
 		cells:     createdAtRow,
 		storage: jsonStorage(bus.BucketSpec{Name: bus.BucketClusterRoles, Description: "podbus clusterroles", History: 4},
 			func() runtime.Object { return &rbacv1.ClusterRole{} }),
-		strategy: strategy{validate: func(o runtime.Object) field.ErrorList { return validateClusterRole(o.(*rbacv1.ClusterRole)) }},
+		strategy: strategy{
+			admit:    (*Service).admitRBAC,
+			validate: func(o runtime.Object) field.ErrorList { return validateClusterRole(o.(*rbacv1.ClusterRole)) },
+		},
 	}
 	roleBindingKind = &kind{
 		group: rbacv1.GroupName, version: "v1", kind: "RoleBinding", resource: "rolebindings", singular: "rolebinding", namespaced: true,
@@ -55,6 +59,7 @@ var (
 		storage: jsonStorage(bus.BucketSpec{Name: bus.BucketRoleBindings, Description: "podbus rolebindings", History: 4},
 			func() runtime.Object { return &rbacv1.RoleBinding{} }),
 		strategy: strategy{
+			admit:            (*Service).admitRBAC,
 			prepareForCreate: func(o runtime.Object) { b := o.(*rbacv1.RoleBinding); defaultBinding(&b.RoleRef, b.Subjects) },
 			prepareForUpdate: func(o, _ runtime.Object, _ string) {
 				b := o.(*rbacv1.RoleBinding)
@@ -81,6 +86,7 @@ var (
 		storage: jsonStorage(bus.BucketSpec{Name: bus.BucketClusterRoleBindings, Description: "podbus clusterrolebindings", History: 4},
 			func() runtime.Object { return &rbacv1.ClusterRoleBinding{} }),
 		strategy: strategy{
+			admit:            (*Service).admitRBAC,
 			prepareForCreate: func(o runtime.Object) { b := o.(*rbacv1.ClusterRoleBinding); defaultBinding(&b.RoleRef, b.Subjects) },
 			prepareForUpdate: func(o, _ runtime.Object, _ string) {
 				b := o.(*rbacv1.ClusterRoleBinding)

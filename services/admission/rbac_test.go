@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-
 // as makes a request header naming the test user.
 func as(user string) string { return hdrTestUser + ": " + user }
 
@@ -228,5 +227,74 @@ func TestRBACBootstrap(t *testing.T) {
 	}
 	if _, after := e.do("GET", rbac+"/clusterroles/view", ""); string(after) != string(before) {
 		t.Errorf("bootstrap again changed view:\n%s\n%s", before, after)
+	}
+}
+
+// TestRBACEscalation: an admin of one namespace grants what it holds there, not more, unless it may
+// bind or escalate.
+func TestRBACEscalation(t *testing.T) {
+	e := start(t, nil, false)
+	const rbac = "/apis/rbac.authorization.k8s.io/v1"
+	for _, body := range []string{
+		`{"metadata":{"name":"a"}}`,
+	} {
+		if resp, data := e.do("POST", "/api/v1/namespaces", body); resp.StatusCode != 201 {
+			t.Fatalf("create namespace: %d %s", resp.StatusCode, data)
+		}
+	}
+	for _, b := range []struct{ path, body string }{
+		{rbac + "/namespaces/a/rolebindings", `{"metadata":{"name":"alice-admin"},"roleRef":{"kind":"ClusterRole","name":"admin"},"subjects":[{"kind":"User","name":"alice"}]}`},
+		{rbac + "/clusterroles", `{"metadata":{"name":"node-reader"},"rules":[{"verbs":["get"],"apiGroups":[""],"resources":["nodes"]}]}`},
+		{rbac + "/clusterroles", `{"metadata":{"name":"binder"},"rules":[{"verbs":["bind"],"apiGroups":["rbac.authorization.k8s.io"],"resources":["clusterroles"],"resourceNames":["node-reader"]}]}`},
+		{rbac + "/clusterrolebindings", `{"metadata":{"name":"bob-binder"},"roleRef":{"kind":"ClusterRole","name":"binder"},"subjects":[{"kind":"User","name":"bob"}]}`},
+		{rbac + "/clusterrolebindings", `{"metadata":{"name":"bob-ns"},"roleRef":{"kind":"ClusterRole","name":"admin"},"subjects":[{"kind":"User","name":"bob"}]}`},
+	} {
+		if resp, data := e.do("POST", b.path, b.body); resp.StatusCode != 201 {
+			t.Fatalf("create %s: %d %s", b.path, resp.StatusCode, data)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.canI("alice", authorizationv1.ResourceAttributes{Namespace: "a", Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings"}) == false ||
+		e.canI("bob", authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "node-reader"}) == false {
+		if time.Now().After(deadline) {
+			t.Fatal("bindings never applied")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tests := []struct {
+		name, user, path, body string
+		code                   int
+		message                string
+	}{
+		{"admin binds view in its namespace", "alice", rbac + "/namespaces/a/rolebindings",
+			`{"metadata":{"name":"carol-view"},"roleRef":{"kind":"ClusterRole","name":"view"},"subjects":[{"kind":"User","name":"carol"}]}`, 201, ""},
+		{"admin writes a role it holds", "alice", rbac + "/namespaces/a/roles",
+			`{"metadata":{"name":"pod-reader"},"rules":[{"verbs":["get","list"],"apiGroups":[""],"resources":["pods","pods/log"]}]}`, 201, ""},
+		{"admin cannot bind cluster-admin", "alice", rbac + "/namespaces/a/rolebindings",
+			`{"metadata":{"name":"carol-root"},"roleRef":{"kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"User","name":"carol"}]}`, 403,
+			`rolebindings.rbac.authorization.k8s.io "carol-root" is forbidden: user "alice" (groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:
+{APIGroups:["*"], Resources:["*"], Verbs:["*"]}
+{NonResourceURLs:["*"], Verbs:["*"]}`},
+		{"admin cannot write a role beyond its own", "alice", rbac + "/namespaces/a/roles",
+			`{"metadata":{"name":"node-writer"},"rules":[{"verbs":["get","delete"],"apiGroups":[""],"resources":["nodes","pods"]}]}`, 403,
+			`roles.rbac.authorization.k8s.io "node-writer" is forbidden: user "alice" (groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:
+{APIGroups:[""], Resources:["nodes"], Verbs:["get" "delete"]}`},
+		{"bind verb allows binding what it does not hold", "bob", rbac + "/namespaces/a/rolebindings",
+			`{"metadata":{"name":"dan-nodes"},"roleRef":{"kind":"ClusterRole","name":"node-reader"},"subjects":[{"kind":"User","name":"dan"}]}`, 201, ""},
+		{"bind verb for that role only", "bob", rbac + "/namespaces/a/rolebindings",
+			`{"metadata":{"name":"dan-root"},"roleRef":{"kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"User","name":"dan"}]}`, 403, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, data := e.do("POST", tt.path, tt.body, as(tt.user))
+			if resp.StatusCode != tt.code {
+				t.Fatalf("create = %d %s, want %d", resp.StatusCode, data, tt.code)
+			}
+			var st metav1.Status
+			_ = json.Unmarshal(data, &st)
+			if tt.message != "" && st.Message != tt.message {
+				t.Errorf("message:\n%s\nwant:\n%s", st.Message, tt.message)
+			}
+		})
 	}
 }
