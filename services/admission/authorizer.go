@@ -12,7 +12,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -101,7 +101,7 @@ func attributesOf(r *http.Request, u *userInfo) attributes {
 		}
 		// A list of one name by field selector is about that name (a rule's resourceNames may allow it).
 		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {
-			if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
+			if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(content.IsPathSegmentName(name)) == 0 {
 				a.name = name
 			}
 		}

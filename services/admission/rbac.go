@@ -6,8 +6,8 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -155,7 +155,7 @@ func defaultBinding(ref *rbacv1.RoleRef, subjects []rbacv1.Subject) {
 }
 
 func validateRBACMeta(m *metav1.ObjectMeta, namespaced bool) field.ErrorList {
-	return apivalidation.ValidateObjectMeta(m, namespaced, path.ValidatePathSegmentName, field.NewPath("metadata"))
+	return apivalidation.ValidateObjectMeta(m, namespaced, func(name string, _ bool) []string { return content.IsPathSegmentName(name) }, field.NewPath("metadata"))
 }
 
 func validateClusterRole(r *rbacv1.ClusterRole) field.ErrorList {
@@ -215,7 +215,7 @@ func validateBinding(m *metav1.ObjectMeta, ref rbacv1.RoleRef, subjects []rbacv1
 	if ref.Name == "" {
 		errs = append(errs, field.Required(field.NewPath("roleRef", "name"), ""))
 	} else {
-		for _, msg := range path.ValidatePathSegmentName(ref.Name, false) {
+		for _, msg := range content.IsPathSegmentName(ref.Name) {
 			errs = append(errs, field.Invalid(field.NewPath("roleRef", "name"), ref.Name, msg))
 		}
 	}
