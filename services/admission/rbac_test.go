@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -227,6 +228,45 @@ func TestRBACBootstrap(t *testing.T) {
 	}
 	if _, after := e.do("GET", rbac+"/clusterroles/view", ""); string(after) != string(before) {
 		t.Errorf("bootstrap again changed view:\n%s\n%s", before, after)
+	}
+
+	// An administrator's changes: view loses its first rule and gains one; edit is pinned with
+	// autoupdate "false" and loses its rules; a subject is removed from system:basic-user.
+	patch := func(path, body string) {
+		t.Helper()
+		if resp, data := e.do("PATCH", rbac+path, body, "Content-Type: application/json-patch+json"); resp.StatusCode != 200 {
+			t.Fatalf("patch %s: %d %s", path, resp.StatusCode, data)
+		}
+	}
+	patch("/clusterroles/view", `[{"op":"remove","path":"/rules/0"},{"op":"add","path":"/rules/-","value":{"verbs":["get"],"apiGroups":[""],"resources":["nodes"]}}]`)
+	patch("/clusterroles/edit", `[{"op":"replace","path":"/rules","value":[]},{"op":"replace","path":"/metadata/annotations/rbac.authorization.kubernetes.io~1autoupdate","value":"false"}]`)
+	patch("/clusterrolebindings/system:basic-user", `[{"op":"replace","path":"/subjects","value":[{"kind":"User","name":"dan","apiGroup":"rbac.authorization.k8s.io"}]}]`)
+	if err := e.svc.bootstrapPolicy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, v any) {
+		t.Helper()
+		_, data := e.do("GET", rbac+path, "")
+		if err := json.Unmarshal(data, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var view, edit rbacv1.ClusterRole
+	get("/clusterroles/view", &view)
+	var got []string
+	for _, r := range view.Rules {
+		got = append(got, strings.Join(r.Resources, ","))
+	}
+	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
+		t.Errorf("view after bootstrap: %v, want %v", got, want)
+	}
+	if get("/clusterroles/edit", &edit); len(edit.Rules) != 0 {
+		t.Errorf("pinned edit was reconciled: %v", edit.Rules)
+	}
+	var basic rbacv1.ClusterRoleBinding
+	get("/clusterrolebindings/system:basic-user", &basic)
+	if len(basic.Subjects) != 2 || basic.Subjects[0].Name != "dan" || basic.Subjects[1].Name != groupAuthenticated {
+		t.Errorf("system:basic-user subjects after bootstrap: %v", basic.Subjects)
 	}
 }
 

@@ -91,7 +91,7 @@ func confirmNoEscalation(p *policy, u *userInfo, ns string, rules []rbacv1.Polic
 	var missing []rbacv1.PolicyRule
 	for _, r := range rules {
 		for _, simple := range breakdown(r) {
-			if !slices.ContainsFunc(owner, func(o rbacv1.PolicyRule) bool { return ruleCovers(o, simple) }) {
+			if !rulesCover(owner, simple) {
 				missing = append(missing, simple)
 			}
 		}

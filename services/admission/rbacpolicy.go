@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -121,33 +123,97 @@ func bootstrapMeta(m *metav1.ObjectMeta) {
 	m.Annotations = map[string]string{rbacv1.AutoUpdateAnnotationKey: "true"}
 }
 
-// bootstrapPolicy creates the default cluster roles and bindings that do not exist. Every replica does
-// it at start; create-if-absent on the bucket makes that safe. An existing object is left as it is, so
-// an administrator's change to a default role stays.
+// bootstrapPolicy creates the default cluster roles and bindings, as kube-apiserver does at start: a
+// missing one is created; one that exists gets back the rules (or subjects) of the default it lacks,
+// keeping what an administrator added, unless its autoupdate annotation is "false". Every replica does
+// it at start; create-if-absent and compare-and-set on the bucket make that safe.
 func (s *Service) bootstrapPolicy(ctx context.Context) error {
-	now := metav1.NewTime(metav1.Now().Rfc3339Copy().Time)
-	var objs []runtime.Object
 	for _, r := range defaultClusterRoles() {
-		objs = append(objs, r)
-	}
-	for _, b := range defaultClusterRoleBindings() {
-		objs = append(objs, b)
-	}
-	for _, o := range objs {
-		k := clusterRoleKind
-		if _, ok := o.(*rbacv1.ClusterRoleBinding); ok {
-			k = clusterRoleBindingKind
-		}
-		m := objectMeta(o)
-		m.UID, m.CreationTimestamp = types.UID(uuid.NewString()), now
-		data, err := k.storage.encode(o)
-		if err != nil {
+		if err := s.reconcileDefault(ctx, clusterRoleKind, r); err != nil {
 			return err
 		}
-		_, err = bus.CreateEncoded(ctx, s.buckets[k.storage.spec.Name], k.key("", m.Name), data)
-		if err != nil && !errors.Is(err, bus.ErrExists) {
-			return fmt.Errorf("create %s %s: %w", k.resource, m.Name, err)
+	}
+	for _, b := range defaultClusterRoleBindings() {
+		if err := s.reconcileDefault(ctx, clusterRoleBindingKind, b); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// reconcileAttempts bounds the retries of a default object's reconciliation that lost a race.
+const reconcileAttempts = 8
+
+func (s *Service) reconcileDefault(ctx context.Context, k *kind, want runtime.Object) error {
+	m := objectMeta(want)
+	m.UID, m.CreationTimestamp = types.UID(uuid.NewString()), metav1.NewTime(metav1.Now().Rfc3339Copy().Time)
+	data, err := k.storage.encode(want)
+	if err != nil {
+		return err
+	}
+	for range reconcileAttempts {
+		_, err := bus.CreateEncoded(ctx, s.buckets[k.storage.spec.Name], k.key("", m.Name), data)
+		if !errors.Is(err, bus.ErrExists) {
+			return err
+		}
+		cur, rev, err := s.getEntry(ctx, k, "", m.Name)
+		if apierrors.IsNotFound(err) {
+			continue // deleted in between: create it again
+		}
+		if err != nil {
+			return err
+		}
+		if !reconcileWith(cur, want) {
+			return nil
+		}
+		if _, err := s.writeObject(ctx, k, cur, rev); !errors.Is(err, bus.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("reconcile %s %s: %w", k.resource, m.Name, bus.ErrConflict)
+}
+
+// reconcileWith adds to cur what it lacks of the default want: rules not covered, subjects, labels and
+// annotations. It reports whether cur changed.
+func reconcileWith(cur, want runtime.Object) bool {
+	cm, wm := objectMeta(cur), objectMeta(want)
+	if cm.Annotations[rbacv1.AutoUpdateAnnotationKey] == "false" {
+		return false
+	}
+	changed := false
+	for _, kv := range []struct{ cur, want *map[string]string }{{&cm.Labels, &wm.Labels}, {&cm.Annotations, &wm.Annotations}} {
+		for key, v := range *kv.want {
+			if _, ok := (*kv.cur)[key]; !ok {
+				if *kv.cur == nil {
+					*kv.cur = map[string]string{}
+				}
+				(*kv.cur)[key], changed = v, true
+			}
+		}
+	}
+	switch c := cur.(type) {
+	case *rbacv1.ClusterRole:
+		for _, r := range want.(*rbacv1.ClusterRole).Rules {
+			if !rulesCover(c.Rules, r) {
+				c.Rules, changed = append(c.Rules, r), true
+			}
+		}
+	case *rbacv1.ClusterRoleBinding:
+		for _, sub := range want.(*rbacv1.ClusterRoleBinding).Subjects {
+			if !slices.Contains(c.Subjects, sub) {
+				c.Subjects, changed = append(c.Subjects, sub), true
+			}
+		}
+	}
+	return changed
+}
+
+// rulesCover is whether rules grant everything r does.
+func rulesCover(rules []rbacv1.PolicyRule, r rbacv1.PolicyRule) bool {
+	for _, simple := range breakdown(r) {
+		if !slices.ContainsFunc(rules, func(o rbacv1.PolicyRule) bool { return ruleCovers(o, simple) }) {
+			return false
+		}
+	}
+	return true
 }
