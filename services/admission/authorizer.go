@@ -364,13 +364,13 @@ type authorizer struct {
 }
 
 func (s *Service) newAuthorizer() *authorizer {
-	return &authorizer{caches: func() [4]*watchCache {
+	return &authorizer{caches: sync.OnceValue(func() [4]*watchCache {
 		var out [4]*watchCache
 		for i, k := range rbacKinds {
 			out[i] = s.cache(s.reg.lookup(k.group, k.version, k.resource))
 		}
 		return out
-	}}
+	})}
 }
 
 // allowed decides a request from the current policy; the reason says which binding allowed it or
@@ -392,8 +392,10 @@ func (z *authorizer) policy(ctx context.Context) (*policy, error) {
 	caches := z.caches()
 	var revs [4]uint64
 	for i, c := range caches {
-		if err := c.waitReady(ctx); err != nil {
-			return nil, err
+		if !c.isReady() {
+			if err := c.waitReady(ctx); err != nil {
+				return nil, err
+			}
 		}
 		revs[i] = c.currentRV()
 	}
