@@ -40,6 +40,39 @@ func TestKubectlRBAC(t *testing.T) {
 			t.Errorf("get roles,rolebindings lacks %q:\n%s", want, out)
 		}
 	}
+	// apply, first and repeated, of a Role and its binding.
+	manifest := writeFile(t, "rbac.yaml", `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: cm-editor
+  namespace: a
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, update]
+  resourceNames: [settings]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: bob-cm
+  namespace: a
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: cm-editor
+subjects:
+- kind: User
+  name: bob
+`)
+	if out := k.must("apply", "-f", manifest); !strings.Contains(out, "role.rbac.authorization.k8s.io/cm-editor created") {
+		t.Errorf("apply: %s", out)
+	}
+	// The binding's subjects get their apiGroup defaulted, which kubectl's patch of the atomic list may
+	// send again; the role has nothing defaulted.
+	if out := k.must("apply", "-f", manifest); !strings.Contains(out, "role.rbac.authorization.k8s.io/cm-editor unchanged") {
+		t.Errorf("apply again: %s", out)
+	}
 	if out := k.must("describe", "clusterrole", "view"); !strings.Contains(out, "pods/log") || !strings.Contains(out, "[get list watch]") {
 		t.Errorf("describe clusterrole view:\n%s", out)
 	}
