@@ -445,18 +445,11 @@ func (c *watchCache) snapshot() (uint64, []runtime.Object, error) {
 	return rv, out, nil
 }
 
-// unsecuredUser is who a request is when the API authenticates nobody: plain HTTP without tokens.
-const unsecuredUser = "system:unsecured"
-
-// requester is the identity authorization decides on: the authenticated user, or the test hook's. A
-// plain-HTTP request when no authentication is configured is the unsecured administrator (in
-// system:masters), as kube-apiserver's insecure port was: that mode has no identities to authorize.
+// requester is the identity authorization decides on: the test hook's when set, else the authenticated
+// user (as plainHTTPUser sees it until the API authenticates).
 func (s *Service) requester(r *http.Request, u *userInfo) *userInfo {
 	if s.cfg.testUser != nil {
 		return s.cfg.testUser(r, u)
 	}
-	if r.TLS == nil && len(s.cfg.Tokens) == 0 && u != nil && u.Name == anonymousUser {
-		return &userInfo{Name: unsecuredUser, Groups: []string{groupMasters, groupAuthenticated}}
-	}
-	return u
+	return s.plainHTTPUser(r, u)
 }

@@ -22,12 +22,9 @@ import (
 // aggregated rules themselves. A new kind adds its resources here (view: read; edit: write; admin: the
 // RBAC kinds).
 
-// Groups and users the default bindings name, as Kubernetes' user package.
-const (
-	groupMasters         = "system:masters"
-	groupAuthenticated   = "system:authenticated"
-	groupUnauthenticated = "system:unauthenticated"
-)
+// groupUnauthenticated is the group of anonymous requests, as Kubernetes' user package names it
+// (groupMasters and groupAuthenticated are authentication's).
+const groupUnauthenticated = "system:unauthenticated"
 
 var (
 	verbsRead      = []string{"get", "list", "watch"}
