@@ -92,6 +92,11 @@ const (
 	// provisioned from the API server's kinds (admission.Buckets). Keys: ObjectKey or NodeKey.
 	BucketNamespaces = "namespaces" // key NodeKey(name) -> the Namespace's JSON
 	BucketConfigMaps = "configmaps" // key ObjectKey(ns, name) -> the ConfigMap's JSON
+	// RBAC: the authorizer reads them from the API server's watch caches.
+	BucketRoles               = "roles"               // key ObjectKey(ns, name) -> the Role's JSON
+	BucketRoleBindings        = "rolebindings"        // key ObjectKey(ns, name) -> the RoleBinding's JSON
+	BucketClusterRoles        = "clusterroles"        // key NodeKey(name) -> the ClusterRole's JSON
+	BucketClusterRoleBindings = "clusterrolebindings" // key NodeKey(name) -> the ClusterRoleBinding's JSON
 )
 
 // Durable consumer names. Consumers with the same name are shared by all replicas of a service.

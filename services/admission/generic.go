@@ -183,6 +183,12 @@ func (s *Service) createObject(w http.ResponseWriter, r *http.Request, req reque
 		writeStatus(w, apierrors.NewInvalid(k.gk(), m.Name, errs))
 		return
 	}
+	if f := k.strategy.admit; f != nil {
+		if err := f(s, r.Context(), req, obj, nil); err != nil {
+			writeStatus(w, err)
+			return
+		}
+	}
 	addWarnings(w, warnings)
 	k.stamp(obj, 0)
 	if dryRun(req) {
@@ -272,6 +278,11 @@ func (s *Service) updateStored(ctx context.Context, req request, mode string, ap
 	}
 	if errs := k.validateUpdate(obj, old); len(errs) > 0 {
 		return nil, nil, apierrors.NewInvalid(k.gk(), req.name, errs)
+	}
+	if f := k.strategy.admit; f != nil {
+		if err := f(s, ctx, req, obj, old); err != nil {
+			return nil, nil, err
+		}
 	}
 	if dryRun(req) {
 		return obj, warnings, nil

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,7 @@ type env struct {
 func start(t *testing.T, mod func(*Config), noStore bool) *env {
 	t.Helper()
 	_, conn := bustest.Start(t)
-	cfg := Config{ID: "a1", Addr: "127.0.0.1:0", ReplyTimeout: 5 * time.Second, InsecureHTTP: true}
+	cfg := Config{ID: "a1", Addr: "127.0.0.1:0", ReplyTimeout: 5 * time.Second, InsecureHTTP: true, testUser: testUser}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -90,6 +91,28 @@ func start(t *testing.T, mod func(*Config), noStore bool) *env {
 		e.store = runFakeStore(t, conn)
 	}
 	return e
+}
+
+// Test identities: a request with hdrTestUser is that user, in system:authenticated and the groups of
+// hdrTestGroups (comma-separated); any other request is the authenticated user in system:masters, so
+// tests of everything but authorization are allowed everything.
+const (
+	hdrTestUser   = "X-Test-User"
+	hdrTestGroups = "X-Test-Groups"
+)
+
+func testUser(r *http.Request, u *userInfo) *userInfo {
+	if name := r.Header.Get(hdrTestUser); name != "" {
+		groups := []string{groupAuthenticated}
+		if g := r.Header.Get(hdrTestGroups); g != "" {
+			groups = append(groups, strings.Split(g, ",")...)
+		}
+		return &userInfo{Name: name, Groups: groups}
+	}
+	if u == nil {
+		return nil
+	}
+	return &userInfo{Name: u.Name, Groups: append(slices.Clone(u.Groups), groupMasters)}
 }
 
 // fakeStore answers pod commands like the store service: create/update with CAS, delete at once when

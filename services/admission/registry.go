@@ -74,6 +74,9 @@ type strategy struct {
 	// prepareForUpdate copies from old what an update of sub ("" or "status") may not change.
 	prepareForUpdate func(obj, old runtime.Object, sub string)
 	validateUpdate   func(obj, old runtime.Object) field.ErrorList
+	// admit checks a validated create (old nil) or update against its requester (RBAC's escalation
+	// check); an error refuses it.
+	admit func(s *Service, ctx context.Context, req request, obj, old runtime.Object) error
 	// delete replaces the immediate removal of the stored object (rev is its revision): it returns the
 	// object as left (a graceful deletion) or nil when the object is gone.
 	delete func(ctx context.Context, s *Service, req request, obj runtime.Object, rev uint64) (runtime.Object, error)
@@ -188,6 +191,12 @@ func builtinKinds() []*kind {
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,
+		roleKind,
+		clusterRoleKind,
+		roleBindingKind,
+		clusterRoleBindingKind,
+		withServe(selfSubjectAccessReviewKind, (*Service).serveSelfSubjectAccessReview),
+		withServe(selfSubjectRulesReviewKind, (*Service).serveSelfSubjectRulesReview),
 	}
 }
 

@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,14 +82,16 @@ func TestRegistryNewKind(t *testing.T) {
 	_, data := e.do("GET", "/apis", "")
 	var groups metav1.APIGroupList
 	_ = json.Unmarshal(data, &groups)
-	if len(groups.Groups) != 1 || groups.Groups[0].Name != "example.podbus.io" || groups.Groups[0].PreferredVersion.GroupVersion != "example.podbus.io/v1" {
+	i := slices.IndexFunc(groups.Groups, func(g metav1.APIGroup) bool { return g.Name == "example.podbus.io" })
+	if i < 0 || groups.Groups[i].PreferredVersion.GroupVersion != "example.podbus.io/v1" {
 		t.Errorf("/apis = %s", data)
 	}
 	_, data = e.do("GET", "/apis", "", "Accept: "+aggregatedAccept)
 	var agg apidiscoveryv2.APIGroupDiscoveryList
 	_ = json.Unmarshal(data, &agg)
-	if len(agg.Items) != 1 || agg.Items[0].Name != "example.podbus.io" || len(agg.Items[0].Versions) != 1 ||
-		agg.Items[0].Versions[0].Resources[0].Resource != "widgets" || agg.Items[0].Versions[0].Resources[0].Scope != apidiscoveryv2.ScopeNamespace {
+	i = slices.IndexFunc(agg.Items, func(g apidiscoveryv2.APIGroupDiscovery) bool { return g.Name == "example.podbus.io" })
+	if i < 0 || len(agg.Items[i].Versions) != 1 ||
+		agg.Items[i].Versions[0].Resources[0].Resource != "widgets" || agg.Items[i].Versions[0].Resources[0].Scope != apidiscoveryv2.ScopeNamespace {
 		t.Errorf("aggregated /apis = %s", data)
 	}
 	resp, data := e.do("GET", "/apis/example.podbus.io/v1", "")

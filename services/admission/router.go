@@ -48,6 +48,10 @@ func (s *Service) authenticated(next func(http.ResponseWriter, *http.Request, *u
 }
 
 func (s *Service) route(w http.ResponseWriter, r *http.Request, user *userInfo) {
+	user = s.requester(r, user)
+	if !s.authorize(w, r, attributesOf(r, user)) {
+		return
+	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	var gv schema.GroupVersion
 	var rest string
@@ -104,7 +108,7 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user *userInfo) 
 	}
 	req.user = user
 	req.q = r.URL.Query()
-	if req.q.Get("watch") == "true" || req.q.Get("watch") == "1" {
+	if watchRequested(req.q) {
 		req.watch = true
 	}
 	req.table = parseTableAccept(r.Header.Get("Accept"), req.q)

@@ -83,6 +83,8 @@ type Config struct {
 	Logger *slog.Logger
 	// kinds served besides the built-in ones (tests of the registry).
 	extraKinds []*kind
+	// testUser, when set, replaces the authenticated requester (tests of authorization).
+	testUser func(r *http.Request, u *userInfo) *userInfo
 	// cacheEvents fixes how many changes a kind's watch cache keeps (0: as many as eventFreshness, within
 	// minCacheEvents and maxCacheEvents); bookmarkEvery
 	// how often watchers that allow them get a BOOKMARK (0: defaultBookmarkEvery). For tests.
@@ -111,6 +113,7 @@ type Service struct {
 	// ctx bounds the watch caches: it ends with Run.
 	ctx      context.Context
 	stop     context.CancelFunc
+	authz    *authorizer
 	cachesMu sync.Mutex
 	caches   map[string]*watchCache // by bucket
 	kvReads  atomic.Int64           // reads of objects from a bucket, for tests
@@ -172,10 +175,14 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		caches:  map[string]*watchCache{},
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	s.authz = s.newAuthorizer()
 	for _, ns := range systemNamespaces {
 		if err := s.ensureNamespace(ctx, ns); err != nil {
 			return nil, fmt.Errorf("admission: %w", err)
 		}
+	}
+	if err := s.bootstrapPolicy(ctx); err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
 	}
 	return s, nil
 }
