@@ -160,7 +160,7 @@ func TestKubectlViewerInOneNamespace(t *testing.T) {
 			denied: `nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope`},
 		{name: "read a configmap in a", args: []string{"get", "configmaps", "-n", "a"}, can: []string{"list", "configmaps", "-n", "a"}, ok: true},
 		{name: "bind herself more", args: []string{"create", "rolebinding", "more", "-n", "a", "--clusterrole=admin", "--user=alice"},
-			can: []string{"create", "rolebindings", "-n", "a"},
+			can:    []string{"create", "rolebindings", "-n", "a"},
 			denied: `rolebindings.rbac.authorization.k8s.io is forbidden: User "alice" cannot create resource "rolebindings" in API group "rbac.authorization.k8s.io" in the namespace "a"`},
 	}
 	for _, tt := range tests {
