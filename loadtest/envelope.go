@@ -68,6 +68,9 @@ type EnvelopeResult struct {
 	Agents       Memory `json:"agents"`
 	// Goroutines of the control-plane process once every pod is Ready (0: not measured).
 	Goroutines int `json:"control_plane_goroutines"`
+	// LiveHeap of the control plane after a forced collection at the end (0: not measured): what the
+	// cluster's objects take, apart from the garbage the GC target lets accumulate up to the limit.
+	LiveHeap int64 `json:"control_plane_live_heap_bytes"`
 
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
@@ -215,6 +218,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return res, err
 	}
 	res.Goroutines = goroutines(ctx, pprofAddr)
+	res.LiveHeap = liveHeap(ctx, pprofAddr)
 	res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
 	res.Agents = agMem.result(res.Agents.RegisterRSS, 0)
 	return res, nil
@@ -377,6 +381,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
 		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)
 	fmt.Fprintf(w, "%-42s peak %s, at end %s\n", "agents RSS (other process)", gib(r.Agents.PeakRSS), gib(r.Agents.EndRSS))
+	if r.LiveHeap > 0 {
+		fmt.Fprintf(w, "%-42s %s, %.1f KB per pod\n", "control-plane live heap at end (after GC)", gib(r.LiveHeap), float64(r.LiveHeap)/float64(max(r.Pods, 1))/1000)
+	}
 	if r.Goroutines > 0 {
 		fmt.Fprintf(w, "%-42s %d\n", "control-plane goroutines at end", r.Goroutines)
 	}
@@ -558,6 +565,39 @@ func goroutines(ctx context.Context, addr string) int {
 	// goroutine profile: total N
 	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "goroutine profile: total")))
 	return n
+}
+
+// liveHeap has the control plane collect its garbage (pprof's heap profile with gc=1) and reads the heap
+// left from its /debug/vars (0 when unavailable).
+func liveHeap(ctx context.Context, addr string) int64 {
+	get := func(path string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		return 0
+	}
+	b, err := get("/debug/vars")
+	if err != nil {
+		return 0
+	}
+	var vars struct {
+		Memstats struct {
+			HeapAlloc int64 `json:"HeapAlloc"`
+		} `json:"memstats"`
+	}
+	if json.Unmarshal(b, &vars) != nil {
+		return 0
+	}
+	return vars.Memstats.HeapAlloc
 }
 
 // freeAddr is a loopback address with a port free a moment ago.
