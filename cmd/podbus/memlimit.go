@@ -23,9 +23,9 @@ const gcPercentWithLimit = 400
 
 var errMemoryLimit = errors.New("invalid memory limit")
 
-// memoryLimitFlag registers --memory-limit.
-func memoryLimitFlag(fs *flag.FlagSet) *string {
-	return fs.String("memory-limit", "auto", "soft memory limit of the Go runtime (e.g. 3GiB, 512Mi, bytes; "+
+// memoryLimitFlag registers --memory-limit into p ("" means auto as well).
+func memoryLimitFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "memory-limit", "auto", "soft memory limit of the Go runtime (e.g. 3GiB, 512Mi, bytes; "+
 		"auto: GOMEMLIMIT if set, else 3GiB or half the machine's memory if that is less; off: none, and the Go default GOGC)")
 }
 
