@@ -109,14 +109,18 @@ func runEnvelope(ctx context.Context, cfg Config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	res, err := Envelope(ctx, cfg, progress(cfg))
-	if err != nil {
+	if res == nil {
 		return err
 	}
+	// What was measured before a failure is printed as well: where it stopped is a figure too.
 	if cfg.JSON {
-		return writeJSON(w, res)
+		if jerr := writeJSON(w, res); jerr != nil && err == nil {
+			err = jerr
+		}
+		return err
 	}
 	res.Print(w)
-	return nil
+	return err
 }
 
 func progress(cfg Config) io.Writer {
@@ -204,12 +208,16 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	pcfg := cfg
 	pcfg.API, pcfg.NATS = api, natsURL
 	pr, err := run(ctx, pcfg)
+	if pr != nil {
+		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
+		res.Slices = sliceRates(pr, slice)
+		res.LastToFirst = lastToFirst(res.Slices, slice)
+	}
 	if err != nil {
+		res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
+		res.Agents = agMem.result(res.Agents.RegisterRSS, 0)
 		return res, fmt.Errorf("%w: pods: %w (control plane log: %s)", ErrEnvelope, err, cp.tail())
 	}
-	res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
-	res.Slices = sliceRates(pr, slice)
-	res.LastToFirst = lastToFirst(res.Slices, slice)
 
 	if res.ListAll, err = listPods(ctx, pr.client, api, ""); err != nil {
 		return res, err
@@ -386,6 +394,10 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	}
 	if r.Goroutines > 0 {
 		fmt.Fprintf(w, "%-42s %d\n", "control-plane goroutines at end", r.Goroutines)
+	}
+	if r.ListAll.Pages == 0 {
+		fmt.Fprintf(w, "%-42s not measured\n", "lists")
+		return
 	}
 	fmt.Fprintf(w, "%-42s %.2f s (%d pods, %d pages, %.0f MB)\n", "list pods, pages of 500",
 		r.ListAll.Seconds, r.ListAll.Items, r.ListAll.Pages, float64(r.ListAll.Bytes)/1e6)

@@ -434,6 +434,8 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	// Wait until every accepted pod is ready or unschedulable, reporting progress each second.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var timedOut error // the result so far comes with it
+wait:
 	for {
 		created := t.count[0].Load()
 		if t.ready.Load()+t.unsch.Load() >= created {
@@ -441,7 +443,8 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
+			timedOut = fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
+			break wait
 		case <-tick.C:
 			if !cfg.Quiet {
 				fmt.Fprintf(os.Stderr, "created %d scheduled %d bound %d running %d ready %d unschedulable %d\n",
@@ -477,7 +480,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	res.SubmitRate = float64(t.count[0].Load()) / submitted.Seconds()
 	res.Throughput = float64(res.Ready) / total.Seconds()
 	res.start, res.lastSent, res.client = start, start.Add(submitted), client
-	return res, nil
+	return res, timedOut
 }
 
 func maxTime(a, b time.Time) time.Time {
