@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 run:
 	$(GO) run ./cmd/podbus up
 
-## test: lint, then every test (end-to-end ones included), a short fuzzing run, then the docker-compose deployment test
+## test: lint, then every test (end-to-end ones and the reduced scale envelope, loadtest/envelope_test.go, included), a short fuzzing run, then the docker-compose deployment test
 test: lint unit fuzz compose-test
 
 unit:
@@ -77,9 +77,11 @@ build:
 
 ## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), scheduling-basic
 ## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
-## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd) and Go benchmarks
+## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd), Kubernetes'
+## scale envelope (5,000 nodes, 150,000 pods, control plane and agents in two processes) and Go benchmarks
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
+	$(BIN)/podbus loadtest --scenario envelope --quiet   # 5,000 nodes, 150,000 pods, slices of 10,000
 	$(BIN)/podbus loadtest --scenario scheduling-basic --replicas 1,3 --quiet   # scheduler_perf SchedulingBasic shape
 	$(BIN)/podbus loadtest --runtime containerd
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./sched/... ./services/...

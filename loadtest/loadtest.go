@@ -43,6 +43,7 @@ type Config struct {
 	Pods        int
 	Rate        float64 // pods/s; 0 = as fast as possible
 	Concurrency int     // HTTP requests in flight
+	Window      int     // pods sent and not yet Ready (nor unschedulable) at most; 0: no bound
 	NodeCPU     string
 	NodeMemory  string
 	MaxPods     int
@@ -73,6 +74,10 @@ type Config struct {
 	// CPUProfile, in scheduling-basic, writes a CPU profile of each measured window to this path with
 	// the run's label appended (the whole process: the embedded server and every service).
 	CPUProfile string
+	// Envelope: pods per measured slice, and the podbus binary to run the control plane and the
+	// simulated nodes with (default: this executable).
+	Slice  int
+	Binary string
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -86,6 +91,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.Pods, "pods", 5000, "pods to submit")
 	fs.Float64Var(&c.Rate, "rate", 0, "pods per second (0: as fast as possible)")
 	fs.IntVar(&c.Concurrency, "concurrency", 64, "API requests in flight")
+	fs.IntVar(&c.Window, "window", 0, "pods sent and not yet Ready at most, so that the pipeline's queues stay bounded (0: no bound; envelope: 1000)")
 	fs.StringVar(&c.NodeCPU, "node-cpu", "32", "cpu of each simulated node")
 	fs.StringVar(&c.NodeMemory, "node-memory", "128Gi", "memory of each simulated node")
 	fs.IntVar(&c.MaxPods, "max-pods", 250, "pods per simulated node")
@@ -101,13 +107,15 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
-	fs.StringVar(&c.Scenario, "scenario", ScenarioPipeline, "pipeline or scheduling-basic")
+	fs.StringVar(&c.Scenario, "scenario", ScenarioPipeline, "pipeline, scheduling-basic or envelope")
 	fs.StringVar(&c.Variant, "variant", VariantBasic, "scheduling-basic: basic, anti-affinity or spread")
 	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
 	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "scheduling-basic: write a CPU profile of each measured window to this path plus the run's name")
+	fs.IntVar(&c.Slice, "slice", envelopeSlice, "envelope: pods per measured slice")
+	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
 	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -132,8 +140,33 @@ func ParseFlags(args []string) (Config, error) {
 		if _, err := parseReplicas(c.Replicas); err != nil {
 			return c, err
 		}
+	case ScenarioEnvelope:
+		// Kubernetes' scale envelope unless given.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["nodes"] {
+			c.Nodes = envelopeNodes
+		}
+		if !set["pods"] {
+			c.Pods = envelopePods
+		}
+		if !set["max-pods"] {
+			c.MaxPods = envelopeMaxPods
+		}
+		if !set["timeout"] {
+			c.Timeout = envelopeTimeout
+		}
+		if !set["window"] {
+			c.Window = envelopeWindow
+		}
+		if c.API != "" || c.Runtime != "fake" || set["node-pools"] {
+			return c, fmt.Errorf("--scenario envelope starts its own processes with simulated nodes: no --api, --runtime or --node-pools")
+		}
+		if c.Slice <= 0 {
+			return c, fmt.Errorf("--slice %d: want at least 1", c.Slice)
+		}
 	default:
-		return c, fmt.Errorf("--scenario %q: want %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic)
+		return c, fmt.Errorf("--scenario %q: want %s, %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic, ScenarioEnvelope)
 	}
 	if *pools != "" {
 		p, err := nodepool.Load(*pools)
@@ -201,7 +234,15 @@ type Result struct {
 	SubmitRate    float64                `json:"submit_pods_per_s"`
 	Throughput    float64                `json:"ready_pods_per_s"`
 	Stages        map[string]Percentiles `json:"stages"`
+
+	start    time.Time    // the first POST
+	lastSent time.Time    // the last POST answered
+	ready    []readyPod   // every ready pod, in no particular order
+	client   *http.Client // the API client the pods went through
 }
+
+// readyPod is when a pod was sent and when it became Ready.
+type readyPod struct{ sent, ready time.Time }
 
 type podTimes struct {
 	sent time.Time
@@ -235,6 +276,9 @@ func (t *tracker) mark(name string, stage int, at time.Time) {
 func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.Scenario == ScenarioSchedulingBasic {
 		return runSchedulingBasic(ctx, cfg, w) // each run has its own timeout
+	}
+	if cfg.Scenario == ScenarioEnvelope {
+		return runEnvelope(ctx, cfg, w)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -403,6 +447,9 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 				}
 				next = next.Add(interval)
 			}
+			if !t.waitWindow(ctx, cfg.Window, int64(i)-failed.Load()) {
+				return
+			}
 			select {
 			case jobs <- i:
 			case <-ctx.Done():
@@ -416,6 +463,8 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	// Wait until every accepted pod is ready or unschedulable, reporting progress each second.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var timedOut error // the result so far comes with it
+wait:
 	for {
 		created := t.count[0].Load()
 		if t.ready.Load()+t.unsch.Load() >= created {
@@ -423,7 +472,8 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
+			timedOut = fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
+			break wait
 		case <-tick.C:
 			if !cfg.Quiet {
 				fmt.Fprintf(os.Stderr, "created %d scheduled %d bound %d running %d ready %d unschedulable %d\n",
@@ -444,8 +494,9 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 				continue
 			}
 			ds = append(ds, float64(p.at[si].Sub(p.sent))/float64(time.Millisecond))
-			if si == 4 && p.at[si].After(last) {
-				last = p.at[si]
+			if si == 4 {
+				last = maxTime(last, p.at[si])
+				res.ready = append(res.ready, readyPod{sent: p.sent, ready: p.at[si]})
 			}
 		}
 		res.Stages[s] = percentiles(ds)
@@ -457,7 +508,31 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Seconds = total.Seconds()
 	res.SubmitRate = float64(t.count[0].Load()) / submitted.Seconds()
 	res.Throughput = float64(res.Ready) / total.Seconds()
-	return res, nil
+	res.start, res.lastSent, res.client = start, start.Add(submitted), client
+	return res, timedOut
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// waitWindow waits until fewer than window of the sent pods are neither Ready nor unschedulable (a
+// window of 0 does not wait); false when ctx ends first.
+func (t *tracker) waitWindow(ctx context.Context, window int, sent int64) bool {
+	if window <= 0 {
+		return true
+	}
+	for sent-t.ready.Load()-t.unsch.Load() >= int64(window) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return true
 }
 
 // observe marks the stages of the tracker's pods as they happen: decisions on pod.scheduled (a core

@@ -11,7 +11,6 @@ import (
 	_ "net/http/pprof" // served only when PODBUS_PPROF names an address
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -58,10 +57,10 @@ func main() {
 		os.Exit(2)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
-	// The pipeline allocates many short-lived messages; trading memory for fewer collections is the
-	// right default on a machine that runs nothing else. GOGC in the environment still wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
+	// Every command starts with the default limit; those with --memory-limit apply theirs once parsed.
+	if err := applyMemoryLimit("auto"); err != nil {
+		fmt.Fprintf(os.Stderr, "podbus: %v\n", err)
+		os.Exit(1)
 	}
 	if addr := os.Getenv("PODBUS_PPROF"); addr != "" {
 		go func() { _ = http.ListenAndServe(addr, health.DebugHandler()) }()

@@ -39,6 +39,7 @@ type common struct {
 	id         string
 	healthAddr string
 	replicas   int
+	memLimit   string
 }
 
 func (c *common) register(fs *flag.FlagSet, service string) {
@@ -47,6 +48,7 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 	fs.StringVar(&c.id, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "replica identity (stamped on every message)")
 	fs.StringVar(&c.healthAddr, "health-addr", "", "serve /healthz, /readyz and /debug/vars here (e.g. :8081)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets when this service provisions them (3 in a cluster)")
+	memoryLimitFlag(fs, &c.memLimit)
 }
 
 // busOptions shape the streams and buckets, the API's kinds' buckets included, so every service finds
@@ -57,6 +59,9 @@ func (c *common) busOptions() bus.Options {
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
+	if err := applyMemoryLimit(c.memLimit); err != nil {
+		return err
+	}
 	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
 	if err != nil {
 		return err
@@ -409,7 +414,12 @@ func runNATS(ctx context.Context, args []string) error {
 	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
 	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
 	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz: ready once JetStream reaches its meta leader) or 0")
+	var memLimit string
+	memoryLimitFlag(fs, &memLimit)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyMemoryLimit(memLimit); err != nil {
 		return err
 	}
 	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort}
@@ -458,7 +468,12 @@ func runUp(ctx context.Context, args []string) error {
 	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")
+	var memLimit string
+	memoryLimitFlag(fs, &memLimit)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyMemoryLimit(memLimit); err != nil {
 		return err
 	}
 	for _, h := range strings.Split(*plainHTTP, ",") {

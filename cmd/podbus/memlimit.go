@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// defaultMemoryLimit is the soft limit when neither --memory-limit nor GOMEMLIMIT says otherwise, unless
+// half the machine's (or the cgroup's) memory is less.
+const defaultMemoryLimit = 3 << 30
+
+// gcPercentWithLimit is the GC target while a memory limit holds: the pipeline allocates many
+// short-lived messages, so collecting less often pays, and the limit keeps the heap from growing to five
+// times the live data when there is much of it.
+const gcPercentWithLimit = 400
+
+var errMemoryLimit = errors.New("invalid memory limit")
+
+// memoryLimitFlag registers --memory-limit into p ("" means auto as well).
+func memoryLimitFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "memory-limit", "auto", "soft memory limit of the Go runtime (e.g. 3GiB, 512Mi, bytes; "+
+		"auto: GOMEMLIMIT if set, else 3GiB or half the machine's memory if that is less; off: none, and the Go default GOGC)")
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit and GC target for spec (see memoryLimitFlag).
+// GOGC in the environment always wins over the GC target set here.
+func applyMemoryLimit(spec string) error {
+	limit, err := memoryLimit(spec, os.Getenv("GOMEMLIMIT"), machineMemory())
+	if err != nil {
+		return err
+	}
+	switch {
+	case limit > 0:
+		debug.SetMemoryLimit(limit)
+	case limit == 0:
+		debug.SetMemoryLimit(math.MaxInt64)
+	}
+	if os.Getenv("GOGC") == "" {
+		gc := 100
+		if debug.SetMemoryLimit(-1) < math.MaxInt64 {
+			gc = gcPercentWithLimit
+		}
+		debug.SetGCPercent(gc)
+	}
+	return nil
+}
+
+// memoryLimit resolves spec: a size wins, "off" is 0 (no limit), "auto" is -1 (keep the runtime's) when
+// GOMEMLIMIT is set, else the default capped at half of machine bytes (unknown when 0).
+func memoryLimit(spec, gomemlimit string, machine int64) (int64, error) {
+	switch strings.ToLower(strings.TrimSpace(spec)) {
+	case "off", "none", "0":
+		return 0, nil
+	case "auto", "":
+		if gomemlimit != "" {
+			return -1, nil
+		}
+		limit := int64(defaultMemoryLimit)
+		if machine > 0 && machine/2 < limit {
+			limit = machine / 2
+		}
+		return limit, nil
+	}
+	return parseBytes(spec)
+}
+
+// parseBytes reads a size as GOMEMLIMIT writes it (B, KiB, MiB, GiB, TiB) or as a Kubernetes quantity
+// (Ki, Mi, Gi, Ti, k, M, G, T), or plain bytes.
+func parseBytes(s string) (int64, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1},
+	}
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 || math.IsInf(v, 0) || v*float64(mult) >= math.MaxInt64 {
+		return 0, fmt.Errorf("%w: %q (e.g. 3GiB, 512Mi, off)", errMemoryLimit, orig)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// machineMemory is the memory this process may use: the machine's, or its cgroup's limit when lower;
+// 0 when unknown.
+func machineMemory() int64 {
+	var total int64
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				total = kb << 10
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (total == 0 || v < total) {
+			total = v
+		}
+	}
+	return total
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestMemoryLimit(t *testing.T) {
+	const gib = 1 << 30
+	tests := []struct {
+		name, spec, env string
+		machine         int64
+		want            int64
+		err             error
+	}{
+		{"auto on a big machine", "auto", "", 24 * gib, 3 * gib, nil},
+		{"auto on a small machine", "auto", "", 2 * gib, 1 * gib, nil},
+		{"auto, machine unknown", "", "", 0, 3 * gib, nil},
+		{"auto keeps GOMEMLIMIT", "auto", "2GiB", 24 * gib, -1, nil},
+		{"a size wins over GOMEMLIMIT", "1GiB", "2GiB", 24 * gib, 1 * gib, nil},
+		{"quantity", "512Mi", "", 0, 512 << 20, nil},
+		{"decimal", "1.5G", "", 0, 1_500_000_000, nil},
+		{"bytes", "1048576", "", 0, 1 << 20, nil},
+		{"off", "off", "2GiB", 0, 0, nil},
+		{"garbage", "lots", "", 0, 0, errMemoryLimit},
+		{"negative", "-1GiB", "", 0, 0, errMemoryLimit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := memoryLimit(tt.spec, tt.env, tt.machine)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if err == nil && got != tt.want {
+				t.Errorf("memoryLimit(%q, %q, %d) = %d, want %d", tt.spec, tt.env, tt.machine, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,626 @@
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// ScenarioEnvelope measures Kubernetes' scale envelope (5,000 nodes, 150,000 pods by default) with the
+// control plane and the simulated nodes in two processes, so that the control plane's memory is its own.
+const ScenarioEnvelope = "envelope"
+
+// Envelope defaults, Kubernetes' documented limits.
+const (
+	envelopeNodes   = 5000
+	envelopePods    = 150000
+	envelopeSlice   = 10000
+	envelopeMaxPods = 110
+	envelopeTimeout = 30 * time.Minute
+	// envelopeWindow bounds the pods in flight: enough to keep every stage busy, few enough that each
+	// slice is measured with the same queues (an unbounded submission measures the drain at the end).
+	envelopeWindow = 1000
+	envelopeHost   = "envelope"
+)
+
+// ErrEnvelope is returned when the envelope's processes or measurements fail.
+var ErrEnvelope = errors.New("envelope")
+
+// EnvelopeResult is what the envelope scenario measures.
+type EnvelopeResult struct {
+	Nodes      int     `json:"nodes"`
+	Registered int     `json:"nodes_ready"`
+	RegisterS  float64 `json:"registration_s"` // agent process started → every node Ready
+	Pods       int     `json:"pods"`
+	Ready      int     `json:"pods_ready"`
+	Failed     int     `json:"failed_requests"`
+	Seconds    float64 `json:"seconds"`          // first POST → last pod Ready
+	Throughput float64 `json:"ready_pods_per_s"` // over the whole run
+	SliceSize  int     `json:"slice"`
+	Slices     []Slice `json:"slices"`
+	// LastToFirst is the last full slice's rate over the first's.
+	LastToFirst float64 `json:"last_to_first"`
+
+	ControlPlane Memory `json:"control_plane"`
+	Agents       Memory `json:"agents"`
+	// Goroutines of the control-plane process once every pod is Ready (0: not measured).
+	Goroutines int `json:"control_plane_goroutines"`
+	// LiveHeap of the control plane after a forced collection at the end (0: not measured): what the
+	// cluster's objects take, apart from the garbage the GC target lets accumulate up to the limit.
+	LiveHeap int64 `json:"control_plane_live_heap_bytes"`
+
+	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
+	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
+}
+
+// Slice is the i-th group of pods, in the order they became Ready.
+type Slice struct {
+	Pods   int     `json:"pods"`
+	ReadyS float64 `json:"ready_at_s"` // its last pod Ready, from the first POST
+	Rate   float64 `json:"pods_per_s"` // Pods over the time since the previous slice's last (or the first POST)
+	P50    float64 `json:"created_ready_p50_ms"`
+	P99    float64 `json:"created_ready_p99_ms"`
+	Drain  bool    `json:"drain"` // ended after the last POST
+}
+
+// Memory of a process, in bytes, from /proc/<pid>/status.
+type Memory struct {
+	PeakRSS      int64   `json:"peak_rss_bytes"`       // VmHWM at the end
+	RegisterRSS  int64   `json:"registered_rss_bytes"` // VmRSS once every node is Ready
+	EndRSS       int64   `json:"end_rss_bytes"`        // VmRSS once every pod is Ready and listed
+	PeakPerPodKB float64 `json:"peak_kb_per_pod,omitempty"`
+}
+
+// List is one paged list through the API.
+type List struct {
+	Items   int     `json:"items"`
+	Pages   int     `json:"pages"`
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+}
+
+// runEnvelope starts `podbus up --nodes 0` and `podbus agent --nodes N` as child processes of the podbus
+// binary, then measures registration, the pods' created→ready throughput slice by slice, the control
+// plane's memory and list times.
+func runEnvelope(ctx context.Context, cfg Config, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	res, err := Envelope(ctx, cfg, progress(cfg))
+	if res == nil {
+		return err
+	}
+	// What was measured before a failure is printed as well: where it stopped is a figure too.
+	if cfg.JSON {
+		if jerr := writeJSON(w, res); jerr != nil && err == nil {
+			err = jerr
+		}
+		return err
+	}
+	res.Print(w)
+	return err
+}
+
+func progress(cfg Config) io.Writer {
+	if cfg.Quiet {
+		return io.Discard
+	}
+	return os.Stderr
+}
+
+// Envelope runs the envelope scenario (see runEnvelope), writing progress lines to log.
+func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, error) {
+	bin := cfg.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	slice := cfg.Slice
+	if slice <= 0 {
+		slice = envelopeSlice
+	}
+	parent := cfg.DataDir
+	if parent == "" {
+		parent = tmpParent()
+	}
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp(parent, "podbus-envelope-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := startChild(ctx, bin, filepath.Join(dir, "up.log"), []string{"PODBUS_PPROF=" + pprofAddr},
+		"up", "--nodes", "0", "--runtime", "fake", "--registry", "off", "--nats-port", "-1",
+		"--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "up"), "--schedulers", strconv.Itoa(max(cfg.Schedulers, 1)))
+	if err != nil {
+		return nil, err
+	}
+	defer cp.stop()
+	api, natsURL, err := cp.waitUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "control plane (pid %d): API %s, NATS %s\n", cp.cmd.Process.Pid, api, natsURL)
+
+	conn, err := bus.Connect(ctx, natsURL, "podbus-loadtest-envelope")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice}
+	cpMem, agMem := &memWatch{}, &memWatch{}
+	cpMem.start(ctx, cp.cmd.Process.Pid)
+	defer cpMem.stop()
+
+	started := time.Now()
+	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), nil,
+		"agent", "--runtime", "fake", "--nodes", strconv.Itoa(cfg.Nodes), "--node", envelopeHost, "--nats", natsURL,
+		"--cpu", cfg.NodeCPU, "--memory", cfg.NodeMemory, "--max-pods", strconv.Itoa(cfg.MaxPods),
+		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24",
+		// The agents stand in for thousands of machines: under the default soft limit a process holding
+		// every pod of the cluster would spend its CPU collecting, and slow the nodes, not the control plane.
+		"--memory-limit", "off")
+	if err != nil {
+		return nil, err
+	}
+	defer agents.stop()
+	agMem.start(ctx, agents.cmd.Process.Pid)
+	defer agMem.stop()
+	res.Registered, err = waitNodesReady(ctx, conn, cfg.Nodes, agents, log)
+	res.RegisterS = time.Since(started).Seconds()
+	if err != nil {
+		return res, fmt.Errorf("%w: %d of %d nodes Ready after %.1fs: %w", ErrEnvelope, res.Registered, cfg.Nodes, res.RegisterS, err)
+	}
+	fmt.Fprintf(log, "%d nodes Ready in %.1fs\n", res.Registered, res.RegisterS)
+	res.ControlPlane.RegisterRSS = rss(cp.cmd.Process.Pid).rss
+	res.Agents.RegisterRSS = rss(agents.cmd.Process.Pid).rss
+
+	pcfg := cfg
+	pcfg.API, pcfg.NATS = api, natsURL
+	pr, err := run(ctx, pcfg)
+	if pr != nil {
+		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
+		res.Slices = sliceRates(pr, slice)
+		res.LastToFirst = lastToFirst(res.Slices, slice)
+	}
+	if err != nil {
+		res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
+		res.Agents = agMem.result(res.Agents.RegisterRSS, 0)
+		return res, fmt.Errorf("%w: pods: %w (control plane log: %s)", ErrEnvelope, err, cp.tail())
+	}
+
+	if res.ListAll, err = listPods(ctx, pr.client, api, ""); err != nil {
+		return res, err
+	}
+	if res.ListSelector, err = listPods(ctx, pr.client, api, "podbus-envelope=none"); err != nil {
+		return res, err
+	}
+	res.Goroutines = goroutines(ctx, pprofAddr)
+	res.LiveHeap = liveHeap(ctx, pprofAddr)
+	res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
+	res.Agents = agMem.result(res.Agents.RegisterRSS, 0)
+	return res, nil
+}
+
+// sliceRates groups the ready pods in the order they became Ready.
+func sliceRates(r *Result, size int) []Slice {
+	ready := slices.Clone(r.ready)
+	slices.SortFunc(ready, func(a, b readyPod) int { return a.ready.Compare(b.ready) })
+	var out []Slice
+	prev := r.start
+	for i := 0; i < len(ready); i += size {
+		part := ready[i:min(i+size, len(ready))]
+		end := part[len(part)-1].ready
+		lat := make([]float64, len(part))
+		for j, p := range part {
+			lat[j] = float64(p.ready.Sub(p.sent)) / float64(time.Millisecond)
+		}
+		pc := percentiles(lat)
+		s := Slice{Pods: len(part), ReadyS: end.Sub(r.start).Seconds(), P50: pc.P50, P99: pc.P99, Drain: end.After(r.lastSent)}
+		if d := end.Sub(prev).Seconds(); d > 0 {
+			s.Rate = float64(len(part)) / d
+		}
+		out = append(out, s)
+		prev = end
+	}
+	return out
+}
+
+// lastToFirst is the rate of the last full slice that ended while pods were still being created over
+// the first slice's; 0 without two such slices. Slices that end in the drain after the last POST go
+// faster, as the API no longer takes its share of the CPU.
+func lastToFirst(ss []Slice, size int) float64 {
+	for i := len(ss) - 1; i > 0; i-- {
+		if ss[i].Pods == size && !ss[i].Drain && ss[0].Rate > 0 {
+			return ss[i].Rate / ss[0].Rate
+		}
+	}
+	return 0
+}
+
+// waitNodesReady watches the nodes bucket until want nodes of the envelope's host are Ready, the agent
+// process exits, or ctx ends; it returns how many were Ready.
+func waitNodesReady(ctx context.Context, conn *bus.Conn, want int, agents *child, log io.Writer) (int, error) {
+	kv, err := conn.JS.KeyValue(ctx, bus.BucketNodes)
+	if err != nil {
+		return 0, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watcher, err := kv.WatchAll(wctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = watcher.Stop() }()
+	ready := map[string]bool{}
+	n := 0
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for n < want {
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-agents.done:
+			return n, fmt.Errorf("agent process exited: %v (log: %s)", agents.err, agents.tail())
+		case <-tick.C:
+			fmt.Fprintf(log, "nodes Ready %d of %d\n", n, want)
+		case e := <-watcher.Updates():
+			if e == nil {
+				continue
+			}
+			var node pb.Node
+			if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), &node) != nil {
+				continue
+			}
+			name := node.GetMetadata().GetName()
+			if !strings.HasPrefix(name, envelopeHost+"-") {
+				continue
+			}
+			if r := podutil.NodeIsReady(&node); r != ready[name] {
+				ready[name] = r
+				if r {
+					n++
+				} else {
+					n--
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// listPods lists every pod through the API in pages of 500, as kubectl does, following continue tokens.
+func listPods(ctx context.Context, client *http.Client, api, selector string) (List, error) {
+	var l List
+	start := time.Now()
+	cont := ""
+	for {
+		q := url.Values{"limit": {"500"}}
+		if selector != "" {
+			q.Set("labelSelector", selector)
+		}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/v1/pods?"+q.Encode(), nil)
+		if err != nil {
+			return l, err
+		}
+		req.Header.Set("Accept", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return l, fmt.Errorf("%w: list pods: %w", ErrEnvelope, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return l, fmt.Errorf("%w: list pods: %w", ErrEnvelope, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return l, fmt.Errorf("%w: list pods: %s: %s", ErrEnvelope, resp.Status, bytes.TrimSpace(body[:min(len(body), 200)]))
+		}
+		var page struct {
+			Metadata struct {
+				Continue string `json:"continue"`
+			} `json:"metadata"`
+			Items []struct{} `json:"items"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return l, fmt.Errorf("%w: list pods: %w", ErrEnvelope, err)
+		}
+		l.Pages++
+		l.Items += len(page.Items)
+		l.Bytes += int64(len(body))
+		if cont = page.Metadata.Continue; cont == "" {
+			break
+		}
+	}
+	l.Seconds = time.Since(start).Seconds()
+	return l, nil
+}
+
+// Print writes the result as one table.
+func (r *EnvelopeResult) Print(w io.Writer) {
+	gib := func(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
+	fmt.Fprintf(w, "envelope: %d nodes, %d pods, slices of %d\n", r.Nodes, r.Pods, r.SliceSize)
+	fmt.Fprintf(w, "%-42s %s\n", "what", "measured")
+	fmt.Fprintf(w, "%-42s %d of %d Ready in %.1f s\n", "node registration", r.Registered, r.Nodes, r.RegisterS)
+	fmt.Fprintf(w, "%-42s %d of %d Ready, %d failed requests, %.1f s, %.0f pods/s\n", "pods created→ready",
+		r.Ready, r.Pods, r.Failed, r.Seconds, r.Throughput)
+	for i, s := range r.Slices {
+		drain := ""
+		if s.Drain {
+			drain = "   (drain, after the last POST)"
+		}
+		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms%s\n",
+			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99, drain)
+	}
+	fmt.Fprintf(w, "%-42s %.2f\n", "last full slice before the drain / first", r.LastToFirst)
+	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
+		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)
+	fmt.Fprintf(w, "%-42s peak %s, at end %s\n", "agents RSS (other process)", gib(r.Agents.PeakRSS), gib(r.Agents.EndRSS))
+	if r.LiveHeap > 0 {
+		fmt.Fprintf(w, "%-42s %s, %.1f KB per pod\n", "control-plane live heap at end (after GC)", gib(r.LiveHeap), float64(r.LiveHeap)/float64(max(r.Pods, 1))/1000)
+	}
+	if r.Goroutines > 0 {
+		fmt.Fprintf(w, "%-42s %d\n", "control-plane goroutines at end", r.Goroutines)
+	}
+	if r.ListAll.Pages == 0 {
+		fmt.Fprintf(w, "%-42s not measured\n", "lists")
+		return
+	}
+	fmt.Fprintf(w, "%-42s %.2f s (%d pods, %d pages, %.0f MB)\n", "list pods, pages of 500",
+		r.ListAll.Seconds, r.ListAll.Items, r.ListAll.Pages, float64(r.ListAll.Bytes)/1e6)
+	fmt.Fprintf(w, "%-42s %.3f s (%d pods)\n", "list pods, selector matching none", r.ListSelector.Seconds, r.ListSelector.Items)
+}
+
+// child is a podbus process of the envelope; its stdout and stderr go to its log file.
+type child struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed when the process has exited; err is set then
+	err  error
+}
+
+func startChild(ctx context.Context, bin, logPath string, env []string, args ...string) (*child, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 15 * time.Second
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%w: start %s %s: %w", ErrEnvelope, bin, args[0], err)
+	}
+	c := &child{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		logf.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// waitUp polls the control plane's log until it says where its API and NATS server are.
+func (c *child) waitUp(ctx context.Context) (api, natsURL string, err error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, _ := os.ReadFile(c.log)
+		for _, line := range strings.Split(string(b), "\n") {
+			// podbus is up: API http://127.0.0.1:port, NATS nats://127.0.0.1:port
+			if rest, ok := strings.CutPrefix(line, "podbus is up: API "); ok {
+				a, n, _ := strings.Cut(rest, ", NATS ")
+				return a, strings.TrimSpace(n), nil
+			}
+		}
+		select {
+		case <-c.done:
+			return "", "", fmt.Errorf("%w: podbus up exited: %v (log: %s)", ErrEnvelope, c.err, c.tail())
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// stop ends the process with SIGTERM (SIGKILL after WaitDelay) and waits for it.
+func (c *child) stop() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// tail is the end of the process's log.
+func (c *child) tail() string {
+	b, _ := os.ReadFile(c.log)
+	const n = 2000
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// memWatch samples a process's resident memory while it runs.
+type memWatch struct {
+	pid    int
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	last   procMem
+}
+
+type procMem struct{ rss, hwm int64 }
+
+func (m *memWatch) start(ctx context.Context, pid int) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.pid = pid
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if pm := rss(pid); pm.hwm > 0 {
+				m.mu.Lock()
+				m.last = pm
+				m.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+func (m *memWatch) stop() {
+	if m.cancel != nil {
+		m.cancel()
+		m.wg.Wait()
+	}
+}
+
+// result is the memory now (the process still running) and its high-water mark.
+func (m *memWatch) result(registered int64, pods int) Memory {
+	pm := rss(m.pid)
+	if pm.hwm == 0 {
+		m.mu.Lock()
+		pm = m.last
+		m.mu.Unlock()
+	}
+	out := Memory{PeakRSS: pm.hwm, RegisterRSS: registered, EndRSS: pm.rss}
+	if pods > 0 {
+		out.PeakPerPodKB = float64(pm.hwm) / float64(pods) / 1000
+	}
+	return out
+}
+
+// rss reads VmRSS and VmHWM of pid from /proc (zero when unavailable).
+func rss(pid int) procMem {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return procMem{}
+	}
+	var pm procMem
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if k == "VmRSS" {
+			pm.rss = kb << 10
+		} else {
+			pm.hwm = kb << 10
+		}
+	}
+	return pm
+}
+
+// goroutines counts the control plane's goroutines from its pprof endpoint (0 when unavailable).
+func goroutines(ctx context.Context, addr string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/goroutine?debug=1", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	// goroutine profile: total N
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "goroutine profile: total")))
+	return n
+}
+
+// liveHeap has the control plane collect its garbage (pprof's heap profile with gc=1) and reads the heap
+// left from its /debug/vars (0 when unavailable).
+func liveHeap(ctx context.Context, addr string) int64 {
+	get := func(path string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		return 0
+	}
+	b, err := get("/debug/vars")
+	if err != nil {
+		return 0
+	}
+	var vars struct {
+		Memstats struct {
+			HeapAlloc int64 `json:"HeapAlloc"`
+		} `json:"memstats"`
+	}
+	if json.Unmarshal(b, &vars) != nil {
+		return 0
+	}
+	return vars.Memstats.HeapAlloc
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

@@ -1,0 +1,99 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The envelope scenario, reduced: 1,000 simulated nodes in their own process register, 20,000 pods go
+// through the API to Ready, and the pipeline does not slow down as the cluster fills (the last slice
+// of 2,000 pods goes at a lenient fraction of the first's rate; a shared machine makes it noisy).
+func TestEnvelopeReduced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the reduced envelope takes a minute: skipped under -short")
+	}
+	const (
+		nodes, pods, slice = 1000, 20000, 2000
+		minLastToFirst     = 0.6
+	)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the envelope runs the podbus binary, built with go: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "podbus")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/podbus/podbus/cmd/podbus").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg, err := ParseFlags([]string{"--scenario", ScenarioEnvelope, "--nodes", "1000", "--pods", "20000", "--slice", "2000",
+		"--podbus", bin, "--quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := Envelope(ctx, cfg, testLog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	res.Print(&table)
+	t.Logf("\n%s", table.String())
+	if res.Registered != nodes {
+		t.Errorf("%d of %d nodes Ready", res.Registered, nodes)
+	}
+	if res.Ready != pods || res.Failed != 0 {
+		t.Errorf("%d of %d pods Ready, %d failed requests", res.Ready, pods, res.Failed)
+	}
+	if len(res.Slices) != pods/slice {
+		t.Fatalf("%d slices, want %d", len(res.Slices), pods/slice)
+	}
+	if res.LastToFirst < minLastToFirst {
+		t.Errorf("last slice %.0f pods/s, first %.0f pods/s: ratio %.2f, want at least %.2f",
+			res.Slices[len(res.Slices)-1].Rate, res.Slices[0].Rate, res.LastToFirst, minLastToFirst)
+	}
+}
+
+// testLog writes progress lines to the test log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// Slices follow the order pods became Ready, whatever order they were sent in; a slice's rate counts
+// from the end of the one before; the ratio skips slices of the drain and short ones.
+func TestSliceRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	r := &Result{start: t0, lastSent: at(5)}
+	for _, ready := range []float64{1, 0.5, 2, 4, 3.5, 3, 6, 5.5, 6.5} {
+		r.ready = append(r.ready, readyPod{sent: t0, ready: at(ready)})
+	}
+	got := sliceRates(r, 2)
+	want := []Slice{
+		{Pods: 2, ReadyS: 1, Rate: 2, P50: 1000, P99: 1000},
+		{Pods: 2, ReadyS: 3, Rate: 1, P50: 3000, P99: 3000},
+		{Pods: 2, ReadyS: 4, Rate: 2, P50: 4000, P99: 4000},
+		{Pods: 2, ReadyS: 6, Rate: 1, P50: 6000, P99: 6000, Drain: true},
+		{Pods: 1, ReadyS: 6.5, Rate: 2, P50: 6500, P99: 6500, Drain: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d slices, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("slice %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if r := lastToFirst(got, 2); r != 1 {
+		t.Errorf("lastToFirst = %v, want 1 (slice 3 over slice 1)", r)
+	}
+	if r := lastToFirst(got[:1], 2); r != 0 {
+		t.Errorf("lastToFirst of one slice = %v, want 0", r)
+	}
+}
