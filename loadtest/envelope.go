@@ -209,7 +209,8 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	res.Agents.RegisterRSS = rss(agents.cmd.Process.Pid).rss
 
 	pcfg := cfg
-	pcfg.API, pcfg.NATS = api, natsURL
+	// `up` writes the admin's kubeconfig (the CA and a client certificate) into its data directory.
+	pcfg.API, pcfg.NATS, pcfg.Kubeconfig = api, natsURL, filepath.Join(dir, "up", "kubeconfig")
 	pr, err := run(ctx, pcfg)
 	if pr != nil {
 		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput

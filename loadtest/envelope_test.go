@@ -18,7 +18,7 @@ func TestEnvelopeReduced(t *testing.T) {
 	}
 	const (
 		nodes, pods, slice = 1000, 20000, 2000
-		minLastToFirst     = 0.6
+		minLastToFirst     = 0.5
 	)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
