@@ -225,38 +225,50 @@ func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
 }
 
 // podCache holds the pods this replica wrote last, with their revisions. It is a hint: writes are
-// still compare-and-set, and a conflict drops the entry.
+// still compare-and-set, and a conflict drops the entry. Pods are kept encoded: a decoded pod costs
+// several times its encoding, and every pod of the cluster passes through here.
 type podCache struct {
 	mu sync.Mutex
 	m  map[string]cachedPod
 }
 
 type cachedPod struct {
-	pod *pb.Pod
-	rev uint64
+	uid  string
+	data []byte
+	rev  uint64
 }
 
-// maxCachedPods bounds the cache; past it the cache starts over (it only saves reads).
-const maxCachedPods = 100_000
+// maxCachedPods bounds the cache; past it the cache starts over (it only saves reads, and a pod's
+// reports come close together).
+const maxCachedPods = 50_000
 
 // get returns a private copy of the cached pod if it is the incarnation uid.
 func (c *podCache) get(key, uid string) (*pb.Pod, uint64, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	e, ok := c.m[key]
-	if !ok || e.pod.GetMetadata().GetUid() != uid {
+	c.mu.Unlock()
+	if !ok || e.uid != uid {
 		return nil, 0, false
 	}
-	return proto.Clone(e.pod).(*pb.Pod), e.rev, true
+	pod := &pb.Pod{}
+	if err := proto.Unmarshal(e.data, pod); err != nil {
+		return nil, 0, false
+	}
+	return pod, e.rev, true
 }
 
 func (c *podCache) put(key string, pod *pb.Pod, rev uint64) {
+	data, err := proto.Marshal(pod)
+	if err != nil {
+		c.forget(key)
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedPods {
 		c.m = map[string]cachedPod{}
 	}
-	c.m[key] = cachedPod{pod: pod, rev: rev}
+	c.m[key] = cachedPod{uid: pod.GetMetadata().GetUid(), data: data, rev: rev}
 }
 
 func (c *podCache) forget(key string) {
