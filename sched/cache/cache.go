@@ -309,19 +309,7 @@ func (c *Cache) UpsertAllocChange(node string, a *pb.NodeAllocation, rev uint64)
 		if pp == nil {
 			grown = true
 		}
-		if ap := c.assumed[uid]; ap != nil {
-			if pp == nil && ap.node == node {
-				pp = ap.placed
-			}
-			if other := c.forgetLocked(ap); other != ns {
-				c.refresh(other)
-			}
-		}
-		if pp == nil {
-			pp = framework.NewPlacedPod(uid, p)
-		} else {
-			pp = pp.Committed(p)
-		}
+		pp = c.commitPlaced(ns, node, uid, p, pp)
 		byUID[uid] = pp
 		pods = append(pods, pp)
 	}
@@ -487,9 +475,17 @@ func (c *Cache) ApplyPodAlloc(node, uid string, p *pb.PodAllocation, rev uint64)
 		c.setPlaced(ns, ap.placed)
 		return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
 	}
-	var pp *framework.PlacedPod
-	if ap != nil {
-		if ap.node == node {
+	c.setPlaced(ns, c.commitPlaced(ns, node, uid, p, nil))
+	c.refresh(ns)
+	return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
+}
+
+// commitPlaced is the placed pod uid becomes on node once committed: pp (already placed) or this
+// replica's assumption of it on the same node, updated, else a new one. An assumption of the pod is
+// forgotten, and the node it was on refreshed.
+func (c *Cache) commitPlaced(ns *nodeState, node, uid string, p *pb.PodAllocation, pp *framework.PlacedPod) *framework.PlacedPod {
+	if ap := c.assumed[uid]; ap != nil {
+		if pp == nil && ap.node == node {
 			pp = ap.placed
 		}
 		if other := c.forgetLocked(ap); other != ns {
@@ -497,13 +493,9 @@ func (c *Cache) ApplyPodAlloc(node, uid string, p *pb.PodAllocation, rev uint64)
 		}
 	}
 	if pp == nil {
-		pp = framework.NewPlacedPod(uid, p)
-	} else {
-		pp = pp.Committed(p)
+		return framework.NewPlacedPod(uid, p)
 	}
-	c.setPlaced(ns, pp)
-	c.refresh(ns)
-	return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
+	return pp.Committed(p)
 }
 
 // ApplyNodeMeta applies the meta key of node in the alloc bucket (bus.AllocMetaKey): its nominated pods
