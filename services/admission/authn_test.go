@@ -296,17 +296,18 @@ func TestConnAuthCache(t *testing.T) {
 	tests := []struct {
 		name   string
 		cert   tls.Certificate
-		before connAuth // the connection's state before the request
+		cached *userInfo // the connection's user before the request
+		until  time.Time // and until when it holds
 		want   *userInfo
 	}{
 		{name: "first request verifies", cert: dave, want: daveUser},
-		{name: "later request reuses", cert: dave, before: connAuth{user: cached, notAfter: time.Now().Add(time.Hour)}, want: cached},
-		{name: "expired chain verifies again", cert: dave, before: connAuth{user: cached, notAfter: time.Now().Add(-time.Second)}, want: daveUser},
+		{name: "later request reuses", cert: dave, cached: cached, until: time.Now().Add(time.Hour), want: cached},
+		{name: "expired chain verifies again", cert: dave, cached: cached, until: time.Now().Add(-time.Second), want: daveUser},
 		{name: "certificate of another CA", cert: stranger},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			state := &connAuth{user: tt.before.user, notAfter: tt.before.notAfter}
+			state := &connAuth{user: tt.cached, notAfter: tt.until}
 			r, _ := http.NewRequest("GET", "https://x/api", nil)
 			r = r.WithContext(context.WithValue(r.Context(), connAuthKey{}, state))
 			r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{tt.cert.Leaf}}
