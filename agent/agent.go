@@ -255,12 +255,15 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 	if w == nil || err != nil {
 		return err
 	}
-	// Like the kubelet's status manager, only the latest status is worth sending: a pod that settles
-	// within the coalescing window goes straight to its Running report, one write instead of two.
-	// A slower start reports ContainerCreating first.
+	// Like the kubelet's status manager, only the latest status is worth sending: a pod whose worker
+	// reports (Running, or why it cannot start) within the coalescing window goes straight to that
+	// report, one write instead of two. A slower start reports ContainerCreating first.
+	coalesce := time.NewTimer(a.cfg.StatusCoalesce)
+	defer coalesce.Stop()
 	select {
 	case <-w.started:
-	case <-time.After(a.cfg.StatusCoalesce):
+	case <-w.reporting:
+	case <-coalesce.C:
 		if err := w.report(ctx, false); err != nil { // ContainerCreating
 			return err // the binding is redelivered; the pod, already ours, is reported again then
 		}

@@ -24,6 +24,10 @@ type podWorker struct {
 
 	started   chan struct{} // closed once the pod's start has settled (see markStarted)
 	startOnce sync.Once
+	// reporting is closed when the worker sends its first report: from then on the binding need not
+	// report ContainerCreating on its own, the worker's report is newer.
+	reporting   chan struct{}
+	reportingOn sync.Once
 
 	stopCtx context.Context // cancelled by terminate: stops the pod's goroutines
 	stop    context.CancelFunc
@@ -81,6 +85,7 @@ func newPodWorker(a *Agent, pod *pb.Pod) *podWorker {
 		uid:       pod.GetMetadata().GetUid(),
 		pod:       pod,
 		started:   make(chan struct{}),
+		reporting: make(chan struct{}),
 		done:      make(chan struct{}),
 		conds:     map[string]condState{},
 		startTime: time.Now(),
@@ -683,6 +688,7 @@ func (w *podWorker) report(ctx context.Context, gone bool) error {
 
 // reportRetry reports from the pod's goroutines, retrying until it is stored or ctx ends.
 func (w *podWorker) reportRetry(ctx context.Context) {
+	w.reportingOn.Do(func() { close(w.reporting) })
 	delay := 100 * time.Millisecond
 	for {
 		err := w.report(ctx, false)

@@ -7,16 +7,20 @@ package admission
 // mode, in which every request is system:unsecured in system:masters, as kube's old insecure port was.
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Users and groups of authentication.
@@ -108,23 +112,64 @@ func (a *authn) authenticate(r *http.Request) *userInfo {
 	return withAuthenticated(u.Name, u.Groups)
 }
 
+// connAuthKey keys the connection's verified certificate user in a request's context (withConnAuth).
+type connAuthKey struct{}
+
+// connAuth is the client certificate user of one TLS connection, verified on its first request: a
+// connection's peer certificates never change (the server refuses renegotiation), so verifying the chain
+// again on every request of a keep-alive connection would only repeat the same answer.
+type connAuth struct {
+	mu       sync.Mutex
+	user     *userInfo // nil until a request verified the chain
+	notAfter time.Time // the chain is verified again once any of its certificates has expired
+}
+
+// withConnAuth is the server's ConnContext: it gives each connection an empty connAuth.
+func withConnAuth(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connAuthKey{}, &connAuth{})
+}
+
 // x509User is the user of the request's client certificate when it chains to the client CA.
 func (a *authn) x509User(r *http.Request) *userInfo {
 	if a.clientCAs == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return nil
 	}
-	leaf := r.TLS.PeerCertificates[0]
+	ca, _ := r.Context().Value(connAuthKey{}).(*connAuth)
+	if ca == nil {
+		u, _ := a.verify(r.TLS.PeerCertificates)
+		return u
+	}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if ca.user != nil && time.Now().Before(ca.notAfter) {
+		return withAuthenticated(ca.user.Name, ca.user.Groups)
+	}
+	u, notAfter := a.verify(r.TLS.PeerCertificates)
+	ca.user, ca.notAfter = u, notAfter
+	return u
+}
+
+// verify checks the chain against the client CA and returns its user and the earliest expiry of the
+// verified chain; nil when it does not verify.
+func (a *authn) verify(certs []*x509.Certificate) (*userInfo, time.Time) {
+	leaf := certs[0]
 	inter := x509.NewCertPool()
-	for _, c := range r.TLS.PeerCertificates[1:] {
+	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: a.clientCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: a.clientCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil || leaf.Subject.CommonName == "" {
+		return nil, time.Time{}
 	}
-	if leaf.Subject.CommonName == "" {
-		return nil
+	notAfter := leaf.NotAfter
+	for _, chain := range chains {
+		for _, c := range chain {
+			if c.NotAfter.Before(notAfter) {
+				notAfter = c.NotAfter
+			}
+		}
 	}
-	return withAuthenticated(leaf.Subject.CommonName, leaf.Subject.Organization)
+	return withAuthenticated(leaf.Subject.CommonName, leaf.Subject.Organization), notAfter
 }
 
 func withAuthenticated(name string, groups []string) *userInfo {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,6 +259,63 @@ func TestParseTokens(t *testing.T) {
 			}
 			if d := cmp.Diff(tt.want, got); d != "" {
 				t.Errorf("tokens (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// A connection's certificate is verified on its first request and its user reused on the next ones,
+// until a certificate of the chain expires; a certificate not chaining to the client CA is never cached.
+func TestConnAuthCache(t *testing.T) {
+	ca, err := pki.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := ca.Serving()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAuthn(Config{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: ca.CertFile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dave, err := ca.IssueClient("dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.IssueClient("system:admin", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daveUser := &userInfo{Name: "dave", Groups: []string{"system:authenticated"}}
+	cached := &userInfo{Name: "cached", Groups: []string{"system:authenticated"}}
+	tests := []struct {
+		name   string
+		cert   tls.Certificate
+		cached *userInfo // the connection's user before the request
+		until  time.Time // and until when it holds
+		want   *userInfo
+	}{
+		{name: "first request verifies", cert: dave, want: daveUser},
+		{name: "later request reuses", cert: dave, cached: cached, until: time.Now().Add(time.Hour), want: cached},
+		{name: "expired chain verifies again", cert: dave, cached: cached, until: time.Now().Add(-time.Second), want: daveUser},
+		{name: "certificate of another CA", cert: stranger},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state := &connAuth{user: tt.cached, notAfter: tt.until}
+			r, _ := http.NewRequest("GET", "https://x/api", nil)
+			r = r.WithContext(context.WithValue(r.Context(), connAuthKey{}, state))
+			r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{tt.cert.Leaf}}
+			if d := cmp.Diff(tt.want, a.authenticate(r)); d != "" {
+				t.Errorf("user (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tt.want, state.user); d != "" {
+				t.Errorf("cached user (-want +got):\n%s", d)
 			}
 		})
 	}

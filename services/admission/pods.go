@@ -64,6 +64,13 @@ var podKind = &kind{
 			}
 			return convert.PodFromPB(p, 0), nil
 		},
+		index: func(data []byte) (map[string]string, fields.Set, error) {
+			p := &pb.Pod{}
+			if err := proto.Unmarshal(data, p); err != nil {
+				return nil, nil, errors.Join(bus.ErrMalformed, err)
+			}
+			return p.GetMetadata().GetLabels(), podFieldsPB(p), nil
+		},
 	},
 	subresources: []subresourceInfo{
 		{name: "status", kind: "Pod", verbs: []string{"get"}},
@@ -71,6 +78,22 @@ var podKind = &kind{
 		// kubectl drain evicts through this when discovery lists it (policy/v1).
 		{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
 	},
+}
+
+// podFieldsPB is podKind's fields of a stored pod, as they read on the pod convert.PodFromPB makes.
+func podFieldsPB(p *pb.Pod) fields.Set {
+	return fields.Set{
+		"metadata.name":            p.GetMetadata().GetName(),
+		"metadata.namespace":       p.GetMetadata().GetNamespace(),
+		"spec.nodeName":            p.GetSpec().GetNodeName(),
+		"spec.restartPolicy":       p.GetSpec().GetRestartPolicy(),
+		"spec.schedulerName":       p.GetSpec().GetSchedulerName(),
+		"spec.serviceAccountName":  p.GetSpec().GetServiceAccountName(),
+		"spec.hostNetwork":         strconv.FormatBool(p.GetSpec().GetHostNetwork()),
+		"status.phase":             p.GetStatus().GetPhase(),
+		"status.podIP":             p.GetStatus().GetPodIp(),
+		"status.nominatedNodeName": p.GetStatus().GetNominatedNodeName(),
+	}
 }
 
 // podFromPB is convert.PodFromPB with the type and version the API shows.

@@ -248,6 +248,7 @@ func (s *Service) Run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       s.limits.l.IdleTimeout, // read and write deadlines are per request (limits.go)
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       withConnAuth,
 		// Failed handshakes (a client that does not trust the CA) are the client's business.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

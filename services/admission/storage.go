@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -21,6 +22,10 @@ type kvStorage struct {
 	// encode and decode convert between the API object and its stored form.
 	encode func(runtime.Object) ([]byte, error)
 	decode func([]byte) (runtime.Object, error)
+	// index, when set, reads the labels and the selectable fields (kind.fields) of a stored value
+	// without making the API object: the watch cache indexes every change of the bucket, and serves
+	// objects from their stored bytes.
+	index func([]byte) (map[string]string, fields.Set, error)
 }
 
 // jsonStorage stores the API object's own JSON, without type and resourceVersion: for kinds no other

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -344,18 +345,28 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 // newEntry decodes a stored value once, for the labels and fields selectors read; nil if it does not
 // decode.
 func (c *watchCache) newEntry(key, ns, name string, value []byte, rev uint64) *cacheEntry {
-	o, err := c.ki.decodeEntry(key, value, rev)
 	c.decodes.Add(1)
-	if err != nil {
-		metrics.Count("admission.watchcache.malformed", 1)
-		return nil
+	var lbls map[string]string
+	var fs fields.Set
+	if index := c.ki.storage.index; index != nil {
+		var err error
+		if lbls, fs, err = index(value); err != nil {
+			metrics.Count("admission.watchcache.malformed", 1)
+			return nil
+		}
+	} else {
+		o, err := c.ki.decodeEntry(key, value, rev)
+		if err != nil {
+			metrics.Count("admission.watchcache.malformed", 1)
+			return nil
+		}
+		lbls, fs = objectMeta(o).Labels, c.ki.fieldSet(o)
 	}
-	fs := c.ki.fieldSet(o)
 	vals := make([]string, len(c.fieldNames))
 	for i, f := range c.fieldNames {
 		vals[i] = fs[f]
 	}
-	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: value, labels: objectMeta(o).Labels, fields: vals}
+	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: value, labels: lbls, fields: vals}
 }
 
 // eventType is the type of ev for a watcher selecting sel, "" if it does not see it: an object that

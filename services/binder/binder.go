@@ -44,8 +44,10 @@ import (
 // Config configures one binder replica. Any number of replicas may run at once.
 type Config struct {
 	ID string // replica identity, stamped on messages as "binder/<ID>"
-	// Workers handle decisions concurrently; decisions for the same node go to the same worker.
-	Workers int // default 32
+	// Workers handle decisions concurrently; decisions for the same node go to the same worker. A
+	// decision waits on several round trips in turn, so nodes that share a worker queue behind each
+	// other: the default leaves about one worker per node in a cluster of a hundred.
+	Workers int // default 128
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -81,7 +83,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 32
+		cfg.Workers = 128
 	}
 	actor := "binder/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)

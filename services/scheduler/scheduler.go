@@ -39,8 +39,9 @@ import (
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
-	// Workers handle pending pods concurrently, per pending consumer (default 4): the scheduling cycle
-	// itself is serialized, waiting for decisions to be stored overlaps. Messages of one pod go to one worker.
+	// Workers handle pending pods concurrently, per pending consumer (default 32): the scheduling cycle
+	// itself is serialized, waiting for decisions to be stored overlaps, and the decisions that wait
+	// together are stored together (bus.Batcher). Messages of one pod go to one worker.
 	Workers int
 	// RequeueBackoff is the least time between two requeues of the same unschedulable pod (default 1s).
 	RequeueBackoff time.Duration
@@ -104,7 +105,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: a connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+		cfg.Workers = 32
 	}
 	if cfg.RequeueBackoff <= 0 {
 		cfg.RequeueBackoff = time.Second
