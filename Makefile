@@ -72,8 +72,11 @@ proto-check: $(BIN)/protoc-gen-go
 		echo "proto/podbusv1 is stale: run 'make proto' and commit"; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp; echo "proto: generated code is up to date"
 
+# podbus version prints this (git describe), also where Go records no VCS information.
+VERSION_LDFLAGS := -X main.buildVersion=$(shell git describe --tags --always --dirty 2>/dev/null)
+
 build:
-	$(GO) build -o $(BIN)/podbus ./cmd/podbus
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/podbus ./cmd/podbus
 
 ## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), scheduling-basic
 ## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
@@ -96,7 +99,7 @@ DOCKER ?= docker
 ## images: a static podbus binary (nats-server compiled in) in one image FROM scratch, tagged $(IMAGE)
 images:
 	@mkdir -p $(BIN)/image/empty
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/image/podbus ./cmd/podbus
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(BIN)/image/podbus ./cmd/podbus
 	cp deploy/Dockerfile $(BIN)/image/Dockerfile
 	$(DOCKER) build -q -t $(IMAGE) $(BIN)/image
 

@@ -6,11 +6,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	_ "net/http/pprof" // served only when PODBUS_PPROF names an address
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -38,23 +40,52 @@ var commands = []command{
 	{"health", "probe a health URL, exit 0 when it answers 200 (container healthchecks)", runHealth},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
 	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
-	{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
+	{"version", "print the version and the commit it was built from", func(context.Context, []string) error { fmt.Println(version()); return nil }},
 }
 
-const version = "v0.1.0"
+// buildVersion is set by the Makefile (-ldflags -X main.buildVersion=…) to `git describe`.
+var buildVersion string
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: podbus <command> [flags]\n\ncommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+// version is the version the binary was built as, and the commit Go recorded if it did.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "podbus " + buildVersion
 	}
-	fmt.Fprintf(os.Stderr, "\nEvery flag can also be set as PODBUS_<FLAG> (e.g. PODBUS_NATS=nats://n1:4222).\n")
+	v := "podbus " + bi.Main.Version
+	if buildVersion != "" {
+		v = "podbus " + buildVersion
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		v += " commit " + rev
+		if settings["vcs.modified"] == "true" {
+			v += " (modified)"
+		}
+	}
+	return v + " " + bi.GoVersion
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: podbus <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\n`podbus <command> -h` lists a command's flags. Every flag can also be set as PODBUS_<FLAG>\n(e.g. PODBUS_NATS=nats://n1:4222); a flag on the command line wins.\n")
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "help", "-h", "-help", "--help":
+		usage(os.Stdout)
+		return
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
 	// Every command starts with the default limit; those with --memory-limit apply theirs once parsed.
@@ -78,7 +109,8 @@ func main() {
 		}
 		return
 	}
-	usage()
+	fmt.Fprintf(os.Stderr, "podbus: unknown command %q\n\n", os.Args[1])
+	usage(os.Stderr)
 	os.Exit(2)
 }
 
