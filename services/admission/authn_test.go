@@ -320,3 +320,36 @@ func TestConnAuthCache(t *testing.T) {
 		})
 	}
 }
+
+// /readyz passes (without credentials) once connected and every watch cache has read its bucket, and
+// fails, naming NATS, when the connection is gone; /livez still answers.
+func TestReadyzFollowsNATS(t *testing.T) {
+	e := start(t, nil, false)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(e.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := get("/readyz?verbose")
+		if code == 200 && strings.Contains(body, "[+]nats ok") && strings.Contains(body, "[+]watch-cache-") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.conn.NC.Close()
+	if code, body := get("/readyz"); code != 500 || !strings.Contains(body, "[-]nats failed") {
+		t.Errorf("/readyz without NATS: %d %q, want 500 naming nats", code, body)
+	}
+	if code, _ := get("/livez"); code != 200 {
+		t.Errorf("/livez: %d", code)
+	}
+}

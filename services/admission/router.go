@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,15 +26,55 @@ type request struct {
 // Handler is the API's HTTP handler.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	for _, p := range []string{"/healthz", "/readyz", "/livez"} {
+	for _, p := range []string{"/healthz", "/livez"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = w.Write([]byte("ok"))
 		})
 	}
+	mux.HandleFunc("/readyz", s.handleReadyz)
 	mux.HandleFunc("/version", handleVersion)
 	mux.HandleFunc("/", s.bodyDeadline(s.authenticated(s.limited(s.route))))
 	return mux
+}
+
+// handleReadyz answers as kube-apiserver's /readyz: "ok" when every check passes, else 500 naming
+// the failed ones (all of them with ?verbose). The API is ready when it is connected to NATS and the
+// watch cache of every kind has read its bucket once: before that it could not answer a list.
+func (s *Service) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	type check struct {
+		name string
+		ok   bool
+	}
+	checks := []check{{"nats", s.conn.NC.IsConnected()}}
+	s.cachesMu.Lock()
+	for bucket, c := range s.caches {
+		checks = append(checks, check{"watch-cache-" + strings.ToLower(bucket), c.isReady()})
+	}
+	s.cachesMu.Unlock()
+	slices.SortFunc(checks[1:], func(a, b check) int { return strings.Compare(a.name, b.name) })
+	var out strings.Builder
+	failed := false
+	for _, c := range checks {
+		if c.ok {
+			fmt.Fprintf(&out, "[+]%s ok\n", c.name)
+		} else {
+			failed = true
+			fmt.Fprintf(&out, "[-]%s failed: reason withheld\n", c.name)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if failed {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, out.String()+"readyz check failed\n")
+		return
+	}
+	if _, verbose := r.URL.Query()["verbose"]; verbose {
+		_, _ = io.WriteString(w, out.String()+"readyz check passed\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ok")
 }
 
 // authenticated checks the request's credentials (authn.go) and passes the user on: kube's 401 Status
