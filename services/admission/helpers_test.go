@@ -90,6 +90,21 @@ func start(t *testing.T, mod func(*Config), noStore bool) *env {
 	if !noStore {
 		e.store = runFakeStore(t, conn)
 	}
+	// Tests start from a ready API, as clients behind a readiness probe do.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get(e.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API not ready: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return e
 }
 
