@@ -62,7 +62,7 @@ func appendMessageJSON(b []byte, m protoreflect.Message) ([]byte, error) {
 		case fd.IsList():
 			b, err = appendListJSON(b, v.List(), fd)
 		case fd.IsMap():
-			b, err = appendMapJSON(b, v.Map(), fd.MapValue())
+			b, err = appendMapJSON(b, v.Map(), fd)
 		default:
 			b, err = appendSingularJSON(b, v, fd)
 		}
@@ -87,42 +87,51 @@ func appendListJSON(b []byte, l protoreflect.List, fd protoreflect.FieldDescript
 	return append(b, ']'), nil
 }
 
-// appendMapJSON writes entries in protojson's key order (order.GenericKeyOrder).
-func appendMapJSON(b []byte, mp protoreflect.Map, vd protoreflect.FieldDescriptor) ([]byte, error) {
-	keys := make([]protoreflect.MapKey, 0, mp.Len())
-	mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
-		keys = append(keys, k)
+// appendMapJSON writes entries in protojson's key order (order.GenericKeyOrder), taking each value
+// with its key: a map lookup through protoreflect allocates.
+func appendMapJSON(b []byte, mp protoreflect.Map, fd protoreflect.FieldDescriptor) ([]byte, error) {
+	type entry struct {
+		k protoreflect.MapKey
+		v protoreflect.Value
+	}
+	entries := make([]entry, 0, mp.Len())
+	mp.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+		entries = append(entries, entry{k, v})
 		return true
 	})
-	slices.SortFunc(keys, func(x, y protoreflect.MapKey) int {
-		switch x.Interface().(type) {
-		case bool:
-			if x.Bool() == y.Bool() {
+	var cmp func(x, y protoreflect.MapKey) int
+	switch fd.MapKey().Kind() {
+	case protoreflect.BoolKind:
+		cmp = func(x, y protoreflect.MapKey) int {
+			switch {
+			case x.Bool() == y.Bool():
 				return 0
-			}
-			if !x.Bool() {
+			case !x.Bool():
 				return -1
 			}
 			return 1
-		case int32, int64:
-			return cmpOrdered(x.Int(), y.Int())
-		case uint32, uint64:
-			return cmpOrdered(x.Uint(), y.Uint())
-		default:
-			return strings.Compare(x.String(), y.String())
 		}
-	})
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		cmp = func(x, y protoreflect.MapKey) int { return cmpOrdered(x.Int(), y.Int()) }
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		cmp = func(x, y protoreflect.MapKey) int { return cmpOrdered(x.Uint(), y.Uint()) }
+	default:
+		cmp = func(x, y protoreflect.MapKey) int { return strings.Compare(x.String(), y.String()) }
+	}
+	slices.SortFunc(entries, func(x, y entry) int { return cmp(x.k, y.k) })
+	vd := fd.MapValue()
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, e := range entries {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = appendProtoString(b, k.String()); err != nil {
+		if b, err = appendProtoString(b, e.k.String()); err != nil {
 			return b, err
 		}
 		b = append(b, ':')
-		if b, err = appendSingularJSON(b, mp.Get(k), vd); err != nil {
+		if b, err = appendSingularJSON(b, e.v, vd); err != nil {
 			return b, err
 		}
 	}
