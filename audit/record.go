@@ -55,15 +55,26 @@ func (r *Record) Deleted() bool {
 // Origin is the stream the record was sourced from and its sequence there (for a bucket: the revision).
 // ok is false for a record without the header (a copy of a copy).
 func (r *Record) Origin() (stream string, seq uint64, ok bool) {
-	f := strings.Fields(r.Header.Get(hdrStreamSource))
-	if len(f) < 2 {
+	// The first two fields, cut rather than split: replay asks this of every record.
+	stream, rest := nextField(r.Header.Get(hdrStreamSource))
+	num, _ := nextField(rest)
+	if num == "" {
 		return "", 0, false
 	}
-	n, err := strconv.ParseUint(f[1], 10, 64)
+	n, err := strconv.ParseUint(num, 10, 64)
 	if err != nil {
 		return "", 0, false
 	}
-	return f[0], n, true
+	return stream, n, true
+}
+
+// nextField returns the first field of s as strings.Fields would, and what follows it.
+func nextField(s string) (field, rest string) {
+	s = strings.TrimLeft(s, " \t\r\n\v\f")
+	if i := strings.IndexAny(s, " \t\r\n\v\f"); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
 }
 
 // Bucket returns the bucket and key of a bucket record.

@@ -214,7 +214,7 @@ func AppendJSON(b []byte, r *Record) ([]byte, error) {
 	case m != nil:
 		var err error
 		b = append(b, `,"data":`...)
-		b, err = jsonOpts.MarshalAppend(b, m)
+		b, err = appendProtoJSON(b, m)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", r.Seq, err)
 		}
