@@ -438,14 +438,17 @@ func TestForgedReportsRefused(t *testing.T) {
 	}
 	for i, f := range forged {
 		before := metrics.Counter("status.refused." + f.why)
-		meta := bus.Meta{MsgID: fmt.Sprintf("forged-%d", i), PodUID: f.rep.Uid, Key: "default/" + f.rep.Name}
+		// Each forged report is parked before the next is sent, so the subject's last parked message is
+		// the one just sent (its correlation says so: two of them are about the same pod).
+		corr := fmt.Sprintf("forged-%d", i)
+		meta := bus.Meta{MsgID: corr, Correlation: corr, PodUID: f.rep.Uid, Key: "default/" + f.rep.Name}
 		if err := e.pub.Publish(context.Background(), f.subject, f.rep, meta); err != nil {
 			t.Fatal(err)
 		}
 		bustest.Eventually(t, wait, func() bool {
 			m := e.lastMsg(bus.StreamDead, bus.SubjDeadPrefix+f.subject)
-			return m != nil && m.Header.Get(bus.HdrMsgID) == "" && m.Header.Get(bus.HdrPodUID) == f.rep.Uid &&
-				strings.Contains(m.Header.Get(bus.HdrDeadReason), ErrRefused.Error())
+			return m != nil && m.Header.Get(bus.HdrCorrelation) == corr && m.Header.Get(bus.HdrMsgID) == "" &&
+				m.Header.Get(bus.HdrPodUID) == f.rep.Uid && strings.Contains(m.Header.Get(bus.HdrDeadReason), ErrRefused.Error())
 		}, "%s parked", f.name)
 		if got := metrics.Counter("status.refused."+f.why) - before; got != 1 {
 			t.Errorf("%s: status.refused.%s counted %d, want 1", f.name, f.why, got)
