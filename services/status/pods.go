@@ -112,9 +112,8 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > s.storedSeq(pod) &&
 			pod.GetSpec().GetNodeName() == rep.GetNode() {
 			mergeStatus(pod, rep)
-			newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
+			err := s.writePod(ctx, key, pod, rev)
 			if err == nil {
-				s.last.put(key, pod, newRev)
 				return applied, pod.GetInternal().GetCorrelationId(), nil
 			}
 			s.last.forget(key)
@@ -157,7 +156,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			return removed, corr, nil
 		}
 		mergeStatus(pod, rep)
-		newRev, err := bus.Update(ctx, s.pods, key, pod, rev)
+		err = s.writePod(ctx, key, pod, rev)
 		if errors.Is(err, bus.ErrConflict) {
 			metrics.Count("kv.conflicts.status", 1)
 			continue
@@ -165,10 +164,24 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		if err != nil {
 			return ignored, corr, err
 		}
-		s.last.put(key, pod, newRev)
 		return applied, corr, nil
 	}
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
+}
+
+// writePod compare-and-sets the pod at rev and keeps what it wrote in the write-back cache: one
+// encoding serves both.
+func (s *Service) writePod(ctx context.Context, key string, pod *pb.Pod, rev uint64) error {
+	data, err := proto.Marshal(pod)
+	if err != nil {
+		return err
+	}
+	newRev, err := bus.UpdateEncoded(ctx, s.pods, key, data, rev)
+	if err != nil {
+		return err
+	}
+	s.last.put(key, pod.GetMetadata().GetUid(), data, newRev)
+	return nil
 }
 
 // horizon is the latest time an agent may stamp a message the stream stored at stored (zero: now).
@@ -257,18 +270,14 @@ func (c *podCache) get(key, uid string) (*pb.Pod, uint64, bool) {
 	return pod, e.rev, true
 }
 
-func (c *podCache) put(key string, pod *pb.Pod, rev uint64) {
-	data, err := proto.Marshal(pod)
-	if err != nil {
-		c.forget(key)
-		return
-	}
+// put keeps data, the encoding of incarnation uid of the pod at key, as written at rev.
+func (c *podCache) put(key, uid string, data []byte, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedPods {
 		c.m = map[string]cachedPod{}
 	}
-	c.m[key] = cachedPod{uid: pod.GetMetadata().GetUid(), data: data, rev: rev}
+	c.m[key] = cachedPod{uid: uid, data: data, rev: rev}
 }
 
 func (c *podCache) forget(key string) {
