@@ -121,20 +121,26 @@ func decodeBody(t *testing.T, resp *http.Response) metav1.Status {
 	return decodeStatus(t, data)
 }
 
+// testPKI is a CA with a serving certificate (its files), and another CA whose certificates the first
+// does not trust.
+func testPKI(t *testing.T) (ca, other *pki.CA, certFile, keyFile string) {
+	t.Helper()
+	var err error
+	if ca, err = pki.LoadOrCreate(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if other, err = pki.LoadOrCreate(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if certFile, keyFile, err = ca.Serving(); err != nil {
+		t.Fatal(err)
+	}
+	return ca, other, certFile, keyFile
+}
+
 // The user and groups each credential stands for, as Kubernetes reads them.
 func TestAuthenticateUser(t *testing.T) {
-	ca, err := pki.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := pki.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := ca.Serving()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, other, certFile, keyFile := testPKI(t)
 	secure, err := newAuthn(Config{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: ca.CertFile(),
 		TokenAuthFile: tokenFile(t, `t0k,alice,1,"dev,ops"`, "t1k,bob,2", "t2k,carol,3,system:authenticated")})
 	if err != nil {
@@ -196,14 +202,7 @@ func TestAuthenticateUser(t *testing.T) {
 
 // Plain HTTP is explicit and never comes with credentials; TLS needs a certificate.
 func TestAuthnConfig(t *testing.T) {
-	ca, err := pki.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := ca.Serving()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, _, certFile, keyFile := testPKI(t)
 	tokens := tokenFile(t, "t0k,alice,1")
 	tests := []struct {
 		name string
@@ -267,18 +266,7 @@ func TestParseTokens(t *testing.T) {
 // A connection's certificate is verified on its first request and its user reused on the next ones,
 // until a certificate of the chain expires; a certificate not chaining to the client CA is never cached.
 func TestConnAuthCache(t *testing.T) {
-	ca, err := pki.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := pki.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := ca.Serving()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, other, certFile, keyFile := testPKI(t)
 	a, err := newAuthn(Config{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: ca.CertFile()})
 	if err != nil {
 		t.Fatal(err)
