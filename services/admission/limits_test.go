@@ -46,6 +46,8 @@ func TestHostileBodies(t *testing.T) {
 			code: 413, reason: metav1.StatusReasonRequestEntityTooLarge, message: "Unable to complete the copy, the accumulated size increase of copy is"},
 		{name: "failing operation", method: "PATCH", path: podPath, body: `[{"op":"remove","path":"/nope"}]`, contentType: "application/json-patch+json",
 			code: 422, reason: metav1.StatusReasonInvalid, message: "the server rejected our request due to an error in our request"},
+		{name: "test without a value (the library panics)", method: "PATCH", path: podPath, body: `[{"op":"test","path":""}]`, contentType: "application/json-patch+json",
+			code: 422, reason: metav1.StatusReasonInvalid, message: "the server rejected our request due to an error in our request"},
 		{name: "too many operations", method: "PATCH", path: podPath, body: testOps, contentType: "application/json-patch+json",
 			code: 413, reason: metav1.StatusReasonRequestEntityTooLarge,
 			message: fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", DefaultMaxJSONPatchOperations, DefaultMaxJSONPatchOperations+1)},

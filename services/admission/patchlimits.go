@@ -66,7 +66,7 @@ func patcherWith(l Limits, contentType string, patch []byte, dataStruct any, gr 
 			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", l.MaxJSONPatchOperations, len(p)))
 		}
 		return func(cur []byte) ([]byte, error) {
-			out, err := p.Apply(cur)
+			out, err := applyJSONPatch(p, cur)
 			var copyErr *jsonpatch.AccumulatedCopySizeError
 			if errors.As(err, &copyErr) {
 				// kube-apiserver hides this message behind its generic 422; it says what to fix.
@@ -84,4 +84,18 @@ func patcherWith(l Limits, contentType string, patch []byte, dataStruct any, gr 
 				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType),
 		}}
 	}
+}
+
+// errPatchPanicked stands for a JSON patch the library could not apply without panicking (a "test"
+// without a value on the whole document is one): it is the request's fault, not the server's.
+var errPatchPanicked = errors.New("the JSON patch could not be applied to the object")
+
+// applyJSONPatch is p.Apply, with a panic of the library turned into errPatchPanicked.
+func applyJSONPatch(p jsonpatch.Patch, cur []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, errPatchPanicked
+		}
+	}()
+	return p.Apply(cur)
 }
