@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/podbus/podbus/internal/metrics"
 	"log/slog"
 	"strings"
 	"sync"
@@ -197,7 +198,7 @@ func (a *Agent) handleBound(ctx context.Context, m *bus.Msg) error {
 	if b.GetPod().GetMetadata().GetUid() == "" || b.GetPod().GetMetadata().GetName() == "" {
 		return fmt.Errorf("%w: binding without pod uid or name", bus.ErrMalformed)
 	}
-	return a.bind(ctx, b.GetPod())
+	return a.bind(ctx, b.GetPod(), m.Time)
 }
 
 func (a *Agent) handleTerminate(ctx context.Context, m *bus.Msg) error {
@@ -232,8 +233,9 @@ func keepAlive(ctx context.Context, m *bus.Msg) func() {
 }
 
 // bind handles a binding: admission, then the pod's worker starts it. It returns once the report that
-// follows ContainerCreating (Running, an init state or a failure) is stored.
-func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
+// follows ContainerCreating (Running, an init state or a failure) is stored. boundAt is when the
+// binding was stored (the node_start stage runs from there to the start settling).
+func (a *Agent) bind(ctx context.Context, pod *pb.Pod, boundAt time.Time) error {
 	uid := pod.GetMetadata().GetUid()
 	md := pod.GetMetadata()
 	a.mu.Lock()
@@ -276,6 +278,7 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod) error {
 			// Shutting down before the pod settled: leave the binding for redelivery.
 			return fmt.Errorf("start pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
 		}
+		metrics.StageNodeStart.Since(boundAt)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -208,6 +208,7 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		return fmt.Errorf("pull %s: %w", spec.Durable, err)
 	}
 	w := &worker{js: js, spec: spec, h: h, log: log, settled: map[uint64][]bool{}}
+	defer metrics.RegisterConsumer(spec.Durable, consumerState(cons))()
 
 	queues := make([]chan *Msg, workers)
 	var wg sync.WaitGroup
@@ -327,6 +328,17 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		return nil
 	}
 	return fmt.Errorf("consumer %s stopped", spec.Durable)
+}
+
+// consumerState reads a consumer's lag for /metrics.
+func consumerState(cons jetstream.Consumer) metrics.ConsumerInfo {
+	return func(ctx context.Context) (metrics.ConsumerState, error) {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return metrics.ConsumerState{}, err
+		}
+		return metrics.ConsumerState{Pending: ci.NumPending, AckPending: uint64(ci.NumAckPending), Redelivered: uint64(ci.NumRedelivered)}, nil
+	}
 }
 
 // resume re-creates the consumer (idempotent) and a new pull, retrying until it works or ctx ends.
@@ -568,6 +580,7 @@ func (w *worker) park(ctx context.Context, m *Msg, reason error, last bool) {
 		return
 	}
 	metrics.Count("parked."+name, 1)
+	metrics.Parked.WithLabelValues(name).Inc()
 	w.log.Warn("message parked", "consumer", name, "subject", m.Subject, "err", reason)
 	_ = m.ack.Term()
 }

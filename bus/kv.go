@@ -111,6 +111,7 @@ func Mutate[T proto.Message](ctx context.Context, kv jetstream.KeyValue, key str
 		newRev, err := Update(ctx, kv, key, m, rev)
 		if errors.Is(err, ErrConflict) {
 			metrics.Count("kv.conflicts."+kv.Bucket(), 1)
+			metrics.CASConflicts.WithLabelValues(kv.Bucket()).Inc()
 			continue
 		}
 		if err != nil {

@@ -1,4 +1,6 @@
-// Package health serves a process's /healthz, /readyz and /debug/vars (the bus counters).
+// Package health serves a process's /healthz, /readyz, /metrics (Prometheus) and /debug/vars (the
+// expvar counters). The health port has no authentication, like kubelet's read-only port of old:
+// bind it to loopback or a private network (compose does), never to a public address.
 package health
 
 import (
@@ -7,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/podbus/podbus/internal/metrics"
 )
 
 // Serve answers /healthz while the process runs and /readyz while ready() is true, until ctx ends.
@@ -25,6 +29,7 @@ func Serve(ctx context.Context, addr string, ready func() bool) error {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/debug/vars", VarsHandler())
+	mux.Handle("/metrics", metrics.Handler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/podbus/podbus/internal/metrics"
 
@@ -108,6 +109,7 @@ const updateAttempts = 5
 
 // createPod is step 1 of the pipeline: decode, default, validate, and hand the pod to the store.
 func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request) {
+	start := time.Now()
 	pod, warnings, err := s.decodePodBody(w, r)
 	if err != nil {
 		writeStatus(w, err)
@@ -176,6 +178,7 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	if code == 0 {
 		code = http.StatusCreated
 	}
+	metrics.StageAdmission.Since(start)
 	writeObject(w, code, req, podKind, podFromPB(res.GetPod(), res.GetRevision()))
 }
 

@@ -78,6 +78,9 @@ func defaultClusterRoles() []*rbacv1.ClusterRole {
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:basic-user"}, Rules: []rbacv1.PolicyRule{
 			rule([]string{"create"}, authorizationv1.GroupName, "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
 		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "system:monitoring"}, Rules: []rbacv1.PolicyRule{
+			urlRule([]string{"get"}, "/metrics", "/livez", "/readyz", "/healthz", "/livez/*", "/readyz/*", "/healthz/*"),
+		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:public-info-viewer"}, Rules: []rbacv1.PolicyRule{
 			urlRule([]string{"get"}, "/livez", "/readyz", "/healthz", "/version", "/version/"),
 		}},
@@ -108,6 +111,7 @@ func defaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
 		bind("system:discovery", groupAuthenticated),
 		bind("system:basic-user", groupAuthenticated),
 		bind("system:public-info-viewer", groupAuthenticated, groupUnauthenticated),
+		bind("system:monitoring", "system:monitoring"),
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/podbus/podbus/internal/metrics"
 )
 
 // request is one resource request, parsed from the URL:
@@ -34,7 +36,7 @@ func (s *Service) Handler() http.Handler {
 	}
 	mux.HandleFunc("/readyz", s.handleReadyz)
 	mux.HandleFunc("/version", handleVersion)
-	mux.HandleFunc("/", s.bodyDeadline(s.authenticated(s.limited(s.route))))
+	mux.Handle("/", s.instrumented(s.bodyDeadline(s.authenticated(s.limited(s.route)))))
 	return mux
 }
 
@@ -99,6 +101,11 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user *userInfo) 
 	var gv schema.GroupVersion
 	var rest string
 	switch {
+	case path == "/metrics":
+		// Behind RBAC as kube-apiserver's: get on the non-resource URL /metrics (system:masters,
+		// system:monitoring).
+		metrics.Handler().ServeHTTP(w, r)
+		return
 	case path == "/api":
 		s.handleAPI(w, r)
 		return

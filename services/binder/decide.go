@@ -252,6 +252,9 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 	if err != nil {
 		return err
 	}
+	if d.GetDecidedAt() != nil {
+		metrics.StageBinding.Since(d.GetDecidedAt().AsTime())
+	}
 	// A pod nominated elsewhere by a preemption no longer needs that room (on its own node, reserve
 	// dropped the nomination already).
 	if old != "" && old != d.GetNode() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/podbus/podbus/sched/config"
 	"strconv"
 	"time"
 
@@ -88,6 +89,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		metrics.Count("scheduler.skipped_other_scheduler", 1)
 		return nil
 	}
+	attemptStart := time.Now()
 	s.cycle.Lock()
 	snap, seen := s.cache.Snapshot()
 	pi := framework.NewPodInfo(pod)
@@ -138,6 +140,8 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), sendErr)
 		}
 		metrics.Count("scheduler.decisions", 1)
+		observeAttempt(pod, "scheduled", attemptStart)
+		metrics.StageScheduling.Since(m.Time)
 		return nil
 
 	case errors.As(err, &fit) || errors.Is(err, framework.ErrNoNodesAvailable):
@@ -167,9 +171,16 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		s.parks.Add(pod, pp.GetRevision(), seen, algo.RequeueFor(fit))
 		metrics.Count("scheduler.decisions", 1)
 		metrics.Count("scheduler.unschedulable", 1)
+		observeAttempt(pod, "unschedulable", attemptStart)
+		if fit != nil {
+			for _, p := range fit.Plugins {
+				metrics.UnschedulableByPlugin.WithLabelValues(p).Inc()
+			}
+		}
 		return nil
 
 	default: // a plugin failed: no decision, retry with back-off
+		observeAttempt(pod, "error", attemptStart)
 		return fmt.Errorf("schedule %s/%s: %w", md.GetNamespace(), md.GetName(), err)
 	}
 }
@@ -250,4 +261,16 @@ func decodeData(data []byte, m proto.Message) error {
 		return fmt.Errorf("decode %T: %w", m, errors.Join(bus.ErrMalformed, err))
 	}
 	return nil
+}
+
+// observeAttempt counts a scheduling attempt of pod by result (kube-scheduler's
+// scheduler_schedule_attempts_total and scheduler_scheduling_attempt_duration_seconds). The profile is
+// one of this replica's, so the label stays bounded.
+func observeAttempt(pod *pb.Pod, result string, start time.Time) {
+	profile := pod.GetSpec().GetSchedulerName()
+	if profile == "" {
+		profile = config.DefaultSchedulerName
+	}
+	metrics.SchedulingAttempts.WithLabelValues(result, profile).Inc()
+	metrics.SchedulingAttemptDuration.WithLabelValues(result, profile).Observe(time.Since(start).Seconds())
 }

@@ -160,6 +160,7 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }() // every goroutine below ends with ctx
+	defer metrics.RegisterPending("unschedulable", s.parks.Len)()
 	goFn := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 
 	nodesSynced, allocSynced := make(chan struct{}), make(chan struct{})

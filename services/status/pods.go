@@ -111,9 +111,11 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		pod, rev, cached := s.last.get(key, rep.GetUid())
 		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > s.storedSeq(pod) &&
 			pod.GetSpec().GetNodeName() == rep.GetNode() {
+			wasReady := isReady(pod)
 			mergeStatus(pod, rep)
 			err := s.writePod(ctx, key, pod, rev)
 			if err == nil {
+				observeReady(wasReady, pod)
 				return applied, pod.GetInternal().GetCorrelationId(), nil
 			}
 			s.last.forget(key)
@@ -155,15 +157,18 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			}
 			return removed, corr, nil
 		}
+		wasReady := isReady(pod)
 		mergeStatus(pod, rep)
 		err = s.writePod(ctx, key, pod, rev)
 		if errors.Is(err, bus.ErrConflict) {
 			metrics.Count("kv.conflicts.status", 1)
+			metrics.CASConflicts.WithLabelValues(bus.BucketPods).Inc()
 			continue
 		}
 		if err != nil {
 			return ignored, corr, err
 		}
+		observeReady(wasReady, pod)
 		return applied, corr, nil
 	}
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
@@ -284,4 +289,20 @@ func (c *podCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, key)
+}
+
+func isReady(p *pb.Pod) bool {
+	c := podutil.PodCondition(p, podutil.PodReady)
+	return c != nil && c.GetStatus() == podutil.True
+}
+
+// observeReady observes the ready stage (binding committed to Ready written) when a write made the pod
+// Ready for the first time since it was bound.
+func observeReady(wasReady bool, p *pb.Pod) {
+	if wasReady || !isReady(p) {
+		return
+	}
+	if c := podutil.PodCondition(p, podutil.PodScheduled); c.GetLastTransitionTime() != nil {
+		metrics.StageReady.Since(c.GetLastTransitionTime().AsTime())
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/podbus/podbus/internal/metrics"
@@ -114,6 +115,9 @@ func (s *Service) handle(ctx context.Context, m *bus.Msg) error {
 	res, err := s.apply(ctx, cmd, m.Data, m.Meta)
 	if err != nil {
 		return err
+	}
+	if cmd.GetOp() == pb.PodCommand_OP_CREATE && res.GetCode() == http.StatusCreated {
+		metrics.StageStore.Since(m.Time)
 	}
 	s.reply(m.Meta.Reply, res)
 	return nil
