@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -17,7 +19,11 @@ type ServerConfig struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
-	HTTPPort      int // monitoring; 0 off
+	HTTPPort      int    // monitoring; 0 off
+	HTTPHost      string // monitoring host (default Host)
+	// Logger receives the server's log (nil: the server logs nothing). Its debug level turns on the
+	// server's debug log; the protocol trace stays off.
+	Logger *slog.Logger
 }
 
 // RunServer starts an embedded nats-server with JetStream and waits until it accepts clients.
@@ -30,6 +36,7 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true,
 		HTTPPort:   cfg.HTTPPort,
+		HTTPHost:   cfg.HTTPHost,
 		// Large enough for bursts of pod commands from many clients.
 		MaxPayload:    8 << 20,
 		MaxPending:    256 << 20,
@@ -51,10 +58,32 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
+	if cfg.Logger != nil {
+		s.SetLoggerV2(slogAdapter{cfg.Logger}, cfg.Logger.Enabled(context.Background(), slog.LevelDebug), false, false)
+	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
 		return nil, fmt.Errorf("nats-server did not become ready")
 	}
 	return s, nil
+}
+
+// slogAdapter is a nats-server logger writing to slog, each line tagged component=nats-server. A
+// fatal error is logged as an error: an embedded server never exits the process.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelInfo, format, v) }
+func (a slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
+func (a slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+func (a slogAdapter) Tracef(format string, v ...any)  { a.log(slog.LevelDebug-4, format, v) }
+
+func (a slogAdapter) log(level slog.Level, format string, v []any) {
+	ctx := context.Background()
+	if !a.l.Enabled(ctx, level) {
+		return
+	}
+	a.l.Log(ctx, level, fmt.Sprintf(format, v...), "component", "nats-server")
 }

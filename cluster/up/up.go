@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type Config struct {
 	NATSURL string
 	// NATSPort for the embedded server (0: 4222 would clash in tests, so -1 picks a random port).
 	NATSPort int
+	// NATSMonitor is where the embedded server serves its monitoring endpoint (/varz, /jsz, /healthz;
+	// host:port, port 0 picks one); "" serves none.
+	NATSMonitor string
 	// DataDir holds the embedded server's storage and the kubeconfig (default .podbus).
 	DataDir string
 	// APIAddr is where the Kubernetes API listens (default 127.0.0.1:6443; ":0" style picks a port).
@@ -136,9 +140,11 @@ func (c *Config) defaults() {
 
 // Cluster is a running podbus.
 type Cluster struct {
-	APIURL     string
-	NATSURL    string
-	Kubeconfig string
+	APIURL  string
+	NATSURL string
+	// NATSMonitorURL is the embedded server's monitoring endpoint, "" without one.
+	NATSMonitorURL string
+	Kubeconfig     string
 	// CAFile is the CA the API's serving certificate chains to, and AdminTLS trusts it and presents the
 	// admin's client certificate (see HTTPClient); both empty with Config.InsecureHTTP.
 	CAFile   string
@@ -175,12 +181,29 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	url := cfg.NATSURL
 	if url == "" {
-		srv, err := bus.RunServer(bus.ServerConfig{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats"), Name: "podbus"})
+		scfg := bus.ServerConfig{Port: cfg.NATSPort, StoreDir: filepath.Join(cfg.DataDir, "nats"), Name: "podbus", Logger: log}
+		if cfg.NATSMonitor != "" {
+			host, port, err := net.SplitHostPort(cfg.NATSMonitor)
+			if err != nil {
+				return nil, fmt.Errorf("NATS monitor address: %w", err)
+			}
+			if scfg.HTTPPort, err = strconv.Atoi(port); err != nil {
+				return nil, fmt.Errorf("NATS monitor address: %w", err)
+			}
+			if scfg.HTTPPort == 0 {
+				scfg.HTTPPort = -1 // nats-server's "any port"
+			}
+			scfg.HTTPHost = host
+		}
+		srv, err := bus.RunServer(scfg)
 		if err != nil {
 			return nil, err
 		}
 		c.srv = srv
 		url = srv.ClientURL()
+		if a := srv.MonitorAddr(); a != nil {
+			c.NATSMonitorURL = "http://" + Dialable(a.String())
+		}
 	}
 	c.NATSURL = url
 	fail := func(err error) (*Cluster, error) {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -74,7 +75,9 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\n`podbus <command> -h` lists a command's flags. Every flag can also be set as PODBUS_<FLAG>\n(e.g. PODBUS_NATS=nats://n1:4222); a flag on the command line wins.\n")
+	fmt.Fprintf(w, "\n`podbus <command> -h` lists a command's flags. Every flag can also be set as PODBUS_<FLAG>\n(e.g. PODBUS_NATS=nats://n1:4222); a flag on the command line wins.\n\n"+
+		"Every command takes --log-format text|json (PODBUS_LOG_FORMAT; default text) and logs at the level of\n"+
+		"PODBUS_LOG (debug, info, warn, error; default info) on standard error.\n")
 }
 
 func main() {
@@ -87,7 +90,12 @@ func main() {
 		usage(os.Stdout)
 		return
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
+	args, format, err := logFormat(os.Args[2:], os.Getenv("PODBUS_LOG_FORMAT"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podbus: %v\n", err)
+		os.Exit(2)
+	}
+	slog.SetDefault(newLogger(os.Stderr, format, logLevel()))
 	// Every command starts with the default limit; those with --memory-limit apply theirs once parsed.
 	if err := applyMemoryLimit("auto"); err != nil {
 		fmt.Fprintf(os.Stderr, "podbus: %v\n", err)
@@ -101,7 +109,7 @@ func main() {
 			continue
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := c.run(ctx, os.Args[2:])
+		err := c.run(ctx, args)
 		stop()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "podbus %s: %v\n", c.name, err)
@@ -146,4 +154,48 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	return err
+}
+
+// errLogFormat is returned for a --log-format other than text or json.
+var errLogFormat = errors.New("--log-format must be text or json")
+
+// logFormat takes --log-format (or -log-format, with "=" or as the next argument) out of args, wherever
+// it is: every command accepts it, whatever its own flag set. env is the format when args have none.
+func logFormat(args []string, env string) ([]string, string, error) {
+	format := env
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			out = append(out, args[i:]...)
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "log-format" {
+			out = append(out, a)
+			continue
+		}
+		if !hasValue {
+			if i+1 == len(args) {
+				return nil, "", errLogFormat
+			}
+			i++
+			value = args[i]
+		}
+		format = value
+	}
+	switch format {
+	case "", "text", "json":
+		return out, format, nil
+	}
+	return nil, "", fmt.Errorf("%w, not %q", errLogFormat, format)
+}
+
+// newLogger is slog's text or JSON handler on w.
+func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -422,7 +423,7 @@ func runNATS(ctx context.Context, args []string) error {
 	if err := applyMemoryLimit(memLimit); err != nil {
 		return err
 	}
-	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort}
+	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default()}
 	if *cluster != "" {
 		cfg.ClusterName, cfg.ClusterListen = *cluster, *listen
 		for _, r := range strings.Split(*routes, ",") {
@@ -447,6 +448,7 @@ func runUp(ctx context.Context, args []string) error {
 	var cfg up.Config
 	fs.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
+	natsMonitor := fs.String("nats-monitor", "127.0.0.1:8222", "where the embedded NATS server serves its monitoring endpoint (/varz, /jsz, /healthz); off: nowhere")
 	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, the API's certificates, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the API over plain HTTP without authentication, every request an administrator (default: TLS, PKI in <data>/pki)")
@@ -504,6 +506,9 @@ func runUp(ctx context.Context, args []string) error {
 	}
 	cfg.APILimits = limits.get()
 	cfg.APIHosts = splitList(*sans)
+	if *natsMonitor != "off" {
+		cfg.NATSMonitor = *natsMonitor
+	}
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -513,6 +518,9 @@ func runUp(ctx context.Context, args []string) error {
 	}
 	if c.RealNode != "" {
 		fmt.Printf("real node %s runs pods with containerd (pod CIDR %s)\n", c.RealNode, cfg.RealNodePodCIDR)
+	}
+	if c.NATSMonitorURL != "" {
+		fmt.Printf("NATS monitoring at %s\n", c.NATSMonitorURL)
 	}
 	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
 	<-ctx.Done()
