@@ -8,6 +8,7 @@ import (
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Runtimes for Config.Runtime.
@@ -19,6 +20,20 @@ const (
 
 // DefaultRealNode names the real node.
 const DefaultRealNode = "node-real"
+
+// The taint that reserves the real node when it runs next to simulated ones (RealNodeTaint). A pod that
+// did not ask for real containers then never lands there by chance and fails to pull an image that only
+// the simulated nodes pretend to have; one that asks tolerates it (examples/web.yaml).
+const (
+	RealNodeTaintKey   = "podbus.io/node"
+	RealNodeTaintValue = "real"
+)
+
+// RealNodeTaint is the taint the real node registers with in a mixed cluster: RealNodeTaintKey=
+// RealNodeTaintValue:NoSchedule.
+func RealNodeTaint() *pb.Taint {
+	return &pb.Taint{Key: RealNodeTaintKey, Value: RealNodeTaintValue, Effect: "NoSchedule"}
+}
 
 // RealPodCIDR is the real node's default pod range: apart from the simulated nodes' 10.42.0.0/15 and up, and
 // from docker's 172.17.0.0/16.
@@ -50,8 +65,9 @@ func (a realAgent) Run(ctx context.Context) error {
 	return a.Agent.Run(ctx)
 }
 
-// newRealAgent makes the real node's agent: the machine's capacity, state in DataDir/agent/<node>.
-func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn) (runner, error) {
+// newRealAgent makes the real node's agent: the machine's capacity, state in DataDir/agent/<node>;
+// reserved (RealNodeTaint) when it is not the only node.
+func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (runner, error) {
 	cpu, mem, err := cri.MachineCapacity()
 	if err != nil {
 		return nil, err
@@ -68,8 +84,13 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn) (runner, erro
 	if err != nil {
 		return nil, err
 	}
+	var taints []*pb.Taint
+	if mixed {
+		taints = append(taints, RealNodeTaint())
+	}
 	a, err := agent.New(agent.Config{
 		Node:              cfg.RealNode,
+		Taints:            taints,
 		PodCIDR:           cfg.RealNodePodCIDR,
 		CPU:               cpu,
 		Memory:            mem,

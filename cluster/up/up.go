@@ -343,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		a, err := newRealAgent(ctx, cfg, cn)
+		a, err := newRealAgent(ctx, cfg, cn, cfg.Nodes > 0)
 		if err != nil {
 			return fail(fmt.Errorf("real node %s: %w", cfg.RealNode, err))
 		}

@@ -448,6 +448,7 @@ func runUp(ctx context.Context, args []string) error {
 	var cfg up.Config
 	fs.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
+	healthAddr := fs.String("health-addr", "", "serve /healthz, /readyz, /metrics and /debug/vars of the whole process here (no authentication: keep it on loopback)")
 	natsMonitor := fs.String("nats-monitor", "127.0.0.1:8222", "where the embedded NATS server serves its monitoring endpoint (/varz, /jsz, /healthz); off: nowhere")
 	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, the API's certificates, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
@@ -513,11 +514,21 @@ func runUp(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *healthAddr != "" {
+		go func() {
+			if err := health.Serve(ctx, *healthAddr, nil); err != nil {
+				slog.Error("health endpoint", "addr", *healthAddr, "err", err)
+			}
+		}()
+	}
 	if c.NoRealNode != nil {
 		fmt.Printf("simulated nodes only: %v\n", c.NoRealNode)
 	}
 	if c.RealNode != "" {
 		fmt.Printf("real node %s runs pods with containerd (pod CIDR %s)\n", c.RealNode, cfg.RealNodePodCIDR)
+		if cfg.Nodes > 0 || cfg.NodePools != nil {
+			fmt.Printf("  reserved: only pods that tolerate %s=%s:NoSchedule land there (examples/web.yaml)\n", up.RealNodeTaintKey, up.RealNodeTaintValue)
+		}
 	}
 	if c.NATSMonitorURL != "" {
 		fmt.Printf("NATS monitoring at %s\n", c.NATSMonitorURL)
