@@ -116,5 +116,7 @@ compose-test:
 	$(GO) vet -tags compose ./e2e/
 	$(GO) test -count=1 -timeout 12m -tags compose -run TestCompose -v ./e2e/
 
+## clean: podbus down (the real node's pods, their networks and namespaces, then .podbus), and the binaries
 clean:
-	rm -rf $(BIN) .podbus
+	$(GO) run ./cmd/podbus down --data .podbus
+	rm -rf $(BIN)

@@ -26,8 +26,9 @@ func TestMixedClusterSurprisesNoPod(t *testing.T) {
 			cfg := up.Config{Nodes: 3, StartDelay: 5 * time.Millisecond, Runtime: up.RuntimeFake}
 			if tt.real {
 				needContainerd(t)
-				cfg.Runtime, cfg.ContainerdAddress = up.RuntimeContainerd, containerdAddress()
-				cfg.RealNodePodCIDR, cfg.ContainerdNamespace = realCIDR(), "podbus-e2e-mixed-"+fmt.Sprint(time.Now().UnixNano())
+				n := newRealNode(t) // its cleanup, after the cluster's, removes the containerd namespace
+				cfg.Runtime, cfg.ContainerdAddress, cfg.RealNode = up.RuntimeContainerd, containerdAddress(), n.name
+				cfg.RealNodePodCIDR, cfg.ContainerdNamespace = n.cidr, n.ns
 				cfg.RegistryAddr = "off"
 			} else {
 				needKubectl(t)
@@ -35,9 +36,9 @@ func TestMixedClusterSurprisesNoPod(t *testing.T) {
 			cl, conn := startCluster(t, cfg)
 			k := kube{t: t, kubeconfig: cl.Kubeconfig}
 			if tt.real {
-				out := k.must("get", "node", up.DefaultRealNode, "-o", "jsonpath={.spec.taints}")
+				out := k.must("get", "node", cfg.RealNode, "-o", "jsonpath={.spec.taints}")
 				if !strings.Contains(out, up.RealNodeTaintKey) || !strings.Contains(out, "NoSchedule") {
-					t.Fatalf("%s is not reserved: taints %s", up.DefaultRealNode, out)
+					t.Fatalf("%s is not reserved: taints %s", cfg.RealNode, out)
 				}
 			}
 			k.must("apply", "-f", "../examples/pod.yaml")
@@ -50,7 +51,7 @@ func TestMixedClusterSurprisesNoPod(t *testing.T) {
 			}
 			all := waitAll(t, conn, burst+1, 60*time.Second, isReady)
 			for key, p := range all {
-				if n := p.GetSpec().GetNodeName(); n == up.DefaultRealNode {
+				if n := p.GetSpec().GetNodeName(); n != "" && n == cfg.RealNode {
 					t.Errorf("pod %s landed on the real node", key)
 				}
 			}

@@ -28,6 +28,7 @@ type command struct {
 
 var commands = []command{
 	{"up", "everything in one process: embedded NATS, the services, simulated nodes, the API", runUp},
+	{"down", "tear down what up leaves: the real node's pods, their networks and namespaces, then the data dir", runDown},
 	{"nats", "an embedded nats-server with JetStream (standalone or a cluster member)", runNATS},
 	{"admission", "the Kubernetes API front door", runAdmission},
 	{"store", "the store: the only writer of new pods", runStore},

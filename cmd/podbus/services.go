@@ -538,6 +538,27 @@ func runUp(ctx context.Context, args []string) error {
 	return c.Wait()
 }
 
+func runDown(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("down", flag.ExitOnError)
+	var cfg up.DownConfig
+	fs.StringVar(&cfg.DataDir, "data", ".podbus", "the data directory up ran on")
+	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")
+	fs.StringVar(&cfg.ContainerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the real node's containers")
+	fs.StringVar(&cfg.RealNodePodCIDR, "real-node-pod-cidr", up.RealPodCIDR, "pod CIDR the real node ran with")
+	fs.BoolVar(&cfg.KeepData, "keep-data", false, "remove the real node's pods only, keep the data directory")
+	fs.BoolVar(&cfg.Force, "force", false, "delete the data directory even if some pod could not be removed")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := up.Down(ctx, cfg); err != nil {
+		if errors.Is(err, up.ErrNodeTeardown) && !cfg.Force {
+			return fmt.Errorf("%w\n(the data directory is kept; run down again as root with containerd up, or --force)", err)
+		}
+		return err
+	}
+	return nil
+}
+
 func runLoadtest(ctx context.Context, args []string) error {
 	cfg, err := loadtest.ParseFlags(args)
 	if err != nil {
