@@ -132,6 +132,50 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Attempts are one profile's scheduling attempt metrics by result, resolved once per profile so that
+// counting an attempt allocates nothing.
+type Attempts struct {
+	Scheduled, Unschedulable, Error Attempt
+}
+
+// Attempt is the counter and duration histogram of one result of one profile.
+type Attempt struct {
+	c prometheus.Counter
+	h prometheus.Observer
+}
+
+// Since counts an attempt that started at start.
+func (a Attempt) Since(start time.Time) {
+	a.c.Inc()
+	a.h.Observe(time.Since(start).Seconds())
+}
+
+var (
+	attemptsMu sync.RWMutex
+	attempts   = map[string]*Attempts{}
+)
+
+// SchedulingAttemptsFor returns the attempt metrics of a scheduler profile (a bounded set: the
+// profiles a scheduler was configured with).
+func SchedulingAttemptsFor(profile string) *Attempts {
+	attemptsMu.RLock()
+	a := attempts[profile]
+	attemptsMu.RUnlock()
+	if a != nil {
+		return a
+	}
+	attemptsMu.Lock()
+	defer attemptsMu.Unlock()
+	if a = attempts[profile]; a == nil {
+		at := func(result string) Attempt {
+			return Attempt{SchedulingAttempts.WithLabelValues(result, profile), SchedulingAttemptDuration.WithLabelValues(result, profile)}
+		}
+		a = &Attempts{Scheduled: at("scheduled"), Unschedulable: at("unschedulable"), Error: at("error")}
+		attempts[profile] = a
+	}
+	return a
+}
+
 // API metrics, named as kube-apiserver's.
 var (
 	// APIRequests counts the API's requests by verb, group, resource, subresource and HTTP code.

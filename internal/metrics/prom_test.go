@@ -72,3 +72,18 @@ func scrape(t *testing.T) string {
 	Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
 }
+
+// What the pipeline observes once per pod allocates nothing.
+func TestHotPathAllocatesNothing(t *testing.T) {
+	start := time.Now()
+	a := SchedulingAttemptsFor("default-scheduler")
+	for name, f := range map[string]func(){
+		"stage":   func() { StageScheduling.Since(start) },
+		"attempt": func() { SchedulingAttemptsFor("default-scheduler").Scheduled.Since(start) },
+		"cached":  func() { a.Unschedulable.Since(start) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocations per call", name, n)
+		}
+	}
+}

@@ -140,7 +140,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 			return fmt.Errorf("publish decision for %s/%s: %w", d.GetNamespace(), d.GetName(), sendErr)
 		}
 		metrics.Count("scheduler.decisions", 1)
-		observeAttempt(pod, "scheduled", attemptStart)
+		attempts(pod).Scheduled.Since(attemptStart)
 		metrics.StageScheduling.Since(m.Time)
 		return nil
 
@@ -171,7 +171,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		s.parks.Add(pod, pp.GetRevision(), seen, algo.RequeueFor(fit))
 		metrics.Count("scheduler.decisions", 1)
 		metrics.Count("scheduler.unschedulable", 1)
-		observeAttempt(pod, "unschedulable", attemptStart)
+		attempts(pod).Unschedulable.Since(attemptStart)
 		if fit != nil {
 			for _, p := range fit.Plugins {
 				metrics.UnschedulableByPlugin.WithLabelValues(p).Inc()
@@ -180,7 +180,7 @@ func (s *Service) handlePending(ctx context.Context, m *bus.Msg) error {
 		return nil
 
 	default: // a plugin failed: no decision, retry with back-off
-		observeAttempt(pod, "error", attemptStart)
+		attempts(pod).Error.Since(attemptStart)
 		return fmt.Errorf("schedule %s/%s: %w", md.GetNamespace(), md.GetName(), err)
 	}
 }
@@ -263,14 +263,12 @@ func decodeData(data []byte, m proto.Message) error {
 	return nil
 }
 
-// observeAttempt counts a scheduling attempt of pod by result (kube-scheduler's
-// scheduler_schedule_attempts_total and scheduler_scheduling_attempt_duration_seconds). The profile is
-// one of this replica's, so the label stays bounded.
-func observeAttempt(pod *pb.Pod, result string, start time.Time) {
+// attempts are the attempt metrics of pod's profile (one of this replica's, so the label stays bounded):
+// kube-scheduler's scheduler_schedule_attempts_total and scheduler_scheduling_attempt_duration_seconds.
+func attempts(pod *pb.Pod) *metrics.Attempts {
 	profile := pod.GetSpec().GetSchedulerName()
 	if profile == "" {
 		profile = config.DefaultSchedulerName
 	}
-	metrics.SchedulingAttempts.WithLabelValues(result, profile).Inc()
-	metrics.SchedulingAttemptDuration.WithLabelValues(result, profile).Observe(time.Since(start).Seconds())
+	return metrics.SchedulingAttemptsFor(profile)
 }
