@@ -58,27 +58,51 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	if cfg.Logger != nil {
-		s.SetLoggerV2(slogAdapter{cfg.Logger}, cfg.Logger.Enabled(context.Background(), slog.LevelDebug), false, false)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
+	// The server reports what stops its start (a port in use) only as a fatal log line, and then
+	// never becomes ready: the adapter hands that line over so that RunServer fails at once with it.
+	fatal := make(chan string, 1)
+	s.SetLoggerV2(slogAdapter{l: logger, fatal: fatal}, logger.Enabled(context.Background(), slog.LevelDebug), false, false)
 	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("nats-server did not become ready")
+	deadline := time.Now().Add(30 * time.Second)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			s.Shutdown()
+			return nil, fmt.Errorf("nats-server: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("nats-server did not become ready")
+		}
 	}
 	return s, nil
 }
 
 // slogAdapter is a nats-server logger writing to slog, each line tagged component=nats-server. A
-// fatal error is logged as an error: an embedded server never exits the process.
-type slogAdapter struct{ l *slog.Logger }
+// fatal error is logged as an error, and handed to fatal when nothing waits there yet: an embedded
+// server never exits the process.
+type slogAdapter struct {
+	l     *slog.Logger
+	fatal chan<- string
+}
 
 func (a slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelInfo, format, v) }
 func (a slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
-func (a slogAdapter) Fatalf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
-func (a slogAdapter) Tracef(format string, v ...any)  { a.log(slog.LevelDebug-4, format, v) }
+func (a slogAdapter) Fatalf(format string, v ...any) {
+	a.log(slog.LevelError, format, v)
+	select {
+	case a.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (a slogAdapter) Errorf(format string, v ...any) { a.log(slog.LevelError, format, v) }
+func (a slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
+func (a slogAdapter) Tracef(format string, v ...any) { a.log(slog.LevelDebug-4, format, v) }
 
 func (a slogAdapter) log(level slog.Level, format string, v []any) {
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -51,4 +52,23 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A server that cannot start (its monitoring port is taken) fails RunServer with the server's reason,
+// not with the "did not become ready" of a wait that could not succeed.
+func TestRunServerFailsFastOnBusyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s, err := RunServer(ServerConfig{Port: -1, StoreDir: t.TempDir(), HTTPHost: "127.0.0.1", HTTPPort: port})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("RunServer succeeded on a busy monitoring port")
+	}
+	if !strings.Contains(err.Error(), "monitoring") {
+		t.Errorf("err = %v, want the server's reason", err)
+	}
 }
