@@ -95,6 +95,8 @@ func (p *process) sigkill(t *testing.T) {
 }
 
 // Every service as its own podbus process over TCP to one NATS server gives the same result as `up`.
+// Each serves /metrics on its health port, where the stages it completes counted every pod, and logs
+// JSON lines with --log-format json.
 func TestServicesAsSeparateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -115,6 +117,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	// The API generates its CA, serving certificate and admin kubeconfig as kube-apiserver's --cert-dir.
 	certDir, kubeconfig := t.TempDir(), filepath.Join(t.TempDir(), "kubeconfig")
 	var procs []*process
+	health := map[string]string{}
 	for _, s := range []struct {
 		name string
 		args []string
@@ -128,7 +131,8 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		{"agent-n1", []string{"agent", "--node", "n1", "--pod-cidr", "10.42.1.0/24", "--cpu", "4", "--memory", "8Gi"}},
 		{"agent-n2", []string{"agent", "--node", "n2", "--pod-cidr", "10.42.2.0/24", "--cpu", "4", "--memory", "8Gi"}},
 	} {
-		procs = append(procs, spawn(t, bin, s.name, append(s.args, "--nats", url)...))
+		health[s.name] = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		procs = append(procs, spawn(t, bin, s.name, append(s.args, "--nats", url, "--health-addr", health[s.name], "--log-format", "json")...))
 	}
 	api := "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -171,8 +175,32 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	}
 	checkInvariants(t, conn)
 
+	// Each stage is counted by the processes that complete it; the ready stage right after the write
+	// waitAll saw.
+	stageOf := map[string][]string{"admission": {"admission"}, "store": {"store"}, "scheduling": {"scheduler-a", "scheduler-b"},
+		"binding": {"binder"}, "node_start": {"agent-n1", "agent-n2"}, "ready": {"status"}}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	for stage, names := range stageOf {
+		bustest.Eventually(t, 10*time.Second, func() bool {
+			var sum float64
+			for _, name := range names {
+				fams := scrapeMetrics(t, plain, "http://"+health[name]+"/metrics")
+				sum += histogramCount(fams["podbus_pod_stage_duration_seconds"], map[string]string{"stage": stage})
+			}
+			return sum == n
+		}, fmt.Sprintf("%s stage counted %d pods on %v", stage, n, names))
+	}
+
 	for _, p := range procs {
 		p.stop(t)
 	}
 	nats.stop(t)
+	for _, p := range procs {
+		for _, line := range bytes.Split(bytes.TrimSpace(p.out.Bytes()), []byte("\n")) {
+			if len(line) > 0 && !json.Valid(line) {
+				t.Errorf("%s logged a line that is not JSON: %s", p.name, line)
+				break
+			}
+		}
+	}
 }
