@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/podbus/podbus/internal/metrics"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/metrics"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 

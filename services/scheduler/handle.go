@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/podbus/podbus/sched/config"
 	"strconv"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/cache"
+	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/sched/framework"
 )
 

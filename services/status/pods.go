@@ -296,8 +296,8 @@ func isReady(p *pb.Pod) bool {
 	return c != nil && c.GetStatus() == podutil.True
 }
 
-// observeReady observes the ready stage (binding committed to Ready written) when a write made the pod
-// Ready for the first time since it was bound.
+// observeReady observes the ready stage (binding committed to Ready written) when a write turns the pod
+// Ready; a pod whose readiness fails and recovers is observed again.
 func observeReady(wasReady bool, p *pb.Pod) {
 	if wasReady || !isReady(p) {
 		return
