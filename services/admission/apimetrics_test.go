@@ -4,6 +4,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/podbus/podbus/bus/bustest"
 )
 
 // /metrics is a non-resource URL behind RBAC, as kube-apiserver's: administrators and the
@@ -49,4 +52,21 @@ func TestMetricsEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An open watch is a long-running request until it ends, then a WATCH in apiserver_request_total.
+func TestMetricsCountWatches(t *testing.T) {
+	e := start(t, nil, false)
+	const open = `apiserver_longrunning_requests{group="",resource="configmaps",verb="WATCH"} `
+	scrape := func() string {
+		_, body := e.do("GET", "/metrics", "")
+		return string(body)
+	}
+	_, stop := e.watchStream("/api/v1/namespaces/default/configmaps?watch=1")
+	bustest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(scrape(), open+"1") }, "the watch counted as open")
+	stop()
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		m := scrape()
+		return strings.Contains(m, open+"0") && strings.Contains(m, `apiserver_request_total{code="200",group="",resource="configmaps",subresource="",verb="WATCH"}`)
+	}, "the watch counted as ended")
 }
