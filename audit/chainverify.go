@@ -181,6 +181,7 @@ type checker struct {
 	next     uint64 // the sequence expected next (0: not yet known)
 	replaced map[int64]bool
 	origins  map[string]uint64 // origin stream -> last sequence seen
+	sources  []string          // the stream's configured sources
 	pending  *Finding          // a displaced record, reordered if it shows up later
 	wanted   SealedRecord      // what pending misses
 	stopped  bool              // the rest cannot be compared (errStop)
@@ -201,7 +202,11 @@ func newChecker(ctx context.Context, js jetstream.JetStream, o ChainOptions) (*c
 	if err != nil {
 		return nil, err
 	}
-	return &checker{o: o, js: js, seals: seals, created: info.Created, replaced: map[int64]bool{},
+	var sources []string
+	for _, src := range info.Config.Sources {
+		sources = append(sources, src.Name)
+	}
+	return &checker{o: o, js: js, seals: seals, created: info.Created, replaced: map[int64]bool{}, sources: sources,
 		origins: map[string]uint64{}, res: ChainResult{KeyTrusted: len(o.PublicKeys) > 0}}, nil
 }
 
@@ -416,12 +421,12 @@ func (c *checker) checkOrigin(m *RawMsg, origin string, oseq uint64) {
 // originsAhead lists the origin streams holding sequences past the last the log has of them.
 func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 	var out []Finding
-	names := make([]string, 0, len(c.origins))
+	names := slices.Clone(c.sources)
 	for name := range c.origins {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Compact(names) {
 		s, err := c.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
@@ -437,9 +442,10 @@ func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 		if info.State.LastSeq <= last || info.State.Msgs == 0 {
 			continue
 		}
-		f := Finding{Kind: FindTruncated, Origin: name, OriginSeq: last + 1,
+		first := max(last+1, info.State.FirstSeq)
+		f := Finding{Kind: FindTruncated, Origin: name, OriginSeq: first,
 			Detail: fmt.Sprintf("%s holds up to seq %d, the log only up to %d", name, info.State.LastSeq, last)}
-		if m, err := s.GetMsg(ctx, last+1); err == nil {
+		if m, err := s.GetMsg(ctx, first); err == nil {
 			f.Subject = m.Subject
 		}
 		out = append(out, f)
