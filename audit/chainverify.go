@@ -307,11 +307,15 @@ func (c *checker) addMsg(ctx context.Context, m *RawMsg, cd Digest) error {
 		c.pending.Detail = fmt.Sprintf("it is at seq %d; %s", m.Seq, c.pending.Detail)
 		c.pending = nil
 	}
-	got := ChainDigest(c.d, cd)
 	want, ok, err := c.sealed(ctx, m.Seq)
 	if err != nil {
 		return err
 	}
+	if ok && c.res.Sealed == 0 && m.Seq == c.blk.From {
+		// Records read before the first seal (a sealer started on an older log) do not chain into it.
+		c.d = c.blk.Prev
+	}
+	got := ChainDigest(c.d, cd)
 	if !ok {
 		c.res.Unsealed++
 		c.d = got
