@@ -545,6 +545,7 @@ type sealReader struct {
 	last    uint64
 	prev    *Block
 	trusted bool
+	polled  time.Time // when the stream's last sequence was last read
 }
 
 func newSealReader(ctx context.Context, js jetstream.JetStream, name string, keys []ed25519.PublicKey) (*sealReader, error) {
@@ -560,6 +561,11 @@ func (r *sealReader) next(ctx context.Context) (*Block, *Finding, error) {
 	var bad *Finding
 	for {
 		if r.seq == 0 || r.seq > r.last {
+			if r.seq != 0 && time.Since(r.polled) < 100*time.Millisecond {
+				// Past the last block: the records after it are asking; ask the server now and then.
+				return nil, bad, nil
+			}
+			r.polled = time.Now()
 			info, err := r.s.Info(ctx)
 			if err != nil {
 				return nil, nil, fmt.Errorf("read seals: %w", err)
