@@ -304,6 +304,27 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 			return first
 		},
 		kind: audit.FindDeleted,
+	}, {
+		name: "trim the seals' head (MaxMsgs)",
+		tamper: func(t *testing.T, c *bus.Conn) uint64 {
+			ctx := context.Background()
+			cfg := streamInfo(t, c, bus.StreamAuditSeal).Config
+			cfg.MaxMsgs = 1
+			if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := c.JS.Stream(ctx, bus.StreamAuditSeal)
+			m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := audit.DecodeBlock(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b.From
+		},
+		kind: audit.FindBadSeal,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,7 +338,7 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 			if !errors.Is(err, audit.ErrChainBroken) {
 				t.Fatalf("verify after tampering: %v, want ErrChainBroken", err)
 			}
-			t.Logf("%v", err)
+			t.Logf("%v: %v", err, res.Findings)
 			first := res.First()
 			if tt.subject == "" {
 				tt.subject = sealed[seq]

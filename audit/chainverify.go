@@ -252,6 +252,14 @@ func (c *checker) block(ctx context.Context, seq uint64) (*Block, error) {
 		if c.lastBlk == nil && c.next == 0 {
 			c.d = b.Prev
 		}
+		if c.lastBlk == nil && b.Prev != (Digest{}) && b.MaxAge == 0 {
+			// The log is kept forever and so are its seals: the first one left chains onto one that is gone.
+			f := Finding{Kind: FindBadSeal, Seq: b.From, Detail: fmt.Sprintf("the first seal block follows blocks that are gone from %s: the records before are not verified", c.o.SealStream)}
+			if len(b.Records) > 0 {
+				f.Origin, f.OriginSeq, f.Subject = b.Records[0].Origin, b.Records[0].OriginSeq, b.Records[0].Subject
+			}
+			c.find(f)
+		}
 		c.lastBlk, c.blk = b, b
 	}
 	if seq < c.blk.From {
@@ -449,6 +457,9 @@ func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 		first := max(last+1, info.State.FirstSeq)
 		f := Finding{Kind: FindTruncated, Origin: name, OriginSeq: first,
 			Detail: fmt.Sprintf("%s holds up to seq %d, the log only up to %d", name, info.State.LastSeq, last)}
+		if last == 0 {
+			f.Detail = fmt.Sprintf("%s holds seq %d..%d, the log none of them", name, info.State.FirstSeq, info.State.LastSeq)
+		}
 		if m, err := s.GetMsg(ctx, first); err == nil {
 			f.Subject = m.Subject
 		}
