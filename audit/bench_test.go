@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"os"
@@ -19,11 +20,13 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/auditseal"
 )
 
 // BenchmarkAudit builds a history of PODBUS_AUDIT_RECORDS records (default 200,000; 11 per pod, the
 // seed flow's messages, bucket writes and events, published straight to the streams), then measures a
-// JSON replay of all of it to io.Discard (records/s) and the timeline of one pod in the middle.
+// JSON replay of all of it to io.Discard (records/s), the same with the chain verified on the way against
+// the seals of a sealer run over it (records/s), and the timeline of one pod in the middle.
 func BenchmarkAudit(b *testing.B) {
 	want := 200_000
 	if s := os.Getenv("PODBUS_AUDIT_RECORDS"); s != "" {
@@ -46,6 +49,24 @@ func BenchmarkAudit(b *testing.B) {
 			}
 			if uint64(n) != total {
 				b.Fatalf("replayed %d of %d", n, total)
+			}
+			b.ReportMetric(float64(n)/time.Since(t0).Seconds(), "records/s")
+		}
+	})
+	b.Run("replay-json-chain", func(b *testing.B) {
+		t0 := time.Now()
+		pub := sealAll(b, c, total)
+		b.Logf("sealed %d records in %s", total, time.Since(t0).Round(time.Millisecond))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			n, res, err := audit.ReplayVerified(ctx, c.JS, audit.ReplayOptions{Format: audit.FormatJSON},
+				audit.ChainOptions{PublicKeys: []ed25519.PublicKey{pub}}, io.Discard)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if uint64(n) != total || uint64(res.Sealed) != total {
+				b.Fatalf("replayed %d of %d, %d checked against seals", n, total, res.Sealed)
 			}
 			b.ReportMetric(float64(n)/time.Since(t0).Seconds(), "records/s")
 		}
@@ -118,6 +139,40 @@ func publishHistory(b *testing.B, c *bus.Conn, pods int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// sealAll runs a sealer until the first total records of AUDIT are sealed and returns its key.
+func sealAll(b *testing.B, c *bus.Conn, total uint64) ed25519.PublicKey {
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := auditseal.New(auditseal.Config{ID: "bench", Key: key}, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}()
+	bustest.Eventually(b, 5*time.Minute, func() bool {
+		st, err := c.JS.Stream(ctx, bus.StreamAuditSeal)
+		if err != nil {
+			return false
+		}
+		m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
+		if err != nil {
+			return false
+		}
+		blk, err := audit.DecodeBlock(m.Data)
+		return err == nil && blk.To() >= total
+	}, "the sealer seals the history")
+	return pub
 }
 
 func waitAudit(b *testing.B, c *bus.Conn, want uint64) uint64 {

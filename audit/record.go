@@ -160,6 +160,12 @@ type ScanOptions struct {
 // server survives it). fn must not keep the record after it returns. It stops at the end of the
 // stream (unless following), at Until/UntilSeq, when fn fails, or when ctx ends.
 func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*Record) error) error {
+	return scan(ctx, js, o, nil, fn)
+}
+
+// scan is Scan with each stored message handed to onMsg (when not nil) before its records go to fn
+// (when not nil).
+func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func(*RawMsg) error, fn func(*Record) error) error {
 	if o.Stream == "" {
 		o.Stream = bus.StreamAudit
 	}
@@ -214,6 +220,18 @@ func Scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, fn func(*R
 		}
 		if (o.UntilSeq > 0 && md.Sequence.Stream > o.UntilSeq) || (!o.Until.IsZero() && md.Timestamp.After(o.Until)) {
 			return nil
+		}
+		if onMsg != nil {
+			raw := RawMsg{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+			if err := onMsg(&raw); err != nil {
+				return err
+			}
+		}
+		if fn == nil {
+			if !o.Follow && md.NumPending == 0 {
+				return nil
+			}
+			continue
 		}
 		entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
 		if err != nil {

@@ -30,7 +30,13 @@ const (
 	// StreamAudit sources PODS, STATUS, EVENTS, DEAD and the streams of the pods and nodes buckets:
 	// every state change, kept with its original subject and headers, never deleted or purged.
 	StreamAudit = "AUDIT"
+	// StreamAuditSeal holds the audit sealer's signed blocks: each covers a contiguous range of AUDIT
+	// sequences with every record's chained digest (package audit, services/auditseal).
+	StreamAuditSeal = "AUDITSEAL"
 )
+
+// SubjAuditSeal carries the audit seal blocks, one message per block.
+const SubjAuditSeal = "auditseal.block"
 
 // KVStream is the name of the stream behind a KV bucket ("KV_pods").
 func KVStream(bucket string) string { return "KV_" + bucket }

@@ -105,6 +105,24 @@ func AuditConfig(o Options) jetstream.StreamConfig {
 	}
 }
 
+// AuditSealConfig is the AUDITSEAL stream: the sealer's blocks (SubjAuditSeal), kept as long as the log
+// and append-only through the API like it.
+func AuditSealConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamAuditSeal,
+		Description: "podbus audit seals: signed hash-chain blocks over AUDIT",
+		Subjects:    []string{SubjAuditSeal},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     o.storage(),
+		Replicas:    o.replicas(),
+		MaxAge:      o.AuditMaxAge,
+		Duplicates:  2 * time.Minute,
+		Discard:     jetstream.DiscardOld,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}
+}
+
 // KVConfigs are the buckets podbus needs.
 func KVConfigs(o Options) []jetstream.KeyValueConfig {
 	mk := func(name, desc string, history uint8) jetstream.KeyValueConfig {
@@ -144,12 +162,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		return nil
 	}
 	// Last: the streams it sources, buckets included, must exist first.
-	audit := AuditConfig(o)
-	if err := retry(ctx, func() error {
-		_, err := js.CreateOrUpdateStream(ctx, audit)
-		return err
-	}); err != nil {
-		return fmt.Errorf("provision stream %s: %w", audit.Name, err)
+	for _, cfg := range []jetstream.StreamConfig{AuditConfig(o), AuditSealConfig(o)} {
+		if err := retry(ctx, func() error {
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		}); err != nil {
+			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
 	}
 	return nil
 }

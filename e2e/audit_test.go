@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,8 @@ import (
 // changes nothing and with MostAllocated packs the pods onto fewer nodes; the log refuses deletes.
 // (A failed image pull is left out: up.Config cannot give the simulated runtime missing images.)
 func TestAudit(t *testing.T) {
-	cl, c := startCluster(t, up.Config{Nodes: 6, NodeCPU: "8", NodeMemory: "16Gi", MaxPods: 110})
+	dataDir := t.TempDir()
+	cl, c := startCluster(t, up.Config{Nodes: 6, NodeCPU: "8", NodeMemory: "16Gi", MaxPods: 110, DataDir: dataDir})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	client := apiClient(cl, 15*time.Second)
@@ -67,6 +69,22 @@ func TestAudit(t *testing.T) {
 		if res.Pods != total-deleted+1 || res.Nodes != 6 {
 			t.Errorf("verify compared %d pods and %d nodes", res.Pods, res.Nodes)
 		}
+	})
+
+	t.Run("verify the chain", func(t *testing.T) {
+		keys, err := audit.ReadPublicKeys(filepath.Join(dataDir, audit.SealPubKeyFile))
+		if err != nil {
+			t.Fatalf("the sealer's public key: %v", err)
+		}
+		var res audit.ChainResult
+		bustest.Eventually(t, 20*time.Second, func() bool {
+			res, err = audit.VerifyChain(ctx, c.JS, audit.ChainOptions{PublicKeys: keys})
+			if err != nil {
+				t.Fatalf("verify --chain on a clean history: %v (%v)", err, res.Findings)
+			}
+			return res.Sealed > 0 && res.Unsealed < res.Sealed/10
+		}, "the log sealed (%+v)", res)
+		t.Logf("chain: %d records sealed in %d blocks, %d not yet", res.Sealed, res.Blocks, res.Unsealed)
 	})
 
 	t.Run("verify a copy with a record removed", func(t *testing.T) {

@@ -31,8 +31,8 @@ const (
 	composeAgents  = 5
 	composeBatch   = 300
 	// composeServices are the containers besides the agents with one scheduler: three NATS nodes,
-	// admission, store, scheduler, binder, status and namespaces.
-	composeServices = 9
+	// admission, store, scheduler, binder, status, namespaces and auditseal.
+	composeServices = 10
 )
 
 type composeEnv struct {

@@ -27,6 +27,7 @@ import (
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/scheduler"
@@ -260,6 +261,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Buckets: admission.NamespacedBuckets()}, cn)
 			}},
+		}
+		if !cfg.NoAudit {
+			services = append(services, struct {
+				name string
+				mk   mk
+			}{"auditseal", func(cn *bus.Conn) (runner, error) {
+				return auditseal.New(auditseal.Config{ID: "auditseal-0", DataDir: cfg.DataDir, Logger: log}, cn)
+			}})
 		}
 		for i := 0; i < cfg.Schedulers; i++ {
 			id := fmt.Sprintf("sched-%d", i)

@@ -17,9 +17,11 @@ import (
 const auditUsage = `usage: podbus audit <verb> [flags]
 
 verbs:
-  replay     records in order as a table or JSON lines (--since, --seq, --until, --subject, --follow, --pace, -o json)
+  replay     records in order as a table or JSON lines (--since, --seq, --until, --subject, --follow, --pace, -o json;
+             --verify-chain: the whole log, each record checked against its seal first)
   timeline   ns/name (every incarnation, newest first) or --uid: each step, the service, the gaps, a summary
-  verify     rebuild pods and nodes from the history alone, compare with the live buckets (exit 1 on any difference)
+  verify     rebuild pods and nodes from the history alone, compare with the live buckets (exit 1 on any difference);
+             --chain [--pubkey FILE]: check the log against the sealer's signed hash chain instead (exit 1 on tampering)
   what-if    re-run recorded scheduling decisions with --profile file.yaml (--since)
 `
 
@@ -43,6 +45,9 @@ func runAudit(ctx context.Context, args []string) error {
 		out := fs.String("o", audit.FormatTable, "output: table or json (one object per line)")
 		follow := fs.Bool("follow", false, "keep printing new records")
 		pace := fs.Bool("pace", false, "replay at the original pace")
+		verifyChain := fs.Bool("verify-chain", false, "check every record against the audit seals before writing it (the whole log, in order)")
+		pubkey := pubkeyFlag(fs)
+		sealStream := fs.String("seal-stream", bus.StreamAuditSeal, "the seal blocks' stream")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -62,6 +67,16 @@ func runAudit(ctx context.Context, args []string) error {
 			return err
 		}
 		defer conn.Close()
+		if *verifyChain {
+			co, err := chainOptions(*pubkey, *sealStream)
+			if err != nil {
+				return err
+			}
+			n, res, err := audit.ReplayVerified(ctx, conn.JS, o, co, os.Stdout)
+			fmt.Fprintf(os.Stderr, "%d records replayed, %d of %d messages checked against %d seal blocks, %d not yet sealed\n", n, res.Sealed, res.Records, res.Blocks, res.Unsealed)
+			printFindings(res)
+			return err
+		}
 		_, err = audit.Replay(ctx, conn.JS, o, os.Stdout)
 		if errors.Is(err, context.Canceled) {
 			return nil
@@ -94,6 +109,9 @@ func runAudit(ctx context.Context, args []string) error {
 
 	case "verify":
 		settle := fs.Duration("settle", 3*time.Second, "how long differences may take to disappear (the log trails the store)")
+		chain := fs.Bool("chain", false, "check the log against the audit sealer's signed hash chain (and the origin streams) instead")
+		pubkey := pubkeyFlag(fs)
+		sealStream := fs.String("seal-stream", bus.StreamAuditSeal, "the seal blocks' stream")
 		if err := parse(fs, args); err != nil {
 			return err
 		}
@@ -102,6 +120,21 @@ func runAudit(ctx context.Context, args []string) error {
 			return err
 		}
 		defer conn.Close()
+		if *chain {
+			co, err := chainOptions(*pubkey, *sealStream)
+			if err != nil {
+				return err
+			}
+			co.Stream, co.Settle = *stream, *settle
+			res, err := audit.VerifyChain(ctx, conn.JS, co)
+			printFindings(res)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%d records match their seals (%d blocks, %d records expired by the stream's MaxAge); %d after the last seal are not sealed yet\n",
+				res.Sealed, res.Blocks, res.Expired, res.Unsealed)
+			return nil
+		}
 		res, err := audit.Verify(ctx, conn.JS, audit.VerifyOptions{Stream: *stream, Settle: *settle})
 		for _, d := range res.Differences {
 			fmt.Println(d)
@@ -142,4 +175,34 @@ func runAudit(ctx context.Context, args []string) error {
 	fmt.Fprint(os.Stderr, auditUsage)
 	os.Exit(2)
 	return nil
+}
+
+func pubkeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("pubkey", "", "the sealer's public key(s), PEM ("+audit.SealPubKeyFile+" in its data directory); "+
+		"without it the first block's key is trusted, which proves the chain consistent but not who sealed it")
+}
+
+func chainOptions(pubkey, sealStream string) (audit.ChainOptions, error) {
+	co := audit.ChainOptions{SealStream: sealStream}
+	if pubkey == "" {
+		fmt.Fprintln(os.Stderr, "warning: no --pubkey: trusting the key of the first seal block")
+		return co, nil
+	}
+	keys, err := audit.ReadPublicKeys(pubkey)
+	if err != nil {
+		return co, err
+	}
+	co.PublicKeys = keys
+	return co, nil
+}
+
+// printFindings lists what the chain check found, the first bad record first.
+func printFindings(res audit.ChainResult) {
+	for i, f := range res.Findings {
+		prefix := "  "
+		if i == 0 {
+			prefix = "first bad record: "
+		}
+		fmt.Fprintln(os.Stderr, prefix+f.String())
+	}
 }

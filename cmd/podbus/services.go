@@ -18,6 +18,7 @@ import (
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/agent/fake"
+	"github.com/podbus/podbus/audit"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
@@ -27,6 +28,7 @@ import (
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
 	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/scheduler"
@@ -166,6 +168,21 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	return c.serve(ctx, "status", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace, MaxClockSkew: *skew}, cn)
+	})
+}
+
+func runAuditSeal(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("auditseal", flag.ExitOnError)
+	c.register(fs, "auditseal")
+	dataDir := fs.String("data-dir", ".podbus", "holds the signing key ("+audit.SealKeyFile+", created on first start) and its public key ("+audit.SealPubKeyFile+")")
+	records := fs.Int("block-records", 1024, "most records per seal block")
+	interval := fs.Duration("block-interval", time.Second, "longest a record waits for its block")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "auditseal", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return auditseal.New(auditseal.Config{ID: c.id, DataDir: *dataDir, BlockRecords: *records, BlockInterval: *interval}, cn)
 	})
 }
 
