@@ -18,6 +18,8 @@ type ServerConfig struct {
 	ClusterListen string
 	Routes        []string
 	HTTPPort      int // monitoring; 0 off
+	// Configure, when set, changes the options last (authorization, TLS).
+	Configure func(*server.Options) error
 }
 
 // RunServer starts an embedded nats-server with JetStream and waits until it accepts clients.
@@ -46,6 +48,11 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = host, port
 		opts.Routes = server.RoutesFromStr(joinComma(cfg.Routes))
+	}
+	if cfg.Configure != nil {
+		if err := cfg.Configure(opts); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
