@@ -195,11 +195,13 @@ func ConfigText(creds []Credential) (string, error) {
 		if p.Responses {
 			u.Permissions.Responses = &map[string]int{"max": 1}
 		}
-		data, err := json.Marshal(u)
-		if err != nil {
+		var data bytes.Buffer
+		enc := json.NewEncoder(&data)
+		enc.SetEscapeHTML(false) // nats-server's parser knows no \u escapes; ">" must stay as it is
+		if err := enc.Encode(u); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "    # %s\n    %s\n", c.Role, data)
+		fmt.Fprintf(&b, "    # %s\n    %s", c.Role, data.Bytes())
 	}
 	b.WriteString("  ]\n}\n")
 	return b.String(), nil

@@ -25,6 +25,10 @@ const (
 	RoleStatus     = "status"     // agents' reports -> pods and nodes buckets
 	RoleNamespaces = "namespaces" // namespace deletion
 	RoleReader     = "reader"     // audit and tools: read-only
+	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
+	// agents, named after their containers): the agent subjects of every node, consumers of any name on
+	// PODS but the services', no bucket write.
+	RoleSimAgents = "agents"
 	// agentRolePrefix + Token(node) is the role of one node's agent (AgentRole), poolRolePrefix + Token(host)
 	// that of a process running many simulated nodes (PoolRole).
 	agentRolePrefix = "agent-"
@@ -213,6 +217,11 @@ func Permissions(role string) (Perms, error) {
 		g.readStream(bus.StreamEvents)
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
 		g.sub(bus.SubjReplyPrefix + ">")
+	case RoleSimAgents:
+		g.pub(api+"STREAM.INFO."+bus.StreamPods, api+"CONSUMER.CREATE."+bus.StreamPods+".*",
+			api+"CONSUMER.CREATE."+bus.StreamPods+".*.>", api+"CONSUMER.INFO."+bus.StreamPods+".*",
+			api+"CONSUMER.MSG.NEXT."+bus.StreamPods+".*", "$JS.ACK."+bus.StreamPods+".*.>")
+		g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
 	case RoleReader:
 		g.pub(api+"STREAM.INFO.*", api+"STREAM.NAMES", api+"STREAM.LIST", api+"CONSUMER.CREATE.*",
 			api+"CONSUMER.CREATE.*.>", api+"CONSUMER.INFO.*.*", api+"CONSUMER.MSG.NEXT.*.*",
@@ -250,12 +259,25 @@ func Permissions(role string) (Perms, error) {
 		}
 		g.PubDeny = slices.DeleteFunc(g.PubDeny, func(s string) bool { return s == api+"STREAM.PURGE.>" })
 	}
-	if role == RoleReader {
+	if role == RoleReader || role == RoleSimAgents {
 		for _, d := range durables() {
-			g.deny(api+"CONSUMER.CREATE.*."+d, api+"CONSUMER.CREATE.*."+d+".>", api+"CONSUMER.DELETE.*."+d)
+			g.deny(api+"CONSUMER.CREATE.*."+d, api+"CONSUMER.CREATE.*."+d+".>", api+"CONSUMER.DELETE.*."+d,
+				api+"CONSUMER.MSG.NEXT.*."+d, "$JS.ACK.*."+d+".>")
 		}
 	}
-	return g.Perms, nil
+	p := g.Perms
+	p.PubAllow, p.PubDeny, p.SubAllow = unique(p.PubAllow), unique(p.PubDeny), unique(p.SubAllow)
+	return p, nil
+}
+
+// unique drops repeats, keeping the first of each.
+func unique(s []string) []string {
+	seen := map[string]bool{}
+	return slices.DeleteFunc(s, func(x string) bool {
+		dup := seen[x]
+		seen[x] = true
+		return dup
+	})
 }
 
 // agent grants what a node agent does besides its consumer: status and heartbeats, log answers, the
