@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -178,5 +180,55 @@ func refusal(errs <-chan error, subject string) error {
 		case <-timeout:
 			return errors.New("not refused")
 		}
+	}
+}
+
+// up makes its NATS credentials once, owner-only, and a restart on the same data directory reuses them:
+// a credential handed out before still connects.
+func TestNATSAuthCredentialsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := up.Config{DataDir: dir, NATSPort: -1, APIAddr: "127.0.0.1:0", Nodes: 1, NATSAuth: true}
+	start := func() (*up.Cluster, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cl, err := up.Start(ctx, cfg)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return cl, cancel
+	}
+	stop := func(cl *up.Cluster, cancel context.CancelFunc) {
+		cancel()
+		if err := cl.Wait(); err != nil {
+			t.Errorf("cluster stopped with: %v", err)
+		}
+	}
+	cl, cancel := start()
+	files := map[string][]byte{}
+	for _, role := range up.NATSRoles(cfg) {
+		path := cl.NATSCreds(role)
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", path, st.Mode().Perm())
+		}
+		files[role], _ = os.ReadFile(path)
+	}
+	stop(cl, cancel)
+
+	cl, cancel = start()
+	defer stop(cl, cancel)
+	for role, before := range files {
+		if after, _ := os.ReadFile(cl.NATSCreds(role)); !bytes.Equal(after, before) {
+			t.Errorf("%s: credential replaced on restart", role)
+		}
+	}
+	c := natsConn(t, cl, natsauth.RoleReader, "e2e-reader", nil)
+	ctx, cancelInfo := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelInfo()
+	if _, err := c.JS.Stream(ctx, bus.StreamAudit); err != nil {
+		t.Errorf("reader after restart: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ const NATSCredsDir = "nats-creds"
 // nodes' host and the real node), and those asked for by AgentCreds and PoolCreds.
 func NATSRoles(cfg Config) []string {
 	roles := append([]string{}, natsauth.ServiceRoles...)
-	roles = append(roles, natsauth.PoolRole(SimHost))
+	roles = append(roles, simRole(cfg))
 	if cfg.Runtime == RuntimeContainerd || cfg.Runtime == RuntimeAuto {
 		roles = append(roles, natsauth.AgentRole(cfg.RealNode))
 	}
@@ -74,4 +74,13 @@ func (c *Cluster) NATSCreds(role string) string {
 		return ""
 	}
 	return natsauth.File(c.NATSCredsDir, role)
+}
+
+// simRole is the role of the simulated nodes' connections: their host's, or the node's own when there is
+// one node (an agent host of one agent uses that node's consumer, bus.ConsumerAgent).
+func simRole(cfg Config) string {
+	if a := agentConfigs(cfg); len(a) == 1 {
+		return natsauth.AgentRole(a[0].Node)
+	}
+	return natsauth.PoolRole(SimHost)
 }

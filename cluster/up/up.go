@@ -312,7 +312,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// Agents share a few connections: 100 simulated nodes need not open 100 sockets.
 	var agentConns []*bus.Conn
 	for i := 0; i < min(len(agents), 4); i++ {
-		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i), natsauth.PoolRole(SimHost))
+		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i), simRole(cfg))
 		if err != nil {
 			return fail(err)
 		}
