@@ -68,9 +68,12 @@ func ReadFile(path string) (Credential, error) {
 			role = strings.TrimSpace(r)
 		}
 	}
+	if role == "" {
+		return Credential{}, fmt.Errorf("%w %s: no %q line", ErrCredential, path, strings.TrimSpace(roleLine))
+	}
 	kp, err := nkeys.ParseDecoratedNKey(data)
-	if err != nil || role == "" {
-		return Credential{}, fmt.Errorf("%w %s: %v", ErrCredential, path, errors.Join(err, errors.New("no role")))
+	if err != nil {
+		return Credential{}, fmt.Errorf("%w %s: %v", ErrCredential, path, err)
 	}
 	pub, err := kp.PublicKey()
 	if err != nil || !nkeys.IsValidPublicUserKey(pub) {

@@ -254,8 +254,11 @@ func Permissions(role string) (Perms, error) {
 	if role != RoleNamespaces {
 		g.deny(api + "STREAM.PURGE.>")
 	} else {
-		for _, s := range []string{bus.StreamPods, bus.StreamStatus, bus.StreamHeartbeats, bus.StreamDead, bus.StreamAudit, "KV_*"} {
+		for _, s := range []string{bus.StreamPods, bus.StreamStatus, bus.StreamHeartbeats, bus.StreamDead, bus.StreamAudit} {
 			g.deny(api + "STREAM.PURGE." + s)
+		}
+		for _, b := range append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketAlloc, bus.BucketCommit}, apiBuckets...) {
+			g.deny(api + "STREAM.PURGE." + bus.KVStream(b))
 		}
 		g.PubDeny = slices.DeleteFunc(g.PubDeny, func(s string) bool { return s == api+"STREAM.PURGE.>" })
 	}
