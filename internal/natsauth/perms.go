@@ -25,6 +25,7 @@ const (
 	RoleStatus     = "status"     // agents' reports -> pods and nodes buckets
 	RoleNamespaces = "namespaces" // namespace deletion
 	RoleReader     = "reader"     // audit and tools: read-only
+	RoleAuditSeal  = "auditseal"  // the audit sealer: reads AUDIT, appends signed blocks to its own stream
 	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
 	// agents, named after their containers): the agent subjects of every node, consumers of any name on
 	// PODS but the services', no bucket write.
@@ -37,7 +38,7 @@ const (
 
 // ServiceRoles are the roles `up` and `natsauth init` make besides per-node agents.
 var ServiceRoles = []string{RoleAdmin, RoleAdmission, RoleStore, RoleScheduler, RoleBinder, RoleStatus,
-	RoleNamespaces, RoleReader}
+	RoleNamespaces, RoleReader, RoleAuditSeal}
 
 // ErrRole is returned for a role that does not exist or a node that cannot have an agent credential.
 var ErrRole = errors.New("natsauth: unknown role")
@@ -217,6 +218,12 @@ func Permissions(role string) (Perms, error) {
 		g.readStream(bus.StreamEvents)
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
 		g.sub(bus.SubjReplyPrefix + ">")
+	case RoleAuditSeal:
+		// The sealer's stream and subject (AUDITSEAL, auditseal.block) are named by the branch that adds
+		// the sealer; spelled here until both meet in bus/names.go.
+		g.readStream(bus.StreamAudit)
+		g.readStream("AUDITSEAL")
+		g.pub("auditseal.block")
 	case RoleSimAgents:
 		g.pub(api+"STREAM.INFO."+bus.StreamPods, api+"CONSUMER.CREATE."+bus.StreamPods+".*",
 			api+"CONSUMER.CREATE."+bus.StreamPods+".*.>", api+"CONSUMER.INFO."+bus.StreamPods+".*",
