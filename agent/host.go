@@ -94,6 +94,10 @@ func (h *Host) ConsumerSpec() bus.ConsumerSpec {
 		node := h.agents[0].cfg.Node
 		spec.Durable = bus.ConsumerAgent(node)
 		spec.Filters = []string{bus.SubjPodBound(node), bus.SubjPodTerminate(node)}
+		if bus.AgentFilterOK(node) {
+			// One filter: the agent's credential may create this consumer with no other (natsauth).
+			spec.Filters = []string{bus.SubjAgent(node)}
+		}
 	case len(h.agents) <= MaxExactFilterNodes:
 		spec.Durable = bus.ConsumerAgentHost(h.cfg.Name)
 		for _, a := range h.agents {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,15 @@ func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*Conn
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectBufSize(64 << 20),
+		// A refused publish or subscription (NATS permissions) is reported only here: log it, or a
+		// misconfigured credential would look like a silent stall.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				slog.Warn("nats", "connection", name, "subject", sub.Subject, "err", err)
+				return
+			}
+			slog.Warn("nats", "connection", name, "err", err)
+		}),
 	}, extra...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

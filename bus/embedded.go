@@ -24,6 +24,8 @@ type ServerConfig struct {
 	// Logger receives the server's log (nil: the server logs nothing). Its debug level turns on the
 	// server's debug log; the protocol trace stays off.
 	Logger *slog.Logger
+	// Configure, when set, changes the options last (authorization, TLS).
+	Configure func(*server.Options) error
 }
 
 // RunServer starts an embedded nats-server with JetStream and waits until it accepts clients.
@@ -53,6 +55,11 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = host, port
 		opts.Routes = server.RoutesFromStr(joinComma(cfg.Routes))
+	}
+	if cfg.Configure != nil {
+		if err := cfg.Configure(opts); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

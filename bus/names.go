@@ -237,6 +237,27 @@ func SubjPodBound(node string) string { return subjPodBoundPrefix + Token(node) 
 // SubjPodTerminate is the subject on which a node's agent is told to stop a pod.
 func SubjPodTerminate(node string) string { return subjPodTermPrefix + Token(node) }
 
+// SubjAgent filters both SubjPodBound(node) and SubjPodTerminate(node) with one subject, pod.*.<node>,
+// so that a node's agent creates its consumer through the filtered create API subject, which NATS
+// permissions can limit to that node (see internal/natsauth). AgentFilterOK says for which nodes it
+// matches nothing else.
+func SubjAgent(node string) string { return "pod.*." + Token(node) }
+
+// AgentFilterOK reports whether SubjAgent(node) matches only the node's agent subjects: false for the
+// few names that are the last token of another pipeline subject (pod.pending.any, pod.cmd.create, ...).
+func AgentFilterOK(node string) bool {
+	t := Token(node)
+	if t == "any" || t == "create" || t == "update" || t == "delete" {
+		return false
+	}
+	if p, ok := strings.CutPrefix(t, "g"); ok {
+		if _, err := strconv.Atoi(p); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // SplitAgentSubject reads a subject meant for a node's agent: the node's token (Token of its name) and
 // whether it is a termination (SubjPodTerminate) rather than a binding (SubjPodBound).
 func SplitAgentSubject(subject string) (nodeToken string, terminate, ok bool) {

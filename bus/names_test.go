@@ -56,6 +56,28 @@ func TestSplitAgentSubject(t *testing.T) {
 	}
 }
 
+// SubjAgent matches a node's bound and terminate subjects and, for the nodes AgentFilterOK accepts, no
+// other subject of the pipeline.
+func TestSubjAgent(t *testing.T) {
+	others := []string{SubjPodCreate, SubjPodUpdate, SubjPodDelete, SubjPodPending, SubjPodScheduled, SubjPodDeleted}
+	for i := range PendingPartitions {
+		others = append(others, SubjPodPendingGroup(i))
+	}
+	for _, node := range []string{"node-1", "n1.example.com", "any", "create", "g3", "g", "gx", "anything"} {
+		f := SubjAgent(node)
+		if !SubjectMatches(f, SubjPodBound(node)) || !SubjectMatches(f, SubjPodTerminate(node)) {
+			t.Errorf("%s does not match %s's agent subjects", f, node)
+		}
+		clash := false
+		for _, o := range others {
+			clash = clash || SubjectMatches(f, o)
+		}
+		if clash == AgentFilterOK(node) {
+			t.Errorf("node %q: filter %s matches another pipeline subject: %v, AgentFilterOK %v", node, f, clash, AgentFilterOK(node))
+		}
+	}
+}
+
 func TestUntokenRejectsGarbage(t *testing.T) {
 	for _, s := range []string{"a=4", "a=ZZ", "a.b", "a*"} {
 		if _, ok := Untoken(s); ok {

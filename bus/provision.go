@@ -25,6 +25,10 @@ type Options struct {
 	NoAudit bool
 	// Buckets provisioned besides the pipeline's: those of the API's kinds (admission.Buckets).
 	Buckets []BucketSpec
+	// Provisioned says an administrator's credential provisions the streams and buckets, which a
+	// service's own may not: Provision and ProvisionBuckets then do nothing (services open what they use,
+	// retrying while it is not there yet).
+	Provisioned bool
 }
 
 // BucketSpec describes one KV bucket of API objects.
@@ -147,6 +151,9 @@ func KVConfigs(o Options) []jetstream.KeyValueConfig {
 // Provision creates or updates every stream and bucket. It is idempotent and safe when several
 // replicas start at once: a lost creation race is retried as an update.
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
+	if o.Provisioned {
+		return nil
+	}
 	for _, cfg := range StreamConfigs(o) {
 		if err := retry(ctx, func() error {
 			_, err := js.CreateOrUpdateStream(ctx, cfg)
@@ -186,6 +193,9 @@ func ProvisionBuckets(ctx context.Context, js jetstream.JetStream, o Options, sp
 }
 
 func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []jetstream.KeyValueConfig) error {
+	if o.Provisioned {
+		return nil
+	}
 	for _, cfg := range cfgs {
 		if err := retry(ctx, func() error {
 			if o.replicas() > 1 {

@@ -7,6 +7,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,7 +24,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 )
 
@@ -329,6 +334,7 @@ func TestCompose(t *testing.T) {
 	healthy := time.Since(start)
 	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", composeServices+composeAgents, composeAgents, healthy.Round(100*time.Millisecond))
 	c.checkReplicas()
+	c.checkNATSAuth()
 
 	// 2. 300 pods with one scheduler.
 	rate1 := c.batch("b1")
@@ -585,12 +591,54 @@ func (c *composeEnv) natsConn() *bus.Conn {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(ctx, c.natsURL(), "compose-test")
+	conn, err := bus.Connect(ctx, c.natsURL(), "compose-test", c.natsAdmin()...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(conn.NC.Close)
 	return conn
+}
+
+// natsAdmin are the options of the admin's NATS credential, copied out of the provision container, and
+// of TLS with the servers' CA. The servers share one certificate for n1, n2 and n3; the test dials them
+// by address, so it names one of those.
+func (c *composeEnv) natsAdmin() []nats.Option {
+	c.t.Helper()
+	dir := c.t.TempDir()
+	for id := range c.containers("provision") {
+		c.must(time.Minute, "docker", "cp", id+":/creds/admin.creds", filepath.Join(dir, "admin.creds"))
+		c.must(time.Minute, "docker", "cp", id+":/creds/ca.crt", filepath.Join(dir, "ca.crt"))
+		break
+	}
+	opts, _, err := natsauth.ClientOptions(filepath.Join(dir, "admin.creds"), "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		c.t.Fatal("no CA certificate in the provision container's ca.crt")
+	}
+	return append(opts, nats.Secure(&tls.Config{RootCAs: pool, ServerName: "n1", MinVersion: tls.VersionTLS12}))
+}
+
+// checkNATSAuth: the NATS servers refuse a client without a credential, and one without TLS.
+func (c *composeEnv) checkNATSAuth() {
+	c.t.Helper()
+	url := c.natsURL()
+	admin := c.natsAdmin()
+	secure := admin[len(admin)-1]
+	if nc, err := nats.Connect(url, secure, nats.NoReconnect()); err == nil {
+		nc.Close()
+		c.t.Error("NATS let a client in without a credential")
+	}
+	if nc, err := nats.Connect(url, append(admin[:len(admin)-1:len(admin)-1], nats.NoReconnect())...); err == nil {
+		nc.Close()
+		c.t.Error("NATS let a client in without TLS")
+	}
 }
 
 // checkReplicas: every podbus stream (KV buckets are streams too) has 3 replicas, all current.

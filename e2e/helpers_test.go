@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -48,7 +50,36 @@ func startCluster(t *testing.T, cfg up.Config) (*up.Cluster, *bus.Conn) {
 			t.Errorf("cluster stopped with: %v", err)
 		}
 	})
+	if cfg.NATSAuth {
+		return cl, natsConn(t, cl, natsauth.RoleAdmin, "e2e-observer", nil)
+	}
 	return cl, bustest.Conn(t, cl.NATSURL, "e2e-observer")
+}
+
+// natsConn connects to a cluster started with NATSAuth as role, over TLS; errs, when set, receives the
+// connection's asynchronous errors (permission violations).
+func natsConn(t *testing.T, cl *up.Cluster, role, name string, errs chan<- error) *bus.Conn {
+	t.Helper()
+	opts, _, err := natsauth.ClientOptions(cl.NATSCreds(role), cl.NATSCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, cl.NATSURL, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.NC.Close)
+	return c
 }
 
 // apiClient speaks to the cluster's API as its admin, over TLS, with the given timeout.

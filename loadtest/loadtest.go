@@ -29,6 +29,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -36,29 +37,32 @@ import (
 
 // Config of one run.
 type Config struct {
-	API         string // target API URL; empty starts an embedded cluster
-	NATS        string // NATS URL to observe the pipeline (required with API)
-	Kubeconfig  string // the target API's CA and credentials, and its server unless API (empty: plain requests)
-	Nodes       int
-	Pods        int
-	Rate        float64 // pods/s; 0 = as fast as possible
-	Concurrency int     // HTTP requests in flight
-	Window      int     // pods sent and not yet Ready (nor unschedulable) at most; 0: no bound
-	NodeCPU     string
-	NodeMemory  string
-	MaxPods     int
-	CPURequest  string
-	MemRequest  string
-	StartDelay  time.Duration
-	Schedulers  int
-	Namespace   string
-	Timeout     time.Duration
-	JSON        bool
-	Memory      bool // embedded cluster keeps streams in memory
-	Quiet       bool
-	Verbose     bool
-	NoAudit     bool   // embedded cluster without the AUDIT stream
-	DataDir     string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
+	API  string // target API URL; empty starts an embedded cluster
+	NATS string // NATS URL to observe the pipeline (required with API)
+	// NATSCreds and NATSCA: the credential (admin's: the observer reads every subject) and CA of a NATS
+	// with authorization (internal/natsauth).
+	NATSCreds, NATSCA string
+	Kubeconfig        string // the target API's CA and credentials, and its server unless API (empty: plain requests)
+	Nodes             int
+	Pods              int
+	Rate              float64 // pods/s; 0 = as fast as possible
+	Concurrency       int     // HTTP requests in flight
+	Window            int     // pods sent and not yet Ready (nor unschedulable) at most; 0: no bound
+	NodeCPU           string
+	NodeMemory        string
+	MaxPods           int
+	CPURequest        string
+	MemRequest        string
+	StartDelay        time.Duration
+	Schedulers        int
+	Namespace         string
+	Timeout           time.Duration
+	JSON              bool
+	Memory            bool // embedded cluster keeps streams in memory
+	Quiet             bool
+	Verbose           bool
+	NoAudit           bool   // embedded cluster without the AUDIT stream
+	DataDir           string // embedded cluster's storage (default: a temporary directory, on tmpfs when there is one)
 	// Scenario: "pipeline" (pods through the API to Ready, simulated agents) or "scheduling-basic"
 	// (kube-scheduler's scheduler_perf shape: nodes registered directly, created→bound, see schedbasic.go).
 	Scenario string
@@ -86,6 +90,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.StringVar(&c.API, "api", "", "target API URL (empty: start an embedded cluster)")
 	fs.StringVar(&c.NATS, "nats", "", "NATS URL of the target cluster, to observe the pipeline")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credential file of the observer (the admin's: it reads every subject)")
+	fs.StringVar(&c.NATSCA, "nats-ca", "", "CA certificate (PEM) of the NATS servers' TLS certificates")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the target API: its server (unless --api), CA and credentials")
 	fs.IntVar(&c.Nodes, "nodes", 100, "simulated nodes (embedded cluster)")
 	fs.IntVar(&c.Pods, "pods", 5000, "pods to submit")
@@ -374,7 +380,11 @@ func ensureNamespace(ctx context.Context, client *http.Client, api, ns string) e
 }
 
 func run(ctx context.Context, cfg Config) (*Result, error) {
-	conn, err := bus.Connect(ctx, cfg.NATS, "podbus-loadtest")
+	opts, _, err := natsauth.ClientOptions(cfg.NATSCreds, cfg.NATSCA)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := bus.Connect(ctx, cfg.NATS, "podbus-loadtest", opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
@@ -44,6 +45,13 @@ type Config struct {
 	// NATSMonitor is where the embedded server serves its monitoring endpoint (/varz, /jsz, /healthz;
 	// host:port, port 0 picks one); "" serves none.
 	NATSMonitor string
+	// NATSAuth makes the embedded server a security boundary (internal/natsauth): one credential per role
+	// in DataDir/nats-creds (created on first start, reused after), each service connecting with its own,
+	// and the client listener on TLS with the CA of DataDir/pki. AgentCreds and PoolCreds name extra nodes
+	// and agent hosts to make credentials for, for `podbus agent` processes run against this cluster.
+	NATSAuth   bool
+	AgentCreds []string
+	PoolCreds  []string
 	// DataDir holds the embedded server's storage and the kubeconfig (default .podbus).
 	DataDir string
 	// APIAddr is where the Kubernetes API listens (default 127.0.0.1:6443; ":0" style picks a port).
@@ -156,6 +164,10 @@ type Cluster struct {
 	NoRealNode error
 	// Registry is the address of the image registry serving the built-in images, "" without one.
 	Registry string
+	// NATSCredsDir holds one credential per role (natsauth.File) and NATSCA is the CA file of the NATS
+	// listener's certificate; both empty without Config.NATSAuth.
+	NATSCredsDir string
+	NATSCA       string
 
 	srv  *server.Server
 	wg   sync.WaitGroup
@@ -196,6 +208,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}
 			scfg.HTTPHost = host
 		}
+		if cfg.NATSAuth {
+			conf, err := natsAuth(cfg, c)
+			if err != nil {
+				return nil, err
+			}
+			scfg.Configure = conf
+		}
 		srv, err := bus.RunServer(scfg)
 		if err != nil {
 			return nil, err
@@ -214,10 +233,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		return nil, err
 	}
-	dial := func(name string) (*bus.Conn, error) {
+	// Each connection holds its role's credential, so the permissions are exercised in one process too.
+	dial := func(name, role string) (*bus.Conn, error) {
 		var opts []nats.Option
 		if c.srv != nil {
 			opts = append(opts, bus.InProcess(c.srv))
+		}
+		if c.NATSCredsDir != "" {
+			o, _, err := natsauth.ClientOptions(natsauth.File(c.NATSCredsDir, role), c.NATSCA)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, o...)
 		}
 		cn, err := bus.Connect(ctx, url, name, opts...)
 		if err != nil {
@@ -226,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.conn = append(c.conn, cn)
 		return cn, nil
 	}
-	root, err := dial("podbus-up")
+	root, err := dial("podbus-up", natsauth.RoleAdmin)
 	if err != nil {
 		return fail(err)
 	}
@@ -234,6 +261,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := bus.Provision(ctx, root.JS, busOpts); err != nil {
 		return fail(err)
 	}
+	// The admin provisioned everything; the services' credentials could not.
+	busOpts.Provisioned = c.NATSCredsDir != ""
 
 	var api *admission.Service
 	apiCfg := admission.Config{ID: "api-0", Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP}
@@ -280,7 +309,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}})
 		}
 		for _, s := range services {
-			cn, err := dial("podbus-" + s.name)
+			cn, err := dial("podbus-"+s.name, s.name)
 			if err != nil {
 				return fail(err)
 			}
@@ -290,7 +319,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}
 			c.run(ctx, s.name, r)
 		}
-		cn, err := dial("podbus-admission")
+		cn, err := dial("podbus-admission", natsauth.RoleAdmission)
 		if err != nil {
 			return fail(err)
 		}
@@ -314,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// Agents share a few connections: 100 simulated nodes need not open 100 sockets.
 	var agentConns []*bus.Conn
 	for i := 0; i < min(len(agents), 4); i++ {
-		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i))
+		cn, err := dial(fmt.Sprintf("podbus-agents-%d", i), simRole(cfg))
 		if err != nil {
 			return fail(err)
 		}
@@ -348,7 +377,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c.NoRealNode = why
 	if real {
-		cn, err := dial("podbus-agent-" + cfg.RealNode)
+		cn, err := dial("podbus-agent-"+cfg.RealNode, natsauth.AgentRole(cfg.RealNode))
 		if err != nil {
 			return fail(err)
 		}

@@ -34,8 +34,16 @@ func runAudit(ctx context.Context, args []string) error {
 	verb, args := args[0], args[1:]
 	fs := flag.NewFlagSet("audit "+verb, flag.ExitOnError)
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s)")
+	var nf natsFlags
+	nf.register(fs)
 	stream := fs.String("stream", bus.StreamAudit, "the audit stream (or a copy of it)")
-	connect := func() (*bus.Conn, error) { return bus.Connect(ctx, *natsURL, "podbus-audit") }
+	connect := func() (*bus.Conn, error) {
+		opts, err := nf.options()
+		if err != nil {
+			return nil, err
+		}
+		return bus.Connect(ctx, *natsURL, "podbus-audit", opts...)
+	}
 	switch verb {
 	case "replay":
 		since := fs.String("since", "", "start at this time (RFC 3339, or a duration before now: 15m)")

@@ -41,6 +41,7 @@ var commands = []command{
 	{"registry", "an OCI registry on loopback serving the built-in images", runRegistry},
 	{"health", "probe a health URL, exit 0 when it answers 200 (container healthchecks)", runHealth},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
+	{"natsauth", "NATS credentials, certificates and provisioning for a NATS cluster with authorization (init, provision)", runNATSAuth},
 	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
 	{"auditseal", "the audit sealer: signs a hash chain over the audit log (one replica)", runAuditSeal},
 	{"version", "print the version and the commit it was built from", func(context.Context, []string) error { fmt.Println(version()); return nil }},

@@ -23,6 +23,7 @@ import (
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/health"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/sched/config"
@@ -38,7 +39,8 @@ import (
 
 // common are the flags every service has.
 type common struct {
-	nats       string
+	nats string
+	natsFlags
 	id         string
 	healthAddr string
 	replicas   int
@@ -48,6 +50,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet, service string) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.nats, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
+	c.natsFlags.register(fs)
 	fs.StringVar(&c.id, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "replica identity (stamped on every message)")
 	fs.StringVar(&c.healthAddr, "health-addr", "", "serve /healthz, /readyz and /debug/vars here (e.g. :8081)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets when this service provisions them (3 in a cluster)")
@@ -56,8 +59,9 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 
 // busOptions shape the streams and buckets, the API's kinds' buckets included, so every service finds
 // them whichever starts first.
+// With a service's NATS credential (not the admin's), an administrator provisions them instead.
 func (c *common) busOptions() bus.Options {
-	return bus.Options{Replicas: c.replicas, Buckets: admission.Buckets()}
+	return bus.Options{Replicas: c.replicas, Buckets: admission.Buckets(), Provisioned: c.restricted()}
 }
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
@@ -65,7 +69,11 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 	if err := applyMemoryLimit(c.memLimit); err != nil {
 		return err
 	}
-	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id)
+	opts, err := c.natsFlags.options()
+	if err != nil {
+		return err
+	}
+	conn, err := bus.Connect(ctx, c.nats, "podbus-"+service+"/"+c.id, opts...)
 	if err != nil {
 		return err
 	}
@@ -432,6 +440,11 @@ func runNATS(ctx context.Context, args []string) error {
 	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
 	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
 	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz: ready once JetStream reaches its meta leader) or 0")
+	var sec natsauth.ServerSecurity
+	fs.StringVar(&sec.Auth, "auth", "", "authorization file (podbus natsauth init's nats-auth.conf): every client must hold one of its credentials; monitoring then listens on loopback only")
+	fs.StringVar(&sec.Cert, "tls-cert", "", "TLS certificate (PEM) for client connections and routes (podbus natsauth init's nats.crt)")
+	fs.StringVar(&sec.Key, "tls-key", "", "key of --tls-cert")
+	fs.StringVar(&sec.CA, "tls-ca", "", "CA (PEM) that routes' certificates must chain to (mutual TLS between cluster members)")
 	var memLimit string
 	memoryLimitFlag(fs, &memLimit)
 	if err := parse(fs, args); err != nil {
@@ -440,7 +453,7 @@ func runNATS(ctx context.Context, args []string) error {
 	if err := applyMemoryLimit(memLimit); err != nil {
 		return err
 	}
-	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default()}
+	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default(), Configure: sec.Configure}
 	if *cluster != "" {
 		cfg.ClusterName, cfg.ClusterListen = *cluster, *listen
 		for _, r := range strings.Split(*routes, ",") {
@@ -467,6 +480,9 @@ func runUp(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.NATSPort, "nats-port", 4222, "port of the embedded NATS server (-1: random)")
 	healthAddr := fs.String("health-addr", "", "serve /healthz, /readyz, /metrics and /debug/vars of the whole process here (no authentication: keep it on loopback)")
 	natsMonitor := fs.String("nats-monitor", "127.0.0.1:8222", "where the embedded NATS server serves its monitoring endpoint (/varz, /jsz, /healthz); off: nowhere")
+	fs.BoolVar(&cfg.NATSAuth, "nats-auth", true, "embedded NATS: a credential per role in <data>/"+up.NATSCredsDir+" (made on first start, reused after), each service connecting with its own; TLS on the loopback listener (CA in <data>/pki); false: open to any local process")
+	agentCreds := fs.String("agent-creds", "", "with --nats-auth: node names to make agent credentials for, comma separated (for `podbus agent --node NAME` processes)")
+	poolCreds := fs.String("pool-creds", "", "with --nats-auth: agent host names to make simulated-node pool credentials for, comma separated (for `podbus agent --runtime fake --nodes N --node HOST`)")
 	fs.StringVar(&cfg.DataDir, "data", ".podbus", "data directory (NATS storage, the API's certificates, kubeconfig)")
 	fs.StringVar(&cfg.APIAddr, "listen", "127.0.0.1:6443", "address of the Kubernetes API")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the API over plain HTTP without authentication, every request an administrator (default: TLS, PKI in <data>/pki)")
@@ -527,6 +543,7 @@ func runUp(ctx context.Context, args []string) error {
 	if *natsMonitor != "off" {
 		cfg.NATSMonitor = *natsMonitor
 	}
+	cfg.AgentCreds, cfg.PoolCreds = splitList(*agentCreds), splitList(*poolCreds)
 	c, err := up.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -551,6 +568,14 @@ func runUp(ctx context.Context, args []string) error {
 		fmt.Printf("NATS monitoring at %s\n", c.NATSMonitorURL)
 	}
 	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
+	if c.NATSCredsDir != "" {
+		fmt.Printf("NATS credentials (one per role) in %s, CA %s; e.g.\n  podbus audit replay --nats %s --nats-creds %s --nats-ca %s\n",
+			c.NATSCredsDir, c.NATSCA, c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)
+		if len(cfg.AgentCreds) > 0 {
+			fmt.Printf("  podbus agent --node %s --nats %s --nats-creds %s --nats-ca %s\n", cfg.AgentCreds[0], c.NATSURL,
+				c.NATSCreds(natsauth.AgentRole(cfg.AgentCreds[0])), c.NATSCA)
+		}
+	}
 	<-ctx.Done()
 	return c.Wait()
 }

@@ -153,6 +153,41 @@ func (ca *CA) Serving(hosts ...string) (certFile, keyFile string, err error) {
 	return certFile, keyFile, nil
 }
 
+// Peer returns the paths of a certificate and key kept as name.crt and name.key, valid for DefaultHosts
+// and hosts both as a server and as a client: a NATS server's, which also authenticates its routes to
+// the other cluster members. Reused while it covers hosts and is not near its end.
+func (ca *CA) Peer(name string, hosts ...string) (certFile, keyFile string, err error) {
+	if name == "" || name == caName || name == servingName || filepath.Base(name) != name {
+		return "", "", fmt.Errorf("pki: bad certificate name %q", name)
+	}
+	want := slices.Clone(DefaultHosts)
+	for _, h := range hosts {
+		if h != "" && !slices.Contains(want, h) {
+			want = append(want, h)
+		}
+	}
+	certFile, keyFile = ca.paths(name)
+	if cert, _, err := readPair(ca.dir, name); err == nil && ca.fresh(cert) && covers(cert, want) {
+		return certFile, keyFile, nil
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range want {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	if _, _, err := ca.issue(name, tmpl, CertValidity); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
 // Client returns a client certificate and key (PEM) for user in groups, kept in the directory as
 // name.crt and name.key and reused while its subject matches and it is not near its end.
 func (ca *CA) Client(name, user string, groups ...string) (certPEM, keyPEM []byte, err error) {
