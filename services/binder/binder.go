@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podbus/podbus/internal/events"
@@ -65,7 +66,13 @@ type Service struct {
 	nodes nodeCache
 	alloc allocCache
 	view  *commitView // nil: no commit check (tests of the bare protocol)
-	now   func() time.Time
+	// atomicAlloc: a node's group of reservations goes in one atomic batch (reserveAll); set by open
+	// unless batches says otherwise, cleared should the bucket refuse a batch.
+	atomicAlloc atomic.Bool
+	batches     batchMode
+	now         func() time.Time
+	// perDecision: every decision is decided on its own, never in a node's group (benchmarks compare)
+	perDecision bool
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
 	// decision there, as a crash would.
 	afterReserve func(d *pb.SchedulingDecision) error
@@ -121,6 +128,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Key:      decisionNode,
 			GroupKey: keyChecked,
 			Group:    s.handleCheckedDecisions,
+			KeyGroup: s.keyGroup(),
 			Logger:   s.log,
 		}, s.handleDecision)
 	})
@@ -150,7 +158,34 @@ func (s *Service) open(ctx context.Context) error {
 		return fmt.Errorf("binder: %w", err)
 	}
 	s.b = b
+	atomic := s.batches == batchAtomic
+	if s.batches == batchAuto {
+		st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+		if err != nil {
+			return fmt.Errorf("binder: %w", err)
+		}
+		cfg := st.CachedInfo().Config
+		atomic = cfg.Replicas > 1 && cfg.AllowAtomicPublish
+	}
+	s.atomicAlloc.Store(atomic)
 	return nil
+}
+
+// batchMode says how a node's group of reservations is written (reserveAll).
+type batchMode int
+
+const (
+	batchAuto       batchMode = iota // atomic where the alloc bucket is replicated
+	batchAtomic                      // always atomic
+	batchSequential                  // one compare-and-set after another
+)
+
+// keyGroup is the handler of a worker's queued decisions: grouped by node unless perDecision.
+func (s *Service) keyGroup() bus.GroupHandler {
+	if s.perDecision {
+		return nil
+	}
+	return s.handleDecisions
 }
 
 // decisionNode keys decisions by node, so one worker serializes a node's reservations in this replica.
