@@ -224,7 +224,11 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		// Short queues: a message waiting behind a slow handler ages toward its ack wait, so long
 		// queues (workers × batch) would turn a slow stretch into a storm of redeliveries. With them
 		// full, the pull below stops taking messages.
+		// A worker that takes its whole queue at once (KeyGroup) can hold a group's worth.
 		queues[i] = make(chan *Msg, min(batch, workerQueue))
+		if spec.KeyGroup != nil && spec.Key != nil {
+			queues[i] = make(chan *Msg, min(batch, MaxGroup))
+		}
 		wg.Add(1)
 		go func(q <-chan *Msg) {
 			defer wg.Done()
