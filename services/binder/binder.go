@@ -66,11 +66,13 @@ type Service struct {
 	nodes nodeCache
 	alloc allocCache
 	view  *commitView // nil: no commit check (tests of the bare protocol)
-	// atomicAlloc: a node's group of reservations goes in one atomic batch (reserveAll); set by open
-	// unless batches says otherwise, cleared should the bucket refuse a batch.
-	atomicAlloc atomic.Bool
-	batches     batchMode
-	now         func() time.Time
+	// atomicAlloc: a node's group of reservations may go in one atomic batch (reserveAll); set by open
+	// unless batches says otherwise, cleared should the bucket refuse a batch. replicatedAlloc: the
+	// alloc bucket has replicas, so every compare-and-set waits for a quorum.
+	atomicAlloc     atomic.Bool
+	replicatedAlloc bool
+	batches         batchMode
+	now             func() time.Time
 	// perDecision: every decision is decided on its own, never in a node's group (benchmarks compare)
 	perDecision bool
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
@@ -158,24 +160,33 @@ func (s *Service) open(ctx context.Context) error {
 		return fmt.Errorf("binder: %w", err)
 	}
 	s.b = b
-	atomic := s.batches == batchAtomic
-	if s.batches == batchAuto {
-		st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
-		if err != nil {
-			return fmt.Errorf("binder: %w", err)
-		}
-		cfg := st.CachedInfo().Config
-		atomic = cfg.Replicas > 1 && cfg.AllowAtomicPublish
+	st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+	if err != nil {
+		return fmt.Errorf("binder: %w", err)
 	}
-	s.atomicAlloc.Store(atomic)
+	cfg := st.CachedInfo().Config
+	s.replicatedAlloc = cfg.Replicas > 1
+	s.atomicAlloc.Store(s.batches == batchAtomic || (s.batches == batchAuto && cfg.AllowAtomicPublish))
 	return nil
+}
+
+// minAtomicBatch is the fewest reservations a single server takes in an atomic batch: it stages each
+// batch in a file store of its own, which costs more than a few local compare-and-sets.
+const minAtomicBatch = 8
+
+// atomicBatch says whether n reservations for one node go in one atomic batch.
+func (s *Service) atomicBatch(n int) bool {
+	if !s.atomicAlloc.Load() {
+		return false
+	}
+	return s.batches == batchAtomic || s.replicatedAlloc || n >= minAtomicBatch
 }
 
 // batchMode says how a node's group of reservations is written (reserveAll).
 type batchMode int
 
 const (
-	batchAuto       batchMode = iota // atomic where the alloc bucket is replicated
+	batchAuto       batchMode = iota // atomic where the alloc bucket is replicated or the group large
 	batchAtomic                      // always atomic
 	batchSequential                  // one compare-and-set after another
 )

@@ -239,7 +239,7 @@ func (s *Service) reserveAll(ctx context.Context, node string, ps []*plain) (uin
 		if len(ws) == 0 {
 			return rev, nil
 		}
-		if !s.atomicAlloc.Load() {
+		if !s.atomicBatch(len(ws)) {
 			written := 0
 			for i, p := range added {
 				newRev, err := s.writeAlloc(ctx, node, p.pod.GetMetadata().GetUid(), pas[i], nil, rev)

@@ -29,7 +29,7 @@ func TestGroupedDecisions(t *testing.T) {
 		refuse      bool // the stream refuses atomic batches
 		wantBatches bool
 	}{
-		{"one server: one compare-and-set after another", batchAuto, false, false},
+		{"one compare-and-set after another", batchSequential, false, false},
 		{"atomic batches", batchAtomic, false, true},
 		{"atomic batches refused by the stream", batchAtomic, true, false},
 	} {
