@@ -66,10 +66,12 @@ type Service struct {
 	nodes nodeCache
 	alloc allocCache
 	view  *commitView // nil: no commit check (tests of the bare protocol)
-	// atomicAlloc: a node's group of reservations may go in one atomic batch (reserveAll); set by open
-	// unless batches says otherwise, cleared should the bucket refuse a batch. replicatedAlloc: the
-	// alloc bucket has replicas, so every compare-and-set waits for a quorum.
-	atomicAlloc     atomic.Bool
+	// atomicAlloc: a node's group of reservations may go in one atomic batch (reserveAll), unless the
+	// bucket refused one less than atomicRetry ago (refusedAt, Unix nanoseconds): provisioning by an
+	// older podbus turns atomic publish off until the next provisioning turns it on again.
+	// replicatedAlloc: the alloc bucket has replicas, so every compare-and-set waits for a quorum.
+	atomicAlloc     bool
+	refusedAt       atomic.Int64
 	replicatedAlloc bool
 	batches         batchMode
 	now             func() time.Time
@@ -166,9 +168,15 @@ func (s *Service) open(ctx context.Context) error {
 	}
 	cfg := st.CachedInfo().Config
 	s.replicatedAlloc = cfg.Replicas > 1
-	s.atomicAlloc.Store(s.batches == batchAtomic || (s.batches == batchAuto && cfg.AllowAtomicPublish))
+	s.atomicAlloc = s.batches != batchSequential
+	if !cfg.AllowAtomicPublish {
+		s.refusedAt.Store(s.now().UnixNano())
+	}
 	return nil
 }
+
+// atomicRetry is how long after a refused atomic batch reservations go one by one.
+const atomicRetry = time.Minute
 
 // minAtomicBatch is the fewest reservations a single server takes in an atomic batch: it stages each
 // batch in a file store of its own, which costs more than a few local compare-and-sets.
@@ -176,7 +184,7 @@ const minAtomicBatch = 8
 
 // atomicBatch says whether n reservations for one node go in one atomic batch.
 func (s *Service) atomicBatch(n int) bool {
-	if !s.atomicAlloc.Load() {
+	if !s.atomicAlloc || s.now().Sub(time.Unix(0, s.refusedAt.Load())) < atomicRetry {
 		return false
 	}
 	return s.batches == batchAtomic || s.replicatedAlloc || n >= minAtomicBatch

@@ -127,8 +127,8 @@ func (s *Service) decideNode(ctx context.Context, ds []nodeDecision) []error {
 		var err error
 		allocRev, err = s.reserveAll(ctx, node, plains)
 		if errors.Is(err, bus.ErrAtomicDisabled) {
-			s.atomicAlloc.Store(false)
-			s.log.Warn("the alloc bucket does not take atomic batches; reservations go one by one", "err", err)
+			s.refusedAt.Store(s.now().UnixNano())
+			s.log.Warn("the alloc bucket does not take atomic batches; reservations go one by one for a while", "err", err)
 			allocRev, err = s.reserveAll(ctx, node, plains)
 		}
 		if err != nil {

@@ -19,39 +19,20 @@ import (
 )
 
 // A backlog of decisions for few nodes, two replicas: decisions are committed a node's group at a time
-// (reservations in atomic batches), nodes fill exactly to their allocatable, each pod is bound at most
-// once and the rest go back to the schedulers. With atomic batches refused by the stream, the same
-// happens one decision at a time.
+// (reservations in atomic batches or one after another), nodes fill exactly to their allocatable, each
+// pod is bound at most once and the rest go back to the schedulers.
 func TestGroupedDecisions(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		mode        batchMode
-		refuse      bool // the stream refuses atomic batches
 		wantBatches bool
 	}{
-		{"one compare-and-set after another", batchSequential, false, false},
-		{"atomic batches", batchAtomic, false, true},
-		{"atomic batches refused by the stream", batchAtomic, true, false},
+		{"one compare-and-set after another", batchSequential, false},
+		{"atomic batches", batchAtomic, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := setup(t)
-			// Each binder's connection provisions the buckets, atomic publish included: refused after.
-			opt := func(s *Service) {
-				s.batches = tc.mode
-				if !tc.refuse {
-					return
-				}
-				ctx := context.Background()
-				st, err := h.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg := st.CachedInfo().Config
-				cfg.AllowAtomicPublish = false
-				if _, err := h.conn.JS.UpdateStream(ctx, cfg); err != nil {
-					t.Fatal(err)
-				}
-			}
+			opt := func(s *Service) { s.batches = tc.mode }
 			allocatable := map[string]*pb.Resources{}
 			var nodes []string
 			for i := 1; i <= 2; i++ {
@@ -84,6 +65,44 @@ func TestGroupedDecisions(t *testing.T) {
 				t.Errorf("reservations made in atomic batches: %v, want %v", got, tc.wantBatches)
 			}
 		})
+	}
+}
+
+// A stream that refuses atomic batches (provisioned by an older podbus) costs a group nothing but the
+// batch: its reservations go one after another, and batches are not tried again for a while.
+func TestAtomicBatchRefused(t *testing.T) {
+	h := setup(t)
+	h.addNode(node("n1", "2", true)) // room for 10 pods of 200m
+	s := h.service("b1")
+	s.batches = batchAtomic
+	ctx := context.Background()
+	st, err := h.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	if _, err := h.conn.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var ds []nodeDecision
+	var pods []*pb.Pod
+	for i := range 12 {
+		p := pod(fmt.Sprint("u", i), fmt.Sprint("p", i), "200m")
+		h.addPod(p)
+		pods = append(pods, p)
+		ds = append(ds, nodeDecision{d: decision(p.GetMetadata().GetUid(), p.GetMetadata().GetName(), "n1"), seq: uint64(i + 1)})
+	}
+	for i, err := range s.decideNode(ctx, ds) {
+		if err != nil {
+			t.Errorf("decision %d: %v", i, err)
+		}
+	}
+	if bound := h.checkFinal([]string{"n1"}, pods); bound != 10 {
+		t.Errorf("%d pods bound; want 10", bound)
+	}
+	if s.atomicBatch(len(ds)) {
+		t.Error("atomic batches still tried right after the stream refused one")
 	}
 }
 
