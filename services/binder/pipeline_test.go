@@ -106,6 +106,76 @@ func TestAtomicBatchRefused(t *testing.T) {
 	}
 }
 
+// At R3 too, where reservations go in atomic batches: two replicas, a backlog of decisions for two
+// nodes, and nodes fill exactly to their allocatable with each pod bound at most once.
+func TestGroupedDecisionsR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server cluster")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url := benchServers(t, 3)
+	connect := func(name string) *bus.Conn {
+		c, err := bus.Connect(ctx, url, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.NC.Close)
+		return c
+	}
+	conn := connect("test")
+	if err := bus.Provision(ctx, conn.JS, bus.Options{Replicas: 3, NoAudit: true}); err != nil {
+		t.Fatal(err)
+	}
+	bk, err := bus.OpenBuckets(ctx, conn.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, url: url, conn: conn, b: bk, pub: bus.NewPublisher(conn.JS, "scheduler/test")}
+	allocatable := map[string]*pb.Resources{}
+	var nodes []string
+	for i := 1; i <= 2; i++ {
+		n := node(fmt.Sprint("n", i), "2", true) // room for 10 pods of 200m
+		h.addNode(n)
+		nodes = append(nodes, n.GetMetadata().GetName())
+		allocatable[n.GetMetadata().GetName()] = podutil.NodeAllocatable(n)
+	}
+	inv := h.watchInvariants(allocatable)
+	var pods []*pb.Pod
+	for i := range 30 {
+		p := pod(fmt.Sprint("u", i), fmt.Sprint("p", i), "200m")
+		h.addPod(p)
+		pods = append(pods, p)
+		d := decision(p.GetMetadata().GetUid(), p.GetMetadata().GetName(), nodes[i%2])
+		h.publishDecision(d, "sched-"+d.GetUid())
+	}
+	batched := metrics.Counter("binder.batched_reservations")
+	var done []chan error
+	for _, id := range []string{"b1", "b2"} {
+		s, err := New(Config{ID: id}, connect(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan error, 1)
+		go func() { ch <- s.Run(ctx) }()
+		done = append(done, ch)
+	}
+	h.quiesce()
+	cancel()
+	for _, ch := range done {
+		if err := <-ch; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	inv.check(t)
+	if bound := h.checkFinal(nodes, pods); bound != 20 {
+		t.Errorf("%d pods bound; want 20 (2 nodes x 10)", bound)
+	}
+	if metrics.Counter("binder.batched_reservations") == batched {
+		t.Error("no reservation made in an atomic batch at R3")
+	}
+}
+
 // BenchmarkDecisions measures the binder from a backlog of decisions to every pod bound: 1,000 pods on
 // 20 nodes, on one server and on three at R3, decided one by one or in groups per node whose
 // reservations go one after another or in one atomic batch.
@@ -215,7 +285,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // benchServers starts n nats-servers, clustered when more than one, and returns their client URLs.
-func benchServers(b *testing.B, n int) string {
+func benchServers(b testing.TB, n int) string {
 	if n == 1 {
 		_, url := bustest.Server(b)
 		return url
