@@ -117,6 +117,11 @@ type ConsumerSpec struct {
 	// take them one at a time, each waiting on the bus, can then wait once for several.
 	GroupKey string
 	Group    GroupHandler
+	// KeyGroup, when set with Key, makes every worker hand it all the messages queued for it at once (at
+	// most MaxGroup), in order, instead of handing them to the Handler one by one: a handler that commits
+	// the messages of one key one after another, each waiting on the bus, can then commit them together.
+	// The group holds the messages of every key the worker serves.
+	KeyGroup GroupHandler
 	// Batch is how many messages one pull asks for (default 256).
 	Batch int
 	// PinnedGroup, when set, makes the consumer pinned (PriorityPolicyPinned) with this priority group:
@@ -220,12 +225,20 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		// Short queues: a message waiting behind a slow handler ages toward its ack wait, so long
 		// queues (workers × batch) would turn a slow stretch into a storm of redeliveries. With them
 		// full, the pull below stops taking messages.
+		// A worker that takes its whole queue at once (KeyGroup) can hold a group's worth.
 		queues[i] = make(chan *Msg, min(batch, workerQueue))
+		if spec.KeyGroup != nil && spec.Key != nil {
+			queues[i] = make(chan *Msg, min(batch, MaxGroup))
+		}
 		wg.Add(1)
 		go func(q <-chan *Msg) {
 			defer wg.Done()
 			for m := range q {
-				w.handle(hctx, m)
+				if spec.KeyGroup == nil || spec.Key == nil {
+					w.handle(hctx, m)
+					continue
+				}
+				w.handleGroup(hctx, spec.KeyGroup, drain(q, m))
 			}
 		}(queues[i])
 	}
@@ -237,20 +250,7 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 		go func() {
 			defer wg.Done()
 			for m := range group {
-				ms := []*Msg{m}
-			more:
-				for len(ms) < MaxGroup {
-					select {
-					case m, ok := <-group:
-						if !ok {
-							break more
-						}
-						ms = append(ms, m)
-					default:
-						break more
-					}
-				}
-				w.handleGroup(hctx, ms)
+				w.handleGroup(hctx, spec.Group, drain(group, m))
 			}
 		}()
 	}
@@ -505,11 +505,28 @@ func (w *worker) handle(ctx context.Context, m *Msg) {
 	w.settle(ctx, m, err)
 }
 
-// handleGroup hands ms to the group handler and settles each by its error. Should the group handler
-// panic or miscount, each message is handled on its own instead, so one bad message parks only itself.
-func (w *worker) handleGroup(ctx context.Context, ms []*Msg) {
+// drain is m and whatever else q holds right now, at most MaxGroup in all.
+func drain(q <-chan *Msg, m *Msg) []*Msg {
+	ms := []*Msg{m}
+	for len(ms) < MaxGroup {
+		select {
+		case m, ok := <-q:
+			if !ok {
+				return ms
+			}
+			ms = append(ms, m)
+		default:
+			return ms
+		}
+	}
+	return ms
+}
+
+// handleGroup hands ms to the group handler g and settles each by its error. Should g panic or
+// miscount, each message is handled on its own instead, so one bad message parks only itself.
+func (w *worker) handleGroup(ctx context.Context, g GroupHandler, ms []*Msg) {
 	start := time.Now()
-	errs, ok := w.safeGroup(ctx, ms)
+	errs, ok := w.safeGroup(ctx, g, ms)
 	if !ok {
 		for _, m := range ms {
 			w.handle(ctx, m)
@@ -523,14 +540,14 @@ func (w *worker) handleGroup(ctx context.Context, ms []*Msg) {
 	}
 }
 
-func (w *worker) safeGroup(ctx context.Context, ms []*Msg) (errs []error, ok bool) {
+func (w *worker) safeGroup(ctx context.Context, g GroupHandler, ms []*Msg) (errs []error, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("group handler panic; handling the messages one by one", "consumer", w.spec.Durable, "panic", r)
 			errs, ok = nil, false
 		}
 	}()
-	errs = w.spec.Group(ctx, ms)
+	errs = g(ctx, ms)
 	return errs, len(errs) == len(ms)
 }
 

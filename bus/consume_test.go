@@ -367,3 +367,64 @@ func TestWorkHandsGroupKeyToGroupHandler(t *testing.T) {
 		t.Errorf("single handler got %v; want the other keys and, after the panic, gpanic", single)
 	}
 }
+
+// With KeyGroup, each worker hands everything queued for it at once: a key's messages arrive in order,
+// several together, each settled by its own error (a retried one comes back alone, later).
+func TestWorkHandsQueuedMessagesToKeyGroup(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := bus.NewPublisher(c.JS, "test/1")
+	const n = 200
+	for i := range n {
+		uid := fmt.Sprintf("k%d-%03d", i%3, i)
+		if _, err := pub.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string][]string{} // by key, in the order handled
+	largest, retried, single := 0, 0, 0
+	go func() {
+		_ = bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: "kgrp", Filters: []string{bus.SubjPodDeleted}, Workers: 2,
+			Key: func(m *bus.Msg) string { return m.Meta.PodUID[:2] },
+			KeyGroup: func(ctx context.Context, ms []*bus.Msg) []error {
+				errs := make([]error, len(ms))
+				mu.Lock()
+				defer mu.Unlock()
+				largest = max(largest, len(ms))
+				for i, m := range ms {
+					uid := m.Meta.PodUID
+					if uid == "k1-004" && retried == 0 {
+						retried++
+						errs[i] = bus.RetryAfter(10*time.Millisecond, errors.New("once more"))
+						continue
+					}
+					seen[uid[:2]] = append(seen[uid[:2]], uid)
+				}
+				return errs
+			}}, func(ctx context.Context, m *bus.Msg) error {
+			mu.Lock()
+			defer mu.Unlock()
+			single++
+			return nil
+		})
+	}()
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen["k0"])+len(seen["k1"])+len(seen["k2"]) == n
+	}, "every message handled")
+	mu.Lock()
+	defer mu.Unlock()
+	for key, uids := range seen {
+		ordered := slices.DeleteFunc(slices.Clone(uids), func(u string) bool { return u == "k1-004" })
+		if !slices.IsSorted(ordered) {
+			t.Errorf("key %s handled out of order: %v", key, uids)
+		}
+	}
+	if largest < 2 || single != 0 || retried != 1 || !slices.Contains(seen["k1"], "k1-004") {
+		t.Errorf("largest group %d, %d handled alone, k1-004 retried %d and handled %v; want groups, none alone, one retry, then handled",
+			largest, single, retried, slices.Contains(seen["k1"], "k1-004"))
+	}
+}

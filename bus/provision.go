@@ -202,13 +202,38 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 				_, err := js.CreateOrUpdateStream(ctx, kvStreamConfig(cfg))
 				return err
 			}
-			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-			return err
+			if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+				return err
+			}
+			return allowAtomic(ctx, js, cfg.Bucket)
 		}); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// atomicBuckets take atomic batch publishes: the binder commits several reservations of one node in
+// one batch (WriteAllUnder).
+var atomicBuckets = []string{BucketAlloc}
+
+// allowAtomic turns on atomic batch publish on bucket's stream if the bucket is one of atomicBuckets
+// (a KV bucket's own configuration cannot say it).
+func allowAtomic(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	if !slices.Contains(atomicBuckets, bucket) {
+		return nil
+	}
+	st, err := js.Stream(ctx, KVStream(bucket))
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return nil
+	}
+	cfg.AllowAtomicPublish = true
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }
 
 // retry runs f a few times: concurrent provisioning and a cluster still electing leaders fail transiently.
@@ -273,21 +298,22 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetst
 // gets back on), so every replica of every service provisions the same configuration.
 func kvStreamConfig(kv jetstream.KeyValueConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:              "KV_" + kv.Bucket,
-		Description:       kv.Description,
-		Subjects:          []string{"$KV." + kv.Bucket + ".>"},
-		MaxMsgsPerSubject: int64(max(kv.History, 1)),
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		MaxAge:            kv.TTL,
-		Storage:           kv.Storage,
-		Replicas:          max(kv.Replicas, 1),
-		AllowRollup:       true,
-		DenyDelete:        true,
-		Duplicates:        2 * time.Minute,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		AllowDirect:       false,
-		Discard:           jetstream.DiscardNew,
+		Name:               "KV_" + kv.Bucket,
+		Description:        kv.Description,
+		Subjects:           []string{"$KV." + kv.Bucket + ".>"},
+		MaxMsgsPerSubject:  int64(max(kv.History, 1)),
+		MaxBytes:           -1,
+		MaxMsgSize:         -1,
+		MaxAge:             kv.TTL,
+		Storage:            kv.Storage,
+		Replicas:           max(kv.Replicas, 1),
+		AllowRollup:        true,
+		DenyDelete:         true,
+		Duplicates:         2 * time.Minute,
+		MaxMsgs:            -1,
+		MaxConsumers:       -1,
+		AllowDirect:        false,
+		Discard:            jetstream.DiscardNew,
+		AllowAtomicPublish: slices.Contains(atomicBuckets, kv.Bucket),
 	}
 }

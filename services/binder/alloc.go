@@ -480,6 +480,26 @@ func (c *allocCache) wrote(node string, rev, newRev uint64, uid string, pa *pb.P
 	}
 }
 
+// wroteAll takes in this replica's atomic write of the pod keys of uids (entries pas) at newRev,
+// made on the state at rev (see wrote).
+func (c *allocCache) wroteAll(node string, rev, newRev uint64, uids []string, pas []*pb.PodAllocation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.m[node]
+	if n == nil && !ok && c.synced && rev == 0 {
+		n = newNodeState()
+		if c.m == nil {
+			c.m = map[string]*nodeState{}
+		}
+		c.m[node] = n
+	}
+	if n != nil && n.rev == rev {
+		for i, uid := range uids {
+			n.apply(uid, pas[i], nil, newRev)
+		}
+	}
+}
+
 // observe takes in an entry of the alloc watch, unless the node's state is newer or dropped (a node
 // read afresh later gets it from the read).
 func (c *allocCache) observe(node, uid string, pa *pb.PodAllocation, meta *pb.NodeAllocation, rev uint64) {

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podbus/podbus/internal/events"
@@ -65,7 +66,17 @@ type Service struct {
 	nodes nodeCache
 	alloc allocCache
 	view  *commitView // nil: no commit check (tests of the bare protocol)
-	now   func() time.Time
+	// atomicAlloc: a node's group of reservations may go in one atomic batch (reserveAll), unless the
+	// bucket refused one less than atomicRetry ago (refusedAt, Unix nanoseconds): provisioning by an
+	// older podbus turns atomic publish off until the next provisioning turns it on again.
+	// replicatedAlloc: the alloc bucket has replicas, so every compare-and-set waits for a quorum.
+	atomicAlloc     bool
+	refusedAt       atomic.Int64
+	replicatedAlloc bool
+	batches         batchMode
+	now             func() time.Time
+	// perDecision: every decision is decided on its own, never in a node's group (benchmarks compare)
+	perDecision bool
 	// afterReserve, when set (tests only), runs between reserving and binding; an error stops the
 	// decision there, as a crash would.
 	afterReserve func(d *pb.SchedulingDecision) error
@@ -121,6 +132,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Key:      decisionNode,
 			GroupKey: keyChecked,
 			Group:    s.handleCheckedDecisions,
+			KeyGroup: s.keyGroup(),
 			Logger:   s.log,
 		}, s.handleDecision)
 	})
@@ -150,7 +162,49 @@ func (s *Service) open(ctx context.Context) error {
 		return fmt.Errorf("binder: %w", err)
 	}
 	s.b = b
+	st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+	if err != nil {
+		return fmt.Errorf("binder: %w", err)
+	}
+	cfg := st.CachedInfo().Config
+	s.replicatedAlloc = cfg.Replicas > 1
+	s.atomicAlloc = s.batches != batchSequential
+	if !cfg.AllowAtomicPublish {
+		s.refusedAt.Store(s.now().UnixNano())
+	}
 	return nil
+}
+
+// atomicRetry is how long after a refused atomic batch reservations go one by one.
+const atomicRetry = time.Minute
+
+// minAtomicBatch is the fewest reservations a single server takes in an atomic batch: it stages each
+// batch in a file store of its own, which costs more than a few local compare-and-sets.
+const minAtomicBatch = 8
+
+// atomicBatch says whether n reservations for one node go in one atomic batch.
+func (s *Service) atomicBatch(n int) bool {
+	if !s.atomicAlloc || s.now().Sub(time.Unix(0, s.refusedAt.Load())) < atomicRetry {
+		return false
+	}
+	return s.batches == batchAtomic || s.replicatedAlloc || n >= minAtomicBatch
+}
+
+// batchMode says how a node's group of reservations is written (reserveAll).
+type batchMode int
+
+const (
+	batchAuto       batchMode = iota // atomic where the alloc bucket is replicated or the group large
+	batchAtomic                      // always atomic
+	batchSequential                  // one compare-and-set after another
+)
+
+// keyGroup is the handler of a worker's queued decisions: grouped by node unless perDecision.
+func (s *Service) keyGroup() bus.GroupHandler {
+	if s.perDecision {
+		return nil
+	}
+	return s.handleDecisions
 }
 
 // decisionNode keys decisions by node, so one worker serializes a node's reservations in this replica.

@@ -242,6 +242,12 @@ func (s *Service) schedule(ctx context.Context, key string, pod *pb.Pod, rev uin
 	if !res.ok() {
 		return s.conflict(ctx, pod, rev, d, seq, res, allocRev)
 	}
+	return s.commit(ctx, key, pod, rev, d)
+}
+
+// commit binds the pod, whose reservation on the decision's node is made, and announces it.
+// bus.ErrConflict means the pod changed before the binding; the reservation stays.
+func (s *Service) commit(ctx context.Context, key string, pod *pb.Pod, rev uint64, d *pb.SchedulingDecision) error {
 	if s.afterReserve != nil {
 		if err := s.afterReserve(d); err != nil {
 			return err
