@@ -469,8 +469,8 @@ func TestDelete(t *testing.T) {
 				if diff := cmp.Diff(want, term, protocmp.Transform()); diff != "" {
 					t.Errorf("termination (-want +got):\n%s", diff)
 				}
-				if id := terms[0].Header.Get(bus.HdrMsgID); id != "term-u1" {
-					t.Errorf("termination msg id = %q", id)
+				if id, want := terms[0].Header.Get(bus.HdrMsgID), fmt.Sprintf("term-u1-%d-%d", tt.wantGrace, tt.wantAt.UnixNano()); id != want {
+					t.Errorf("termination msg id = %q, want %q", id, want)
 				}
 			}
 
@@ -676,5 +676,34 @@ func TestAnswersOnlyOnReplySubjects(t *testing.T) {
 	}
 	if got := metrics.Counter("store.reply_refused") - before; got != 1 {
 		t.Errorf("store.reply_refused counted %d, want 1", got)
+	}
+}
+
+// A forced delete of a pod already terminating gracefully reaches its agent: each termination request
+// has its own message id, so the stream's de-duplication window does not drop the shorter one, while
+// the same request sent again (a redelivered command) is still stored once.
+func TestForcedDeleteAfterGracefulIsSent(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", bound("n1"), graceSpec(30)))
+	del := func(grace *int64) *pb.CommandResult {
+		return h.send(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, GracePeriodSeconds: grace,
+			Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}}})
+	}
+	for range 2 { // the second graceful delete repeats the first request
+		if got := del(nil); got.GetCode() != 200 {
+			t.Fatalf("graceful delete: code %d", got.GetCode())
+		}
+	}
+	if got := del(proto.Int64(0)); got.GetCode() != 200 {
+		t.Fatalf("forced delete: code %d", got.GetCode())
+	}
+	terms := h.msgs(bus.StreamPods, bus.SubjPodTerminate("n1"))
+	if len(terms) != 2 {
+		t.Fatalf("termination messages = %d, want 2 (graceful, then forced)", len(terms))
+	}
+	for i, want := range []int64{30, 0} {
+		if g := bustest.Decode(t, terms[i], &pb.PodTermination{}).GetGracePeriodSeconds(); g != want {
+			t.Errorf("termination %d: grace %d, want %d", i, g, want)
+		}
 	}
 }
