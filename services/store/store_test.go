@@ -707,3 +707,65 @@ func TestForcedDeleteAfterGracefulIsSent(t *testing.T) {
 		}
 	}
 }
+
+// A batch of commands stored twice (sent again in a group that de-duplication cannot recognise) is
+// handled idempotently: each pod is created once, each is queued for the schedulers once, and every
+// copy of a command gets the same answer.
+func TestDuplicatedBatchCreatesOnce(t *testing.T) {
+	h := start(t)
+	reply := bus.SubjReply("test", bus.ReplyToken())
+	sub, err := h.conn.NC.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var batch pb.Batch
+	for _, name := range []string{"web", "db"} {
+		p := pod("uid-"+name, func(p *pb.Pod) { p.Metadata.Name = name })
+		data, err := proto.Marshal(create(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch.Entries = append(batch.Entries, &pb.BatchEntry{Data: data, Headers: map[string]string{
+			bus.HdrReply: reply, bus.HdrKey: "default/" + name, bus.HdrPodUID: "uid-" + name, bus.HdrMsgID: "cmd-" + name,
+		}})
+	}
+	data, err := proto.Marshal(&batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // no batch id: the stream stores both copies
+		msg := &nats.Msg{Subject: bus.SubjPodCreate, Data: data, Header: nats.Header{bus.HdrBatch: {"2"}, bus.HdrActor: {"admission/test"}}}
+		if _, err := h.conn.JS.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revs := map[string][]uint64{}
+	for range 4 {
+		m, err := sub.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("answers: %v (got %v)", err, revs)
+		}
+		res := &pb.CommandResult{}
+		if err := proto.Unmarshal(m.Data, res); err != nil {
+			t.Fatal(err)
+		}
+		if res.GetCode() != 201 {
+			t.Fatalf("answer %d %s", res.GetCode(), res.GetMessage())
+		}
+		name := res.GetPod().GetMetadata().GetName()
+		revs[name] = append(revs[name], res.GetRevision())
+	}
+	for name, r := range revs {
+		if len(r) != 2 || r[0] != r[1] {
+			t.Errorf("pod %s: answers with revisions %v, want two equal", name, r)
+		}
+	}
+	pending := map[string]int{}
+	for _, m := range h.msgs(bus.StreamPods, bus.SubjPodPendingAll) {
+		pending[m.Header.Get(bus.HdrPodUID)]++
+	}
+	if pending["uid-web"] != 1 || pending["uid-db"] != 1 || len(pending) != 2 {
+		t.Errorf("pod.pending messages per pod = %v, want one each", pending)
+	}
+}
