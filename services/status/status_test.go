@@ -20,6 +20,7 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
+	"github.com/podbus/podbus/internal/reportseq"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -418,7 +419,7 @@ func TestForgedReportsRefused(t *testing.T) {
 	on("other", "u3", "n3", 0)
 	on("free", "u4", "", 0)
 	on("frozen", "u5", "n1", math.MaxUint64)
-	now := uint64(time.Now().UnixNano())
+	now := reportseq.Next(reportseq.Boot(time.Now(), 0))
 	forReport := func(name, uid, node string, seq uint64) *pb.PodStatusReport {
 		r := report(name, uid, seq, "Failed")
 		r.Node = node
@@ -435,6 +436,8 @@ func TestForgedReportsRefused(t *testing.T) {
 		{"another node's pod named as mine", bus.SubjPodStatus("n1"), forReport("other", "u3", "n1", now), "not_bound"},
 		{"an unbound pod", bus.SubjPodStatus("n1"), forReport("free", "u4", "n1", now), "not_bound"},
 		{"seq from the future", bus.SubjPodStatus("n1"), forReport("web", "u1", "n1", math.MaxUint64), "future"},
+		{"seq of a boot beyond the clock skew", bus.SubjPodStatus("n1"),
+			forReport("web", "u1", "n1", reportseq.Next(reportseq.Boot(time.Now().Add(time.Hour), 0))), "future"},
 	}
 	for i, f := range forged {
 		before := metrics.Counter("status.refused." + f.why)
