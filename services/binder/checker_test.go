@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podbus/podbus/audit/check"
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -79,5 +83,53 @@ func TestCheckerCatchesPlainAllocWrites(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A batch of decisions stored twice (sent again in a group the stream's de-duplication cannot
+// recognise) binds each pod once: one binding, one pod.bound, one reservation.
+func TestDuplicatedDecisionBatchBindsOnce(t *testing.T) {
+	h := setup(t)
+	h.addNode(node("n1", "2", true))
+	var batch pb.Batch
+	for _, name := range []string{"web", "db"} {
+		uid := "u-" + name
+		h.addPod(pod(uid, name, "500m"))
+		data, err := proto.Marshal(decision(uid, name, "n1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch.Entries = append(batch.Entries, &pb.BatchEntry{Data: data, Headers: map[string]string{
+			bus.HdrMsgID: "sched-" + uid + "-1", bus.HdrPodUID: uid, bus.HdrKey: "default/" + name,
+		}})
+	}
+	data, err := proto.Marshal(&batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		msg := &nats.Msg{Subject: bus.SubjPodScheduled, Data: data, Header: nats.Header{bus.HdrBatch: {"2"}, bus.HdrActor: {"scheduler/test"}}}
+		if _, err := h.conn.JS.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.run("b1")
+	h.run("b2")
+	h.quiesce()
+	bound := map[string]int{}
+	for _, m := range h.msgs(bus.StreamPods, bus.SubjPodBound("n1")) {
+		bound[m.Header.Get(bus.HdrPodUID)]++
+	}
+	for _, name := range []string{"web", "db"} {
+		uid := "u-" + name
+		if p := h.getPod(name); p.GetSpec().GetNodeName() != "n1" {
+			t.Errorf("%s bound to %q", name, p.GetSpec().GetNodeName())
+		}
+		if bound[uid] != 1 {
+			t.Errorf("%s: %d pod.bound messages, want 1", name, bound[uid])
+		}
+	}
+	if got := h.allocPods("n1"); len(got) != 2 {
+		t.Errorf("alloc/n1 holds %v, want the two pods", got)
 	}
 }
