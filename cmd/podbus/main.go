@@ -39,7 +39,8 @@ var commands = []command{
 	{"registry", "an OCI registry on loopback serving the built-in images", runRegistry},
 	{"health", "probe a health URL, exit 0 when it answers 200 (container healthchecks)", runHealth},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
-	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
+	{"audit", "read the audit log: replay, timeline, verify, check, what-if", runAudit},
+	{"chaos", "the deployment as processes under seeded faults, then the history checker (testing)", runChaos},
 	{"version", "print the version and the commit it was built from", func(context.Context, []string) error { fmt.Println(version()); return nil }},
 }
 
