@@ -136,10 +136,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	o := check.Options{Workload: ops, EndState: true}
 	deadline := time.Now().Add(cfg.Settle)
 	var res check.Result
-	for {
+	for i := 0; ; i++ {
 		ok, err := check.CaughtUp(ctx, conn.JS, "")
 		if err != nil {
 			h.logf("audit log: %v", err)
+		} else if !ok && i%5 == 4 {
+			h.logf("the audit log has not caught up with its sources yet")
 		}
 		if ok {
 			res, err = check.Check(ctx, conn.JS, o)
@@ -149,6 +151,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			if !errors.Is(err, check.ErrViolations) {
 				h.logf("check: %v", err)
+			} else if i%5 == 4 {
+				h.logf("not settled yet: %d violations, the first: %v", len(res.Violations), res.Violations[0])
 			}
 		}
 		if time.Now().After(deadline) {

@@ -409,9 +409,8 @@ func deadLetters(ctx context.Context, js jetstream.JetStream) ([]Violation, erro
 	return out, nil
 }
 
-// CaughtUp reports whether the history stream (default bus.StreamAudit) has copied every message its
-// sources ever stored: it keeps each copy (no de-duplication), so its last sequence reaches the sum of
-// theirs. Check a history only once it has caught up, or its last changes are missing.
+// CaughtUp reports whether the history stream (default bus.StreamAudit) has seen the last message of
+// each of its sources. Check a history only once it has, or its last changes are missing.
 func CaughtUp(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
 	if stream == "" {
 		stream = bus.StreamAudit
@@ -420,15 +419,22 @@ func CaughtUp(ctx context.Context, js jetstream.JetStream, stream string) (bool,
 	if err != nil {
 		return false, err
 	}
-	var want uint64
+	seen := map[string]uint64{}
+	for _, src := range info.Sources {
+		if src != nil {
+			seen[src.Name] = src.Seq
+		}
+	}
 	for _, src := range info.Config.Sources {
 		si, err := streamInfo(ctx, js, src.Name)
 		if err != nil {
 			return false, err
 		}
-		want += si.State.LastSeq
+		if si.State.Msgs > 0 && seen[src.Name] < si.State.LastSeq {
+			return false, nil
+		}
 	}
-	return info.State.LastSeq >= want, nil
+	return true, nil
 }
 
 func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
