@@ -5,7 +5,7 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
+.PHONY: chaos run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
@@ -71,6 +71,13 @@ proto-check: $(BIN)/protoc-gen-go
 	if ! diff -q -I '^//.*protoc ' $$tmp/podbus.pb.go proto/podbusv1/podbus.pb.go >/dev/null; then \
 		echo "proto/podbusv1 is stale: run 'make proto' and commit"; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp; echo "proto: generated code is up to date"
+
+CHAOS_DURATION ?= 10m
+CHAOS_SEED ?= 0
+
+## chaos: every service as a process on a 3-node NATS cluster under seeded faults, then the history checker (CHAOS_DURATION, CHAOS_SEED)
+chaos: build
+	$(BIN)/podbus chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED)
 
 # podbus version prints this (git describe), also where Go records no VCS information.
 VERSION_LDFLAGS := -X main.buildVersion=$(shell git describe --tags --always --dirty 2>/dev/null)

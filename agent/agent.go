@@ -32,6 +32,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/metrics"
+	"github.com/podbus/podbus/internal/reportseq"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// by ±10 % (default 30s; negative: only the check before the pod is first Ready). A failed check is
 	// retried sooner: from a tenth of the interval, doubling.
 	NetworkCheckInterval time.Duration
+	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
+	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
+	Clock func() time.Time
 }
 
 // Kubelet identity reported in node info.
@@ -138,6 +142,9 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	alloc, err := parseCapacity(cfg)
 	if err != nil {
@@ -387,13 +394,31 @@ func (a *Agent) reportGone(ctx context.Context, t *pb.PodTermination) error {
 	return a.publishReport(ctx, rep, "")
 }
 
-// nextSeq returns a report sequence: unix nanos, bumped past the last one so it strictly increases.
-func (a *Agent) nextSeq() uint64 {
-	now := uint64(time.Now().UnixNano())
+// boot numbers this run's reports after every sequence the store applied for the node's pods, and
+// after this process's earlier runs, whatever the clock says (see internal/reportseq).
+func (a *Agent) boot(bound map[string]*pb.Pod) {
+	stored := make([]uint64, 0, len(bound))
+	for _, p := range bound {
+		stored = append(stored, p.GetInternal().GetReportSeq())
+	}
 	for {
 		last := a.seq.Load()
-		next := max(now, last+1)
-		if a.seq.CompareAndSwap(last, next) {
+		if a.seq.CompareAndSwap(last, reportseq.Boot(a.cfg.Clock(), last, stored...)) {
+			return
+		}
+	}
+}
+
+// nextSeq returns the next report sequence: strictly increasing, and independent of the clock once the
+// run has booted.
+func (a *Agent) nextSeq() uint64 {
+	for {
+		last := a.seq.Load()
+		if last == 0 {
+			a.boot(nil)
+			continue
+		}
+		if next := reportseq.Next(last); a.seq.CompareAndSwap(last, next) {
 			return next
 		}
 	}
@@ -420,6 +445,7 @@ func (a *Agent) publishReport(ctx context.Context, rep *pb.PodStatusReport, corr
 // bound here that were never reported, too: when their bindings may have been published before the
 // consumer began (see Host), instead of leaving them to redelivery.
 func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod, startUnreported bool) error {
+	a.boot(bound)
 	sbs, err := a.rt.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)

@@ -638,3 +638,29 @@ func TestNetworkCheck(t *testing.T) {
 		})
 	}
 }
+
+// An agent restarted after its clock stepped back still has its reports applied: report sequences
+// continue after the ones the store holds instead of following the clock.
+func TestReportsAppliedAfterClockStepsBack(t *testing.T) {
+	var offset atomic.Int64
+	cfg := testConfig()
+	cfg.Clock = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	e := newEnv(t, cfg, fake.Config{})
+	web := newPod("web")
+	e.create(web)
+	e.until(web, "running", isRunningReady)
+	seq := e.get(web).GetInternal().GetReportSeq()
+
+	e.stopAgent()
+	offset.Store(int64(-2 * time.Hour))
+	e.startAgent(cfg)
+	e.until(web, "re-adopted and reported", func(q *pb.Pod) bool { return q.GetInternal().GetReportSeq() > seq })
+
+	// While it runs, the clock steps again: nothing changes for the reports.
+	offset.Store(int64(-4 * time.Hour))
+	db := newPod("db")
+	e.create(db)
+	e.until(db, "running", isRunningReady)
+	e.terminate(web, 0)
+	bustest.Eventually(t, wait, func() bool { return e.get(web) == nil }, "terminated pod reported gone")
+}

@@ -30,7 +30,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 }
 
 func (a *Agent) heartbeat(ctx context.Context) error {
-	now := time.Now()
+	now := a.cfg.Clock()
 	hb := &pb.NodeHeartbeat{Node: a.node(now), SentAt: timestamppb.New(now), Seq: uint64(now.UnixNano())}
 	pctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval)
 	defer cancel()

@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,8 +42,10 @@ const (
 // Messages are grouped by GroupSubject: by subject, except events, grouped per namespace. An entry on
 // another subject than its batch's keeps its own in HdrSubject.
 //
-// A batch has no de-duplication id, so a group that is published twice (a lost acknowledgement) is
-// stored twice: consumers of batched subjects must be idempotent, as they are for redeliveries.
+// A batch's de-duplication id is derived from its entries' ids (BatchMsgID), so the same group sent again
+// after a lost acknowledgement is stored once. A message sent again in another group, or in a group
+// with an entry that has no id, is stored again: consumers of batched subjects must be idempotent, as
+// they are for redeliveries.
 type Batcher struct {
 	js       jetstream.JetStream
 	actor    string
@@ -135,14 +139,26 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 		if n > 1 {
 			msg = packBatch(subject, b.actor, group)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL)
-		ack, err := b.js.PublishMsg(ctx, msg)
-		cancel()
+		ack, err := b.publish(msg)
 		if err == nil && n > 1 {
 			metrics.Count("batch.groups", 1)
 			metrics.Count("batch.entries", int64(n))
 		}
 		finish(group, ack, err)
+	}
+}
+
+// publish stores msg, sending it once more when its acknowledgement did not come: with a
+// de-duplication id the copy is dropped if the first one was stored after all.
+func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL/2)
+		ack, err := b.js.PublishMsg(ctx, msg)
+		cancel()
+		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !lost || attempt == 1 || msg.Header.Get(HdrMsgID) == "" {
+			return ack, err
+		}
 	}
 }
 
@@ -159,7 +175,29 @@ func finish(group []*batchItem, ack *jetstream.PubAck, err error) {
 func packBatch(subject, actor string, group []*batchItem) *nats.Msg {
 	data := appendBatch(nil, subject, group)
 	hdr := nats.Header{HdrBatch: {strconv.Itoa(len(group))}, HdrActor: {actor}}
+	ids := make([]string, len(group))
+	for i, it := range group {
+		ids[i] = it.msg.Header.Get(HdrMsgID)
+	}
+	if id := BatchMsgID(subject, ids); id != "" {
+		hdr.Set(HdrMsgID, id)
+	}
 	return &nats.Msg{Subject: subject, Data: data, Header: hdr}
+}
+
+// BatchMsgID is the de-duplication id of a batch on subject whose entries have the message ids ids, in
+// order; "" when one of them has none (such an entry could not be de-duplicated alone either).
+func BatchMsgID(subject string, ids []string) string {
+	h := sha256.New()
+	h.Write([]byte(subject))
+	for _, id := range ids {
+		if id == "" {
+			return ""
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(id))
+	}
+	return "batch-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // appendBatch appends the pb.Batch of group's messages, written field by field with protowire, so that
@@ -251,7 +289,8 @@ func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 		entries[i].Subject = subject
 		h := make(nats.Header, len(header)+len(entries[i].Header))
 		for k, v := range header {
-			if k != HdrBatch {
+			// An entry never inherits the batch's de-duplication id: its own is its identity.
+			if k != HdrBatch && k != HdrMsgID {
 				h[k] = v
 			}
 		}

@@ -402,3 +402,98 @@ func TestLastDeliveryParks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A batch carries a de-duplication id made of its entries' ids: the same batch sent again (an
+// acknowledgement lost, the group published once more) is dropped by the stream, and its entries keep
+// their own ids rather than the batch's.
+func TestBatchSentTwiceIsStoredOnce(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	b := bus.NewBatcher(c.JS, "test/1")
+	const n = 300
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range futures {
+		uid := fmt.Sprintf("u%03d", i)
+		f, err := b.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: uid}, bus.Meta{MsgID: "deleted-" + uid, PodUID: uid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures[i] = f
+	}
+	if err := bus.Wait(ctx, futures...); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.JS.Stream(ctx, bus.StreamPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch *jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && batch == nil; seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw.Header.Get(bus.HdrBatch) != "" {
+			batch = raw
+		}
+	}
+	if batch == nil {
+		t.Fatal("no batch stored")
+	}
+	entries, err := bus.Unbatch(batch.Subject, batch.Header, batch.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.Header.Get(bus.HdrMsgID)
+		if !strings.HasPrefix(ids[i], "deleted-") {
+			t.Fatalf("entry %d has msg id %q, want its own", i, ids[i])
+		}
+	}
+	if got, want := batch.Header.Get(bus.HdrMsgID), bus.BatchMsgID(batch.Subject, ids); got == "" || got != want {
+		t.Fatalf("batch msg id = %q, want %q", got, want)
+	}
+
+	ack, err := c.JS.PublishMsg(ctx, &nats.Msg{Subject: batch.Subject, Header: batch.Header, Data: batch.Data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate {
+		t.Errorf("the batch sent again was stored as sequence %d", ack.Sequence)
+	}
+}
+
+func TestBatchMsgID(t *testing.T) {
+	tests := []struct {
+		name       string
+		a, b       []string
+		same, none bool
+	}{
+		{name: "same entries", a: []string{"x", "y"}, b: []string{"x", "y"}, same: true},
+		{name: "order matters", a: []string{"x", "y"}, b: []string{"y", "x"}},
+		{name: "no split ambiguity", a: []string{"xy", "z"}, b: []string{"x", "yz"}},
+		{name: "an entry without id", a: []string{"x", ""}, b: []string{"x", ""}, none: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := bus.BatchMsgID("pod.scheduled", tt.a), bus.BatchMsgID("pod.scheduled", tt.b)
+			if tt.none {
+				if a != "" {
+					t.Fatalf("id %q for a batch with an entry without id", a)
+				}
+				return
+			}
+			if (a == b) != tt.same {
+				t.Errorf("ids %q and %q: same = %v, want %v", a, b, a == b, tt.same)
+			}
+		})
+	}
+	if bus.BatchMsgID("pod.scheduled", []string{"x"}) == bus.BatchMsgID("pod.pending.any", []string{"x"}) {
+		t.Error("the subject is not part of the id")
+	}
+}

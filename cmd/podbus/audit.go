@@ -22,6 +22,7 @@ verbs:
   timeline   ns/name (every incarnation, newest first) or --uid: each step, the service, the gaps, a summary
   verify     rebuild pods and nodes from the history alone, compare with the live buckets (exit 1 on any difference);
              --chain [--pubkey FILE]: check the log against the sealer's signed hash chain instead (exit 1 on tampering)
+  check      the history checker: lost pods, double binds, overcommit at any revision (--workload, --end, --wait; exit 1 on any violation)
   what-if    re-run recorded scheduling decisions with --profile file.yaml (--since)
 `
 
@@ -152,6 +153,9 @@ func runAudit(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("history of %d records rebuilds the %d pods and %d nodes exactly\n", res.Records, res.Pods, res.Nodes)
 		return nil
+
+	case "check":
+		return runAuditCheck(ctx, fs, args, connect, stream)
 
 	case "what-if":
 		profile := profileFlag(fs, " (what-if uses the default-scheduler's, else the first)")

@@ -42,8 +42,9 @@ var commands = []command{
 	{"health", "probe a health URL, exit 0 when it answers 200 (container healthchecks)", runHealth},
 	{"loadtest", "submit pods and measure the pipeline", runLoadtest},
 	{"natsauth", "NATS credentials, certificates and provisioning for a NATS cluster with authorization (init, provision)", runNATSAuth},
-	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
+	{"audit", "read the audit log: replay, timeline, verify, check, what-if", runAudit},
 	{"auditseal", "the audit sealer: signs a hash chain over the audit log (one replica)", runAuditSeal},
+	{"chaos", "the deployment as processes under seeded faults, then the history checker (testing)", runChaos},
 	{"version", "print the version and the commit it was built from", func(context.Context, []string) error { fmt.Println(version()); return nil }},
 }
 

@@ -321,6 +321,7 @@ func runAgent(ctx context.Context, args []string) error {
 	taints := fs.String("register-with-taints", "", "taints the node registers with (key=value:Effect,key:Effect); later changes by users win")
 	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
+	clockFile := fs.String("clock-offset-file", "", "testing: a file holding a duration (-1h, 30s) added to this agent's clock, read at each use (podbus chaos steps it)")
 	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
 	stateDir := fs.String("state-dir", "", "sandbox records, network namespaces, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
@@ -381,6 +382,9 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	c.id = *node
 	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}
+	if *clockFile != "" {
+		acfg.Clock = offsetClock(*clockFile)
+	}
 	if *nodes > 1 {
 		if *runtime != "fake" {
 			return fmt.Errorf("--nodes %d: only simulated nodes (--runtime fake) run many to a process", *nodes)
@@ -607,4 +611,21 @@ func runLoadtest(ctx context.Context, args []string) error {
 		return err
 	}
 	return loadtest.Run(ctx, cfg, os.Stdout)
+}
+
+// offsetClock is the machine's clock plus the duration written in file (none, or unreadable: zero), so
+// that a test can step one agent's clock while the machine's is shared.
+func offsetClock(file string) func() time.Time {
+	return func() time.Time {
+		now := time.Now()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return now
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(string(b)))
+		if err != nil {
+			return now
+		}
+		return now.Add(d)
+	}
 }

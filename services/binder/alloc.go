@@ -208,7 +208,11 @@ func (s *Service) writeAlloc(ctx context.Context, node, uid string, pa *pb.PodAl
 	if err != nil {
 		return 0, err
 	}
-	newRev, err := bus.WriteUnder(ctx, s.conn.JS, s.b.Alloc, key, data, del, bus.AllocNodeFilter(node), rev)
+	write := bus.WriteUnder
+	if brokenPlainWrites {
+		write = plainWrite
+	}
+	newRev, err := write(ctx, s.conn.JS, s.b.Alloc, key, data, del, bus.AllocNodeFilter(node), rev)
 	var conflict *bus.ConflictError
 	if errors.As(err, &conflict) {
 		metrics.Count("binder.cas_conflicts.alloc", 1)
@@ -221,6 +225,17 @@ func (s *Service) writeAlloc(ctx context.Context, node, uid string, pa *pb.PodAl
 	}
 	s.alloc.wrote(node, rev, newRev, uid, pa, meta)
 	return newRev, nil
+}
+
+// brokenPlainWrites, set only by a test, makes writeAlloc a plain write instead of a compare-and-set:
+// the deliberately broken build the history checker (audit/check) must catch.
+var brokenPlainWrites bool
+
+func plainWrite(ctx context.Context, _ jetstream.JetStream, kv jetstream.KeyValue, key string, data []byte, del bool, _ string, _ uint64) (uint64, error) {
+	if del {
+		return 0, kv.Delete(ctx, key)
+	}
+	return kv.Put(ctx, key, data)
 }
 
 // resync lets the alloc watch bring the node's keys up to rev, the node's last revision as the server

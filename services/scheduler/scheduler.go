@@ -49,6 +49,12 @@ type Config struct {
 	// pods move to another replica (default 5s; below the consumers' ack wait, 10s, so a killed replica
 	// delays no pod by more than the ack wait).
 	PinnedTTL time.Duration
+	// UnschedulableFlush is how long a pod may wait for a node, as the pods bucket says
+	// (PodScheduled=False), before some replica sends it back to pod.pending whatever changed (default
+	// 1m; kube-scheduler flushes its unschedulable pods after 5m). It is what takes over the pods a
+	// replica that died or was scaled away had parked: every replica tracks every waiting pod, not only
+	// those it judged, and all use the same message id, so the pod goes back once.
+	UnschedulableFlush time.Duration
 	// AssumeTTL bounds how long a decision counts on its node before the binder commits it (default 30s).
 	AssumeTTL time.Duration
 	// Profile changes scoring (zero: the default plugins, LeastAllocated); used when Profiles is empty.
@@ -79,12 +85,14 @@ type Service struct {
 	cache *cache.Cache
 	algos map[string]*core.Algorithm // by schedulerName
 	parks *requeuer
+	waits *waiting
 	// cycle makes snapshot → schedule → assume → send one atomic step, so concurrent workers never place
 	// two pods in the same room and decisions reach the stream in the order they were made; waiting
 	// for the stream to store a decision happens outside it, in parallel.
 	cycle sync.Mutex
 
-	ready chan struct{} // closed once the cache holds the initial nodes and alloc records
+	ready    chan struct{} // closed once the cache holds the initial nodes and alloc records
+	tracking chan struct{} // closed once the pods waiting for a node at start are parked
 }
 
 // profileFor returns the algorithm of the pod's profile, nil when this replica has none for it.
@@ -109,6 +117,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	if cfg.RequeueBackoff <= 0 {
 		cfg.RequeueBackoff = time.Second
+	}
+	if cfg.UnschedulableFlush <= 0 {
+		cfg.UnschedulableFlush = time.Minute
 	}
 	if cfg.AssumeTTL <= 0 {
 		cfg.AssumeTTL = cache.DefaultAssumeTTL
@@ -140,12 +151,14 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		conn:  conn,
 		actor: actor,
 		// Decisions made while earlier ones are being stored go out together, in decision order.
-		pub:   bus.NewBatcher(conn.JS, actor),
-		log:   log,
-		now:   time.Now,
-		cache: cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),
-		algos: algos,
-		ready: make(chan struct{}),
+		pub:      bus.NewBatcher(conn.JS, actor),
+		log:      log,
+		now:      time.Now,
+		cache:    cache.New(cache.Options{AssumeTTL: cfg.AssumeTTL}),
+		algos:    algos,
+		ready:    make(chan struct{}),
+		waits:    newWaiting(),
+		tracking: make(chan struct{}),
 	}
 	s.parks = newRequeuer(pub, cfg.RequeueBackoff, s.cache.Changes, log)
 	return s, nil
@@ -184,13 +197,17 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 
-	if err := s.loadUnschedulable(ctx, b.Pods); err != nil {
+	podsW, err := s.loadUnschedulable(ctx, b.Pods)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
+	close(s.tracking)
+	goFn(func() { s.trackWaiting(ctx, podsW) })
 	goFn(func() { s.parks.run(ctx) })
+	goFn(func() { every(ctx, max(s.cfg.UnschedulableFlush/4, 10*time.Millisecond), s.flushWaiting) })
 	goFn(func() { s.expireAssumptions(ctx) })
 	if err := s.watchDeleted(ctx, &wg); err != nil {
 		if ctx.Err() != nil {
@@ -335,39 +352,118 @@ func (s *Service) applyAlloc(e jetstream.KeyValueEntry, initial bool) {
 // loadUnschedulable parks the pods that wait for a node (unbound, PodScheduled=False), so a restarted or
 // new replica picks them up, and makes them due at once: changes may have happened while no replica
 // was watching. Replicas starting on the same state use the same trigger, so each pod goes back once.
-func (s *Service) loadUnschedulable(ctx context.Context, pods jetstream.KeyValue) error {
-	w, err := pods.WatchAll(ctx, jetstream.IgnoreDeletes())
+// It returns the watcher after its initial values, for trackWaiting.
+func (s *Service) loadUnschedulable(ctx context.Context, pods jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+	w, err := pods.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("scheduler: list pods: %w", err)
+		return nil, fmt.Errorf("scheduler: list pods: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
 	nodesRev, allocRev := s.cache.Revisions()
 	trigger := fmt.Sprintf("s%d-%d", nodesRev, allocRev)
 	n := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			_ = w.Stop()
+			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return fmt.Errorf("scheduler: list pods: watcher closed")
+				return nil, fmt.Errorf("scheduler: list pods: watcher closed")
 			}
 			if e == nil {
 				if n > 0 {
 					s.log.Info("requeueing unschedulable pods found at start", "pods", n)
 				}
-				return nil
+				return w, nil
 			}
-			p := &pb.Pod{}
-			if err := decodeEntry(e, p); err != nil {
-				continue
-			}
-			if waitsForNode(p) {
+			if p := s.waits.apply(e, s.now()); p != nil {
 				s.parks.AddDue(p, e.Revision(), trigger)
 				n++
 			}
 		}
 	}
+}
+
+// trackWaiting keeps the set of pods waiting for a node current, until ctx ends.
+func (s *Service) trackWaiting(ctx context.Context, w jetstream.KeyWatcher) {
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() == nil {
+					s.log.Error("pods watch closed; unschedulable pods parked by other replicas are no longer taken over")
+				}
+				return
+			}
+			if e != nil {
+				s.waits.apply(e, s.now())
+			}
+		}
+	}
+}
+
+// flushWaiting sends back to pod.pending the pods that have waited for a node longer than
+// UnschedulableFlush. The trigger names the pod's revision and the flush period, so every replica
+// flushing the same pod in the same period sends the same message id.
+func (s *Service) flushWaiting() {
+	now := s.now()
+	flush := s.cfg.UnschedulableFlush
+	for _, w := range s.waits.due(now, flush) {
+		period := now.UnixNano() / int64(flush)
+		s.parks.AddDue(w.pod, w.rev, fmt.Sprintf("w%d.%d", w.rev, period))
+		metrics.Count("scheduler.unschedulable_flushed", 1)
+	}
+}
+
+// waiting is every pod that waits for a node according to the pods bucket, whichever replica judged
+// it, with the time this replica last saw it change or flushed it.
+type waiting struct {
+	mu   sync.Mutex
+	pods map[string]*waitingPod // by bucket key
+}
+
+type waitingPod struct {
+	pod   *pb.Pod
+	rev   uint64
+	since time.Time
+}
+
+func newWaiting() *waiting { return &waiting{pods: map[string]*waitingPod{}} }
+
+// apply records a pods-bucket entry and returns the pod when it waits for a node.
+func (w *waiting) apply(e jetstream.KeyValueEntry, now time.Time) *pb.Pod {
+	var p *pb.Pod
+	if e.Operation() == jetstream.KeyValuePut {
+		p = &pb.Pod{}
+		if err := decodeEntry(e, p); err != nil || !waitsForNode(p) {
+			p = nil
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p == nil {
+		delete(w.pods, e.Key())
+		return nil
+	}
+	w.pods[e.Key()] = &waitingPod{pod: p, rev: e.Revision(), since: now}
+	return p
+}
+
+// due returns the pods that waited at least flush, and starts their wait again.
+func (w *waiting) due(now time.Time, flush time.Duration) []waitingPod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []waitingPod
+	for _, p := range w.pods {
+		if now.Sub(p.since) >= flush {
+			out = append(out, *p)
+			p.since = now
+		}
+	}
+	return out
 }
 
 // waitsForNode: not bound by a binder, not being deleted, and judged unschedulable (PodScheduled=False).

@@ -99,19 +99,30 @@ func newHarness(t *testing.T) *harness {
 // start runs a scheduler replica until the test ends and waits until its cache is synced.
 func (h *harness) start(id string, backoff time.Duration) *Service {
 	h.t.Helper()
-	s, err := New(Config{ID: id, Workers: 2, RequeueBackoff: backoff}, bustest.Conn(h.t, h.url, id))
+	s, _ := h.startConfig(Config{ID: id, Workers: 2, RequeueBackoff: backoff})
+	return s
+}
+
+// startConfig is start with a whole configuration; stop ends the replica before the test does.
+func (h *harness) startConfig(cfg Config) (s *Service, stop func()) {
+	h.t.Helper()
+	s, err := New(cfg, bustest.Conn(h.t, h.url, cfg.ID))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
 	select {
 	case <-s.ready:
 	case err := <-done:
@@ -119,7 +130,7 @@ func (h *harness) start(id string, backoff time.Duration) *Service {
 	case <-time.After(wait):
 		h.t.Fatal("scheduler cache never synced")
 	}
-	return s
+	return s, stop
 }
 
 func (h *harness) putNode(n *pb.Node) uint64 {
@@ -378,4 +389,47 @@ func TestConflictRequeueWaitsForTheCache(t *testing.T) {
 	if d := h.decision("uid-p", 1).dec; !d.GetUnschedulable() {
 		t.Errorf("decision = %v, want unschedulable (no nodes)", d)
 	}
+}
+
+// A pod parked as unschedulable by a replica that then dies is taken over by a replica that was already
+// running: it tracks every pod waiting for a node, not only those it judged, and sends it back once
+// it has waited UnschedulableFlush; the node that joined meanwhile gets it.
+func TestUnschedulablePodOfADeadReplicaIsTakenOver(t *testing.T) {
+	h := newHarness(t)
+	h.putNode(readyNode("n1", "1"))
+	cfg := func(id string) Config {
+		return Config{ID: id, Workers: 2, RequeueBackoff: 50 * time.Millisecond, UnschedulableFlush: 300 * time.Millisecond}
+	}
+	_, stopA := h.startConfig(cfg("a"))
+	p := st.Pod("big", "uid-big").Req("2", "").Obj()
+	key := bus.PodKey(p.Metadata.Namespace, p.Metadata.Name)
+	rev, err := bus.Create(context.Background(), h.buckets.Pods, key, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishPending(p, rev)
+	if d := h.decision("uid-big", 1); !d.dec.GetUnschedulable() || d.dec.GetScheduler() != "scheduler/a" {
+		t.Fatalf("first decision: %v", d.dec)
+	}
+	// b runs before the pod is marked, so it did not find it at start.
+	b, _ := h.startConfig(cfg("b"))
+	<-b.tracking
+	// The binder's part: the pod waits for a node.
+	marked := proto.Clone(p).(*pb.Pod)
+	marked.Status.Conditions = []*pb.PodCondition{{Type: podutil.PodScheduled, Status: podutil.False, Reason: "Unschedulable"}}
+	if _, err := bus.Update(context.Background(), h.buckets.Pods, key, marked, rev); err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	h.putNode(readyNode("n2", "4"))
+	bustest.Eventually(t, wait, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, d := range h.decisions["uid-big"] {
+			if d.dec.GetNode() == "n2" {
+				return d.dec.GetScheduler() == "scheduler/b"
+			}
+		}
+		return false
+	}, "replica b places the pod a had parked")
 }

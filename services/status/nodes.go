@@ -42,6 +42,14 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	if at := heartbeatTime(hb.GetNode()); at.After(horizon) || hb.GetSentAt().AsTime().After(horizon) {
 		return refuse("future", "heartbeat of node %s at %s is after %s", name, at.Format(time.RFC3339), horizon.Format(time.RFC3339))
 	}
+	// From here on the bus's clock dates the heartbeat, as the node lifecycle controller times the
+	// kubelet's heartbeats by its own clock: an agent's clock that steps back must neither make its
+	// heartbeats look stale (its node would stay NotReady) nor late to the monitor.
+	at := m.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	stampHeartbeat(hb.GetNode(), at)
 	key := bus.NodeKey(name)
 	for range casAttempts {
 		var cur pb.Node
@@ -134,6 +142,14 @@ func mergeNode(cur, hb *pb.Node) {
 		}
 	}
 	cur.Status = st
+}
+
+// stampHeartbeat sets the heartbeat time of every condition of n to at.
+func stampHeartbeat(n *pb.Node, at time.Time) {
+	ts := timestamppb.New(at)
+	for _, c := range n.GetStatus().GetConditions() {
+		c.LastHeartbeatTime = ts
+	}
 }
 
 func heartbeatTime(n *pb.Node) time.Time {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
+	"github.com/podbus/podbus/internal/reportseq"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -43,10 +44,11 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	if m.Subject != bus.SubjPodStatus(rep.GetNode()) {
 		return refuse("subject", "report of node %s for pod %s/%s on %s", rep.GetNode(), rep.GetNamespace(), rep.GetName(), m.Subject)
 	}
-	// seq is the agent's wall clock in unix nanoseconds: one far ahead would make every later report
-	// look stale and freeze the pod's status.
-	if horizon := s.horizon(m.Time); rep.GetSeq() > uint64(horizon.UnixNano()) {
-		return refuse("future", "report seq %d of pod %s/%s is after %s", rep.GetSeq(), rep.GetNamespace(), rep.GetName(), horizon.Format(time.RFC3339))
+	// seq starts from the agent's boot time (internal/reportseq): one dated far ahead would make every
+	// later report look stale and freeze the pod's status.
+	if horizon := s.horizon(m.Time); reportseq.After(rep.GetSeq(), horizon) {
+		return refuse("future", "report seq %d of pod %s/%s is dated %s, after %s", rep.GetSeq(), rep.GetNamespace(), rep.GetName(),
+			reportseq.Epoch(rep.GetSeq()).Format(time.RFC3339), horizon.Format(time.RFC3339))
 	}
 	res, correlation, err := s.applyReport(ctx, &rep)
 	if err != nil {
@@ -201,7 +203,7 @@ func (s *Service) horizon(stored time.Time) time.Time {
 // before reports from the future were refused): a pod must not stay frozen by one.
 func (s *Service) storedSeq(pod *pb.Pod) uint64 {
 	seq := pod.GetInternal().GetReportSeq()
-	if seq > uint64(s.horizon(time.Time{}).UnixNano()) {
+	if reportseq.After(seq, s.horizon(time.Time{})) {
 		return 0
 	}
 	return seq

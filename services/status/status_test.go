@@ -20,6 +20,7 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
+	"github.com/podbus/podbus/internal/reportseq"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -31,6 +32,7 @@ type env struct {
 	pods  jetstream.KeyValue
 	nodes jetstream.KeyValue
 	pub   *bus.Publisher
+	svcs  []*Service
 }
 
 // newEnv starts a server and the given number of status replicas.
@@ -41,11 +43,13 @@ func newEnv(t *testing.T, replicas int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var svcs []*Service
 	for i := range replicas {
 		s, err := New(Config{ID: fmt.Sprintf("s%d", i), NodeMonitorGracePeriod: 300 * time.Millisecond, MonitorInterval: 30 * time.Millisecond}, conn)
 		if err != nil {
 			t.Fatal(err)
 		}
+		svcs = append(svcs, s)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
@@ -56,7 +60,7 @@ func newEnv(t *testing.T, replicas int) *env {
 			}
 		})
 	}
-	return &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/agent")}
+	return &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, pub: bus.NewPublisher(conn.JS, "test/agent"), svcs: svcs}
 }
 
 func testPod(name, uid string) *pb.Pod {
@@ -278,14 +282,25 @@ func TestHeartbeatUpsert(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	later := heartbeat("n1", now.Add(time.Second))
+	// The bus dates heartbeats: one sent after its agent's clock stepped back an hour is the newest.
+	later := heartbeat("n1", now.Add(-time.Hour))
 	later.Node.Status.Capacity["cpu"] = "8"
 	e.beat(later)
-	stale := heartbeat("n1", now.Add(-time.Minute))
-	stale.Node.Status.Capacity["cpu"] = "2"
-	e.beat(stale)
 	bustest.Eventually(t, wait, func() bool { return e.node("n1").GetStatus().GetCapacity()["cpu"] == "8" }, "newer heartbeat applied")
 	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamHeartbeats, bus.ConsumerHeartbeats) }, "heartbeats handled")
+	if at := heartbeatTime(e.node("n1")); now.Sub(at) > time.Minute {
+		t.Errorf("heartbeat time %v: the agent's clock, not the bus's", at)
+	}
+	// One the stream stored before (a redelivery, a replay) is stale, whatever its agent's clock says.
+	stale := heartbeat("n1", now)
+	stale.Node.Status.Capacity["cpu"] = "2"
+	data, err := proto.Marshal(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svcs[0].handleHeartbeat(context.Background(), &bus.Msg{Subject: bus.SubjHeartbeat("n1"), Data: data, Time: now.Add(-30 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
 	if cpu := e.node("n1").GetStatus().GetCapacity()["cpu"]; cpu != "8" {
 		t.Fatalf("cpu %s, want 8 (the stale heartbeat must be ignored)", cpu)
 	}
@@ -418,7 +433,7 @@ func TestForgedReportsRefused(t *testing.T) {
 	on("other", "u3", "n3", 0)
 	on("free", "u4", "", 0)
 	on("frozen", "u5", "n1", math.MaxUint64)
-	now := uint64(time.Now().UnixNano())
+	now := reportseq.Next(reportseq.Boot(time.Now(), 0))
 	forReport := func(name, uid, node string, seq uint64) *pb.PodStatusReport {
 		r := report(name, uid, seq, "Failed")
 		r.Node = node
@@ -435,6 +450,8 @@ func TestForgedReportsRefused(t *testing.T) {
 		{"another node's pod named as mine", bus.SubjPodStatus("n1"), forReport("other", "u3", "n1", now), "not_bound"},
 		{"an unbound pod", bus.SubjPodStatus("n1"), forReport("free", "u4", "n1", now), "not_bound"},
 		{"seq from the future", bus.SubjPodStatus("n1"), forReport("web", "u1", "n1", math.MaxUint64), "future"},
+		{"seq of a boot beyond the clock skew", bus.SubjPodStatus("n1"),
+			forReport("web", "u1", "n1", reportseq.Next(reportseq.Boot(time.Now().Add(time.Hour), 0))), "future"},
 	}
 	for i, f := range forged {
 		before := metrics.Counter("status.refused." + f.why)

@@ -290,7 +290,8 @@ func terminationReason(pod *pb.Pod) string {
 	return ReasonDeleted
 }
 
-// terminate tells the pod's node agent to stop it (idempotent: one message id per pod).
+// terminate tells the pod's node agent to stop it. The message id names the termination request (see
+// TerminationMsgID): a redelivered command repeats it, a later, shorter one does not.
 func (s *Service) terminate(ctx context.Context, pod *pb.Pod, reason string, in bus.Meta) error {
 	md := pod.GetMetadata()
 	node := pod.GetSpec().GetNodeName()
@@ -303,10 +304,22 @@ func (s *Service) terminate(ctx context.Context, pod *pb.Pod, reason string, in 
 		DeletionTimestamp:  md.GetDeletionTimestamp(),
 		Reason:             reason,
 	}
-	if err := s.pub.Publish(ctx, bus.SubjPodTerminate(node), msg, meta(pod, "term-"+md.GetUid(), in)); err != nil {
+	if err := s.pub.Publish(ctx, bus.SubjPodTerminate(node), msg, meta(pod, TerminationMsgID(pod), in)); err != nil {
 		return fmt.Errorf("ask %s to stop pod %s: %w", node, md.GetUid(), err)
 	}
 	return nil
+}
+
+// TerminationMsgID is the de-duplication id of the termination message for pod as stored: its uid,
+// deletion timestamp and grace period, which each termination request (a graceful delete, then a forced
+// one) sets anew, so a later request is never dropped as a copy of an earlier one.
+func TerminationMsgID(pod *pb.Pod) string {
+	md := pod.GetMetadata()
+	var at int64
+	if ts := md.GetDeletionTimestamp(); ts != nil {
+		at = ts.AsTime().UnixNano()
+	}
+	return fmt.Sprintf("term-%s-%d-%d", md.GetUid(), md.GetDeletionGracePeriodSeconds(), at)
 }
 
 // gracePeriod is the client's grace period, else the pod's own, else Kubernetes' default.

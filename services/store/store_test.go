@@ -469,8 +469,8 @@ func TestDelete(t *testing.T) {
 				if diff := cmp.Diff(want, term, protocmp.Transform()); diff != "" {
 					t.Errorf("termination (-want +got):\n%s", diff)
 				}
-				if id := terms[0].Header.Get(bus.HdrMsgID); id != "term-u1" {
-					t.Errorf("termination msg id = %q", id)
+				if id, want := terms[0].Header.Get(bus.HdrMsgID), fmt.Sprintf("term-u1-%d-%d", tt.wantGrace, tt.wantAt.UnixNano()); id != want {
+					t.Errorf("termination msg id = %q, want %q", id, want)
 				}
 			}
 
@@ -676,5 +676,96 @@ func TestAnswersOnlyOnReplySubjects(t *testing.T) {
 	}
 	if got := metrics.Counter("store.reply_refused") - before; got != 1 {
 		t.Errorf("store.reply_refused counted %d, want 1", got)
+	}
+}
+
+// A forced delete of a pod already terminating gracefully reaches its agent: each termination request
+// has its own message id, so the stream's de-duplication window does not drop the shorter one, while
+// the same request sent again (a redelivered command) is still stored once.
+func TestForcedDeleteAfterGracefulIsSent(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", bound("n1"), graceSpec(30)))
+	del := func(grace *int64) *pb.CommandResult {
+		return h.send(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, GracePeriodSeconds: grace,
+			Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}}})
+	}
+	for range 2 { // the second graceful delete repeats the first request
+		if got := del(nil); got.GetCode() != 200 {
+			t.Fatalf("graceful delete: code %d", got.GetCode())
+		}
+	}
+	if got := del(proto.Int64(0)); got.GetCode() != 200 {
+		t.Fatalf("forced delete: code %d", got.GetCode())
+	}
+	terms := h.msgs(bus.StreamPods, bus.SubjPodTerminate("n1"))
+	if len(terms) != 2 {
+		t.Fatalf("termination messages = %d, want 2 (graceful, then forced)", len(terms))
+	}
+	for i, want := range []int64{30, 0} {
+		if g := bustest.Decode(t, terms[i], &pb.PodTermination{}).GetGracePeriodSeconds(); g != want {
+			t.Errorf("termination %d: grace %d, want %d", i, g, want)
+		}
+	}
+}
+
+// A batch of commands stored twice (sent again in a group that de-duplication cannot recognise) is
+// handled idempotently: each pod is created once, each is queued for the schedulers once, and every
+// copy of a command gets the same answer.
+func TestDuplicatedBatchCreatesOnce(t *testing.T) {
+	h := start(t)
+	reply := bus.SubjReply("test", bus.ReplyToken())
+	sub, err := h.conn.NC.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var batch pb.Batch
+	for _, name := range []string{"web", "db"} {
+		p := pod("uid-"+name, func(p *pb.Pod) { p.Metadata.Name = name })
+		data, err := proto.Marshal(create(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch.Entries = append(batch.Entries, &pb.BatchEntry{Data: data, Headers: map[string]string{
+			bus.HdrReply: reply, bus.HdrKey: "default/" + name, bus.HdrPodUID: "uid-" + name, bus.HdrMsgID: "cmd-" + name,
+		}})
+	}
+	data, err := proto.Marshal(&batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // no batch id: the stream stores both copies
+		msg := &nats.Msg{Subject: bus.SubjPodCreate, Data: data, Header: nats.Header{bus.HdrBatch: {"2"}, bus.HdrActor: {"admission/test"}}}
+		if _, err := h.conn.JS.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revs := map[string][]uint64{}
+	for range 4 {
+		m, err := sub.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("answers: %v (got %v)", err, revs)
+		}
+		res := &pb.CommandResult{}
+		if err := proto.Unmarshal(m.Data, res); err != nil {
+			t.Fatal(err)
+		}
+		if res.GetCode() != 201 {
+			t.Fatalf("answer %d %s", res.GetCode(), res.GetMessage())
+		}
+		name := res.GetPod().GetMetadata().GetName()
+		revs[name] = append(revs[name], res.GetRevision())
+	}
+	for name, r := range revs {
+		if len(r) != 2 || r[0] != r[1] {
+			t.Errorf("pod %s: answers with revisions %v, want two equal", name, r)
+		}
+	}
+	pending := map[string]int{}
+	for _, m := range h.msgs(bus.StreamPods, bus.SubjPodPendingAll) {
+		pending[m.Header.Get(bus.HdrPodUID)]++
+	}
+	if pending["uid-web"] != 1 || pending["uid-db"] != 1 || len(pending) != 2 {
+		t.Errorf("pod.pending messages per pod = %v, want one each", pending)
 	}
 }

@@ -1,0 +1,397 @@
+// Package chaos runs podbus as separate processes on a three-node NATS cluster on loopback, drives a
+// workload through the API, injects faults chosen by a seed, and then checks the whole history with
+// the audit checker (audit/check): nothing lost, nothing bound twice, no node overcommitted at any
+// revision, and everything settled once the faults stop.
+//
+//	3 × podbus nats (cluster, R3 streams) ◀── store, 2 schedulers, 2 binders, status, admission, 3 agents
+//	        ▲                                          ▲
+//	        └──── faults (seeded): kill -9 + restart, SIGSTOP/SIGCONT, NATS node killed, agent clock stepped
+//	workload ──HTTP──▶ admission: creates and deletes, each answer logged (workload.jsonl)
+//
+// Every fault is logged with the seed (faults.jsonl), so a failing run can be replayed with the same
+// seed (the moments depend on the machine's pace, the choices do not).
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/podbus/podbus/audit/check"
+	"github.com/podbus/podbus/bus"
+)
+
+// Config configures a run.
+type Config struct {
+	Bin        string        // the podbus binary (required)
+	Dir        string        // working directory: NATS storage, logs, the workload and fault logs (required)
+	Seed       int64         // chooses the workload and the faults
+	Duration   time.Duration // of the workload and the faults (default 10m)
+	FaultEvery time.Duration // mean time between faults (default 5s)
+	Settle     time.Duration // how long after the last fault everything must be settled (default 2m)
+	Pods       int           // pods the workload keeps, about (default 30)
+	Log        io.Writer     // progress and faults (default os.Stderr)
+}
+
+// Report is what a run did and found.
+type Report struct {
+	Seed       int64
+	Duration   time.Duration
+	Faults     map[string]int // by kind
+	Created    int            // 201s
+	Deleted    int            // deletes answered 200
+	Crashes    int            // processes that exited without a fault
+	Violations []check.Violation
+	// Quiescence is the time from the end of the last fault to the first clean check; -1 when the run
+	// never settled within Config.Settle.
+	Quiescence time.Duration
+	Records    int // audit records checked
+}
+
+// ErrViolations is returned by Run when the checker found any.
+var ErrViolations = check.ErrViolations
+
+// Run brings the deployment up, runs the workload and the faults for cfg.Duration, waits for it to
+// settle, checks the history, and tears everything down.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Duration <= 0 {
+		cfg.Duration = 10 * time.Minute
+	}
+	if cfg.FaultEvery <= 0 {
+		cfg.FaultEvery = 5 * time.Second
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 2 * time.Minute
+	}
+	if cfg.Pods <= 0 {
+		cfg.Pods = 30
+	}
+	if cfg.Log == nil {
+		cfg.Log = os.Stderr
+	}
+	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration, Faults: map[string]int{}, Quiescence: -1}
+	if cfg.Bin == "" || cfg.Dir == "" {
+		return rep, errors.New("chaos: Bin and Dir are required")
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o755); err != nil {
+		return rep, err
+	}
+	h := &harness{cfg: cfg}
+	h.logf("chaos run: seed %d, %s, a fault every %s or so, logs in %s", cfg.Seed, cfg.Duration, cfg.FaultEvery, cfg.Dir)
+	superCtx, stopSupervising := context.WithCancel(ctx)
+	defer func() {
+		stopSupervising()
+		h.shutdown()
+	}()
+	if err := h.up(ctx, superCtx); err != nil {
+		return rep, err
+	}
+	conn, err := bus.Connect(ctx, strings.Join(h.natsURLs, ","), "podbus-chaos")
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+
+	wl, err := newWorkload(h, cfg, filepath.Join(cfg.Dir, "workload.jsonl"))
+	if err != nil {
+		return rep, err
+	}
+	defer wl.close()
+	fl, err := newFaults(h, cfg, filepath.Join(cfg.Dir, "faults.jsonl"))
+	if err != nil {
+		return rep, err
+	}
+	defer fl.close()
+
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	var wg sync.WaitGroup
+	wg.Go(func() { wl.run(runCtx) })
+	wg.Go(func() { fl.run(runCtx) })
+	wg.Wait()
+	cancel()
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	h.resumeAll()
+	lastFault := fl.lastEnd()
+	h.logf("workload and faults stopped: %d created, %d deleted, faults %v; waiting for the system to settle", wl.created, wl.deleted, fl.counts)
+
+	ops, err := wl.ops()
+	if err != nil {
+		return rep, err
+	}
+	o := check.Options{Workload: ops, EndState: true}
+	deadline := time.Now().Add(cfg.Settle)
+	var res check.Result
+	for i := 0; ; i++ {
+		ok, err := check.CaughtUp(ctx, conn.JS, "")
+		if err != nil {
+			h.logf("audit log: %v", err)
+		} else if !ok && i%5 == 4 {
+			h.logf("the audit log has not caught up with its sources yet")
+		}
+		if ok {
+			res, err = check.Check(ctx, conn.JS, o)
+			if err == nil {
+				rep.Quiescence = time.Since(lastFault)
+				break
+			}
+			if !errors.Is(err, check.ErrViolations) {
+				h.logf("check: %v", err)
+			} else if i%5 == 4 {
+				h.logf("not settled yet: %d violations, the first: %v", len(res.Violations), res.Violations[0])
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	rep.Faults, rep.Created, rep.Deleted = fl.counts, wl.created, wl.deleted
+	rep.Violations, rep.Records = res.Violations, res.Records
+	rep.Crashes = h.crashes()
+	if rep.Quiescence < 0 {
+		return rep, fmt.Errorf("%w: not settled %s after the last fault, %d violations (seed %d)", ErrViolations, cfg.Settle, len(rep.Violations), cfg.Seed)
+	}
+	return rep, nil
+}
+
+// WriteReport prints the run's table and its violations.
+func WriteReport(w io.Writer, r Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "seed\t%d\n", r.Seed)
+	fmt.Fprintf(tw, "duration\t%s\n", r.Duration)
+	kinds := make([]string, 0, len(r.Faults))
+	total := 0
+	for k, n := range r.Faults {
+		kinds = append(kinds, k)
+		total += n
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "faults: %s\t%d\n", k, r.Faults[k])
+	}
+	fmt.Fprintf(tw, "faults: total\t%d\n", total)
+	fmt.Fprintf(tw, "processes exited on their own\t%d\n", r.Crashes)
+	fmt.Fprintf(tw, "pods created (201)\t%d\n", r.Created)
+	fmt.Fprintf(tw, "pods deleted (200)\t%d\n", r.Deleted)
+	fmt.Fprintf(tw, "audit records checked\t%d\n", r.Records)
+	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
+	if r.Quiescence >= 0 {
+		fmt.Fprintf(tw, "last fault to quiescence\t%s\n", r.Quiescence.Round(100*time.Millisecond))
+	} else {
+		fmt.Fprintf(tw, "last fault to quiescence\tnot settled\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range r.Violations {
+		if _, err := fmt.Fprintln(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// harness holds the processes.
+type harness struct {
+	cfg      Config
+	nats     []*proc
+	services []*proc // store, schedulers, binders, status, admission
+	agents   []*proc
+	clocks   []string // the agents' clock offset files
+	natsURLs []string
+	api      string
+	logMu    sync.Mutex
+}
+
+func (h *harness) logf(format string, args ...any) {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	fmt.Fprintf(h.cfg.Log, time.Now().UTC().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+func (h *harness) all() []*proc {
+	return append(append(append([]*proc(nil), h.nats...), h.services...), h.agents...)
+}
+
+func (h *harness) newProc(name string, args ...string) *proc {
+	return &proc{name: name, bin: h.cfg.Bin, args: args, logs: logPath(h.cfg.Dir, name)}
+}
+
+// up starts the NATS cluster, then the services, and waits for the API to list the three nodes.
+func (h *harness) up(ctx, superCtx context.Context) error {
+	const members = 3
+	ports := make([][3]int, members) // client, route, http
+	for i := range ports {
+		for j := range ports[i] {
+			p, err := freePort()
+			if err != nil {
+				return err
+			}
+			ports[i][j] = p
+		}
+	}
+	for i := range members {
+		var routes []string
+		for j := range members {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[j][1]))
+			}
+		}
+		name := fmt.Sprint("nats-", i+1)
+		h.nats = append(h.nats, h.newProc(name, "nats", "--name", name, "--port", strconv.Itoa(ports[i][0]),
+			"--store", filepath.Join(h.cfg.Dir, name), "--cluster-name", "chaos",
+			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i][1]), "--routes", strings.Join(routes, ","),
+			"--http-port", strconv.Itoa(ports[i][2])))
+		h.natsURLs = append(h.natsURLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i][0]))
+	}
+	for _, p := range h.nats {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	for i := range members {
+		url := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[i][2])
+		if err := poll(ctx, 60*time.Second, func() bool { return httpOK(url) }); err != nil {
+			return fmt.Errorf("nats-%d never became ready: %w", i+1, err)
+		}
+	}
+	h.logf("NATS cluster up: %s", strings.Join(h.natsURLs, ","))
+
+	apiPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	h.api = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	common := func(id string) []string {
+		return []string{"--nats", strings.Join(h.natsURLs, ","), "--replicas", "3", "--id", id}
+	}
+	for _, s := range []struct {
+		name string
+		args []string
+	}{
+		{"store", []string{"store"}},
+		{"scheduler-a", []string{"scheduler"}},
+		{"scheduler-b", []string{"scheduler"}},
+		{"binder-a", []string{"binder"}},
+		{"binder-b", []string{"binder"}},
+		{"status", []string{"status"}},
+		{"admission", []string{"admission", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--insecure-http"}},
+	} {
+		h.services = append(h.services, h.newProc(s.name, append(s.args, common(s.name)...)...))
+	}
+	for i := 1; i <= members; i++ {
+		node := fmt.Sprint("n", i)
+		clock := filepath.Join(h.cfg.Dir, "clock-"+node)
+		if err := os.WriteFile(clock, []byte("0s\n"), 0o644); err != nil {
+			return err
+		}
+		h.clocks = append(h.clocks, clock)
+		h.agents = append(h.agents, h.newProc("agent-"+node, append([]string{"agent", "--node", node,
+			"--pod-cidr", fmt.Sprintf("10.42.%d.0/24", i), "--cpu", "4", "--memory", "8Gi", "--heartbeat", "2s",
+			"--clock-offset-file", clock}, common("agent-"+node)...)...))
+	}
+	for _, p := range append(append([]*proc(nil), h.services...), h.agents...) {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	for _, p := range h.all() {
+		go p.supervise(superCtx, h.logf)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	if err := poll(ctx, 90*time.Second, func() bool {
+		resp, err := client.Get(h.api + "/api/v1/nodes")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var list struct{ Items []json.RawMessage }
+		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Items) == members
+	}); err != nil {
+		return fmt.Errorf("the API never listed %d nodes: %w", members, err)
+	}
+	h.logf("deployment up: API on %s", h.api)
+	return nil
+}
+
+// resumeAll makes sure every process runs: none stopped, none left dead.
+func (h *harness) resumeAll() {
+	for _, p := range h.all() {
+		p.signal(syscall.SIGCONT)
+		if err := p.restart(); err != nil {
+			h.logf("restart %s: %v", p.name, err)
+		}
+	}
+}
+
+func (h *harness) shutdown() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*proc(nil), h.services...), h.agents...) {
+		wg.Go(func() { p.shutdown(10 * time.Second) })
+	}
+	wg.Wait()
+	for _, p := range h.nats {
+		wg.Go(func() { p.shutdown(10 * time.Second) })
+	}
+	wg.Wait()
+}
+
+func (h *harness) crashes() int {
+	n := 0
+	for _, p := range h.all() {
+		p.mu.Lock()
+		n += p.exits
+		p.mu.Unlock()
+	}
+	return n
+}
+
+func httpOK(url string) bool {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// poll calls cond until it holds, for at most d.
+func poll(ctx context.Context, d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// between is a random duration in [lo, hi).
+func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.Int63n(int64(hi-lo)))
+}

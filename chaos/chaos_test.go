@@ -1,0 +1,45 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The two-minute form of `make chaos`, with a fixed seed: every service as a process on a three-node
+// NATS cluster, faults of every kind, and no violation in the history.
+func TestChaosFixedSeed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the deployment for two minutes")
+	}
+	bin := filepath.Join(t.TempDir(), "podbus")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/podbus").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	var log strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Bin: bin, Dir: dir, Seed: 1, Duration: 2 * time.Minute, FaultEvery: 4 * time.Second, Log: &log})
+	var table strings.Builder
+	_ = WriteReport(&table, rep)
+	t.Logf("run:\n%s\n%s", log.String(), table.String())
+	if err != nil {
+		for _, name := range []string{"faults.jsonl"} {
+			if b, rerr := os.ReadFile(filepath.Join(dir, name)); rerr == nil {
+				t.Logf("%s:\n%s", name, b)
+			}
+		}
+		t.Fatal(err)
+	}
+	if len(rep.Faults) < 3 {
+		t.Errorf("faults of %d kinds only: %v", len(rep.Faults), rep.Faults)
+	}
+	if rep.Created == 0 || rep.Deleted == 0 {
+		t.Errorf("workload: %d created, %d deleted", rep.Created, rep.Deleted)
+	}
+}

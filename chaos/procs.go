@@ -1,0 +1,149 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one podbus process the harness supervises: it restarts it when it exits on its own, as a
+// process manager would, and counts those exits.
+type proc struct {
+	name string
+	bin  string
+	args []string
+	logs string // file the process's output is appended to
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when cmd exited
+	stopped  bool          // SIGSTOPped
+	expected bool          // the current exit is ours (kill)
+	exits    int           // exits we did not cause
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.startLocked()
+}
+
+func (p *proc) startLocked() error {
+	f, err := os.OpenFile(p.logs, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(done) }()
+	p.cmd, p.done, p.stopped, p.expected = cmd, done, false, false
+	return nil
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.expected = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// signal sends sig (SIGSTOP, SIGCONT) to the running process.
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	p.stopped = sig == syscall.SIGSTOP
+}
+
+// supervise restarts the process whenever it exits without being killed by the harness, until ctx ends.
+func (p *proc) supervise(ctx context.Context, logf func(string, ...any)) {
+	for {
+		p.mu.Lock()
+		done := p.done
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+		}
+		p.mu.Lock()
+		if p.done == done && !p.expected {
+			p.exits++
+			logf("process %s exited on its own; restarting", p.name)
+			if err := p.startLocked(); err != nil {
+				logf("restart %s: %v", p.name, err)
+			}
+		}
+		changed := p.done != done
+		p.mu.Unlock()
+		if !changed { // killed by a fault, which restarts it
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// restart starts a killed process again.
+func (p *proc) restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+	default:
+		return nil // running
+	}
+	return p.startLocked()
+}
+
+// shutdown ends the process for good: SIGCONT if stopped, SIGTERM, SIGKILL after grace.
+func (p *proc) shutdown(grace time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.expected = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func logPath(dir, name string) string { return filepath.Join(dir, "logs", name+".log") }
