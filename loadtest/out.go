@@ -100,10 +100,18 @@ func writeCSV(path string, res *Result) error {
 	return f.Close()
 }
 
+// runLabel names a run in a plot's title.
+func runLabel(res *Result) string {
+	if res.rate > 0 {
+		return fmt.Sprintf(" (%d pods at %g/s, %d nodes)", res.Pods, res.rate, res.Nodes)
+	}
+	return fmt.Sprintf(" (%d pods, %d nodes)", res.Pods, res.Nodes)
+}
+
 // latencyCDFPlot draws, per stage, the fraction of pods that reached it within a latency (log scale).
 func latencyCDFPlot(res *Result) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("podbus loadtest: latency per stage (%d pods, %d nodes)", res.Pods, res.Nodes)
+	p.Title.Text = "podbus loadtest: latency per stage" + runLabel(res)
 	p.X.Label.Text = "latency from sent (ms, log scale)"
 	p.Y.Label.Text = "fraction of pods"
 	p.X.Scale = plot.LogScale{}
@@ -159,10 +167,10 @@ func throughputPlot(res *Result) (*plot.Plot, error) {
 	}
 	nbins := int(span/bin) + 1
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("podbus loadtest: throughput (%d pods, %d nodes)", res.Pods, res.Nodes)
+	p.Title.Text = "podbus loadtest: throughput" + runLabel(res)
 	p.X.Label.Text = "time since start (s)"
 	p.Y.Label.Text = "pods/s"
-	p.Y.Min = 0
+	p.Y.Tick.Marker = linearTicks{}
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs = vg.Points(10)
 	p.Add(plotter.NewGrid())
@@ -194,9 +202,36 @@ func throughputPlot(res *Result) (*plot.Plot, error) {
 		l.Color = color.Gray{Y: 96}
 		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(l)
-		p.Legend.Add("--rate", l)
+		p.Legend.Add("rate asked", l)
 	}
+	// Room above the peaks for the legend.
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3
 	return p, nil
+}
+
+// linearTicks labels round values (1, 2 or 5 times a power of ten apart) with no trailing zeros.
+type linearTicks struct{}
+
+func (linearTicks) Ticks(lo, hi float64) []plot.Tick {
+	if hi <= lo {
+		return []plot.Tick{{Value: lo, Label: strconv.FormatFloat(lo, 'g', -1, 64)}}
+	}
+	raw := (hi - lo) / 5
+	pow := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := pow
+	for _, m := range []float64{2, 5, 10} {
+		if step >= raw {
+			break
+		}
+		step = m * pow
+	}
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi; i++ {
+		// Rounded to the step's digits: a multiple of 0.1 is not exact in binary.
+		v, _ := strconv.ParseFloat(strconv.FormatFloat(i*step, 'g', 12, 64), 64)
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+	}
+	return ticks
 }
 
 // decadeTicks labels 1, 2 and 5 of every decade of a log axis, with the other digits as minor ticks:

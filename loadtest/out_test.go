@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot"
 )
 
 // --out against an embedded cluster writes one CSV row per pod, with every stage reached, and
@@ -93,4 +95,33 @@ func parseMs(t *testing.T, s string) float64 {
 		t.Fatalf("%q is not a time in ms: %v", s, err)
 	}
 	return v
+}
+
+func TestAxisTicks(t *testing.T) {
+	tests := []struct {
+		name   string
+		ticker plot.Ticker
+		lo, hi float64
+		want   []string // the labelled ticks
+	}{
+		{"linear 0..280", linearTicks{}, 0, 280, []string{"0", "100", "200"}},
+		{"linear 0..1.3", linearTicks{}, 0, 1.3, []string{"0", "0.5", "1"}},
+		{"linear 0..37", linearTicks{}, 0, 37, []string{"0", "10", "20", "30"}},
+		{"linear 0..0.9", linearTicks{}, 0, 0.9, []string{"0", "0.2", "0.4", "0.6", "0.8"}},
+		{"decades 3..700", decadeTicks{}, 3, 700, []string{"5", "10", "20", "50", "100", "200", "500"}},
+		{"decades 0.5..2", decadeTicks{}, 0.5, 2, []string{"0.5", "1", "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, tk := range tt.ticker.Ticks(tt.lo, tt.hi) {
+				if tk.Label != "" {
+					got = append(got, tk.Label)
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("labels %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
