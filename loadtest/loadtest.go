@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"expvar"
 	"flag"
 	"fmt"
@@ -82,6 +83,8 @@ type Config struct {
 	// simulated nodes with (default: this executable).
 	Slice  int
 	Binary string
+	// Out: a directory to write every pod's stage times (CSV) and the plots into (out.go); empty: none.
+	Out string
 }
 
 // ParseFlags reads a Config from command-line arguments.
@@ -122,6 +125,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "scheduling-basic: write a CPU profile of each measured window to this path plus the run's name")
 	fs.IntVar(&c.Slice, "slice", envelopeSlice, "envelope: pods per measured slice")
 	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
+	fs.StringVar(&c.Out, "out", "", "pipeline: write every pod's stage times ("+OutCSV+") and plots of the latency CDF per stage and the throughput over time (PNG and SVG) into this directory")
 	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -196,6 +200,9 @@ func ParseFlags(args []string) (Config, error) {
 	default:
 		return c, fmt.Errorf("--runtime %q: fake or containerd", c.Runtime)
 	}
+	if c.Out != "" && (c.Scenario != ScenarioPipeline || c.Runtime != "fake") {
+		return c, fmt.Errorf("--out: only the pipeline scenario with simulated nodes writes pods and plots")
+	}
 	if c.Kubeconfig != "" && c.API == "" {
 		k, err := pki.LoadKubeconfig(c.Kubeconfig)
 		if err != nil {
@@ -209,7 +216,8 @@ func ParseFlags(args []string) (Config, error) {
 	return c, nil
 }
 
-// Stage latencies, measured from the moment the pod's POST was sent.
+// Stage latencies, measured from the moment the pod's POST was sent, or under --rate from the moment
+// the schedule meant it to be sent.
 const (
 	StageCreated   = "created"
 	StageScheduled = "scheduled"
@@ -226,6 +234,7 @@ type Percentiles struct {
 	P50   float64 `json:"p50_ms"`
 	P90   float64 `json:"p90_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
 	Max   float64 `json:"max_ms"`
 }
 
@@ -244,15 +253,24 @@ type Result struct {
 	start    time.Time    // the first POST
 	lastSent time.Time    // the last POST answered
 	ready    []readyPod   // every ready pod, in no particular order
+	pods     []podRecord  // every pod, in the order sent
+	rate     float64      // the schedule's pods/s (0: none)
 	client   *http.Client // the API client the pods went through
 }
 
 // readyPod is when a pod was sent and when it became Ready.
 type readyPod struct{ sent, ready time.Time }
 
+// podRecord is a pod's name and times, for --out.
+type podRecord struct {
+	name string
+	podTimes
+}
+
 type podTimes struct {
-	sent time.Time
-	at   [5]time.Time
+	sent   time.Time // the latencies' origin: the intended start under --rate, else when the POST went
+	posted time.Time // when the POST went
+	at     [5]time.Time
 }
 
 type tracker struct {
@@ -320,6 +338,14 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		defer func() { ccancel(); _ = cl.Wait() }()
 	}
 	res, err := run(ctx, cfg)
+	if res != nil && cfg.Out != "" {
+		if werr := writeOut(cfg.Out, res); werr != nil {
+			return errors.Join(err, fmt.Errorf("--out: %w", werr))
+		}
+		if !cfg.JSON {
+			fmt.Fprintf(w, "wrote %s, %s.png/.svg and %s.png/.svg to %s\n", OutCSV, OutLatencyCDF, OutThroughput, cfg.Out)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -329,10 +355,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	fmt.Fprintf(w, "pods %d on %d nodes: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
 		res.Pods, res.Nodes, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
 	fmt.Fprintf(w, "submit %.0f pods/s, created→ready throughput %.0f pods/s\n", res.SubmitRate, res.Throughput)
-	fmt.Fprintf(w, "%-10s %7s %9s %9s %9s %9s\n", "stage", "count", "p50 ms", "p90 ms", "p99 ms", "max ms")
+	if cfg.Rate > 0 {
+		fmt.Fprintf(w, "latencies from each pod's intended start at %.0f pods/s\n", cfg.Rate)
+	}
+	fmt.Fprintf(w, "%-10s %7s %9s %9s %9s %9s %9s\n", "stage", "count", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms")
 	for _, s := range stages {
 		p := res.Stages[s]
-		fmt.Fprintf(w, "%-10s %7d %9.1f %9.1f %9.1f %9.1f\n", s, p.Count, p.P50, p.P90, p.P99, p.Max)
+		fmt.Fprintf(w, "%-10s %7d %9.1f %9.1f %9.1f %9.1f %9.1f\n", s, p.Count, p.P50, p.P90, p.P99, p.P999, p.Max)
 	}
 	if cfg.Verbose {
 		printHandlerTimes(w)
@@ -412,69 +441,48 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods", cfg.API, cfg.Namespace)
 	var failed atomic.Int64
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range max(cfg.Concurrency, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				body := podJSON(names[i], cfg)
-				t.mu.Lock()
-				t.pods[names[i]].sent = time.Now()
-				t.mu.Unlock()
-				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
-					failed.Add(1)
-					continue
-				}
-				t.mark(names[i], 0, time.Now())
-			}
-		}()
-	}
-	var interval time.Duration
-	if cfg.Rate > 0 {
-		interval = time.Duration(float64(time.Second) / cfg.Rate)
-	}
-	go func() {
-		defer close(jobs)
-		next := time.Now()
-		for i := range names {
-			if interval > 0 {
-				if d := time.Until(next); d > 0 {
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-						return
-					}
-				}
-				next = next.Add(interval)
-			}
-			if !t.waitWindow(ctx, cfg.Window, int64(i)-failed.Load()) {
+	sub := submitter{n: cfg.Pods, rate: cfg.Rate, concurrency: cfg.Concurrency,
+		gate: func(ctx context.Context, i int) bool { return t.waitWindow(ctx, cfg.Window, int64(i)-failed.Load()) },
+		send: func(ctx context.Context, i int, intended time.Time) {
+			body := podJSON(names[i], cfg)
+			t.mu.Lock()
+			t.pods[names[i]].sent, t.pods[names[i]].posted = intended, time.Now()
+			t.mu.Unlock()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+			if err != nil {
+				failed.Add(1)
 				return
 			}
-			select {
-			case jobs <- i:
-			case <-ctx.Done():
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				failed.Add(1)
 				return
 			}
-		}
-	}()
-	wg.Wait()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				failed.Add(1)
+				return
+			}
+			t.mark(names[i], 0, time.Now())
+		}}
+	if !cfg.Quiet {
+		pctx, stopProgress := context.WithCancel(ctx)
+		var pwg sync.WaitGroup
+		defer func() { stopProgress(); pwg.Wait() }()
+		bar := newProgressBar(func() progressCounts {
+			return progressCounts{total: cfg.Pods, created: t.count[0].Load(), scheduled: t.count[1].Load(),
+				bound: t.count[2].Load(), running: t.count[3].Load(), ready: t.ready.Load(), un: t.unsch.Load(),
+				failed: failed.Load()}
+		})
+		pwg.Go(func() { bar.run(pctx) })
+	}
+	start := sub.run(ctx)
 	submitted := time.Since(start)
 
-	// Wait until every accepted pod is ready or unschedulable, reporting progress each second.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	// Wait until every accepted pod is ready or unschedulable.
 	var timedOut error // the result so far comes with it
-wait:
 	for {
 		created := t.count[0].Load()
 		if t.ready.Load()+t.unsch.Load() >= created {
@@ -483,13 +491,10 @@ wait:
 		select {
 		case <-ctx.Done():
 			timedOut = fmt.Errorf("timed out: %d of %d created pods ready: %w", t.ready.Load(), created, ctx.Err())
-			break wait
-		case <-tick.C:
-			if !cfg.Quiet {
-				fmt.Fprintf(os.Stderr, "created %d scheduled %d bound %d running %d ready %d unschedulable %d\n",
-					created, t.count[1].Load(), t.count[2].Load(), t.count[3].Load(), t.ready.Load(), t.unsch.Load())
-			}
 		case <-time.After(5 * time.Millisecond):
+		}
+		if timedOut != nil {
+			break
 		}
 	}
 	t.mu.Lock()
@@ -497,19 +502,25 @@ wait:
 	res := &Result{Pods: cfg.Pods, Nodes: cfg.Nodes, Ready: int(t.ready.Load()), Failed: int(failed.Load()),
 		Unschedulable: int(t.unsch.Load()), Stages: map[string]Percentiles{}}
 	var last time.Time
-	for si, s := range stages {
-		var ds []float64
-		for _, p := range t.pods {
-			if p.at[si].IsZero() || p.sent.IsZero() {
-				continue
-			}
-			ds = append(ds, float64(p.at[si].Sub(p.sent))/float64(time.Millisecond))
-			if si == 4 {
-				last = maxTime(last, p.at[si])
-				res.ready = append(res.ready, readyPod{sent: p.sent, ready: p.at[si]})
+	hists := make([]histogram, len(stages))
+	for _, name := range names {
+		p := t.pods[name]
+		res.pods = append(res.pods, podRecord{name: name, podTimes: *p})
+		if p.sent.IsZero() {
+			continue
+		}
+		for si := range stages {
+			if !p.at[si].IsZero() {
+				hists[si].Record(p.at[si].Sub(p.sent))
 			}
 		}
-		res.Stages[s] = percentiles(ds)
+		if !p.at[4].IsZero() {
+			last = maxTime(last, p.at[4])
+			res.ready = append(res.ready, readyPod{sent: p.sent, ready: p.at[4]})
+		}
+	}
+	for si, s := range stages {
+		res.Stages[s] = hists[si].percentiles()
 	}
 	total := last.Sub(start)
 	if last.IsZero() {
@@ -518,7 +529,7 @@ wait:
 	res.Seconds = total.Seconds()
 	res.SubmitRate = float64(t.count[0].Load()) / submitted.Seconds()
 	res.Throughput = float64(res.Ready) / total.Seconds()
-	res.start, res.lastSent, res.client = start, start.Add(submitted), client
+	res.start, res.lastSent, res.client, res.rate = start, start.Add(submitted), client, cfg.Rate
 	return res, timedOut
 }
 
@@ -619,13 +630,21 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// percentiles summarises a few latencies in milliseconds exactly (the run's stages go through a
+// histogram instead, see histogram.percentiles).
 func percentiles(ds []float64) Percentiles {
 	if len(ds) == 0 {
 		return Percentiles{}
 	}
 	slices.Sort(ds)
 	at := func(q float64) float64 { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return Percentiles{Count: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
+	return Percentiles{Count: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), P999: at(0.999), Max: ds[len(ds)-1]}
+}
+
+func (h *histogram) percentiles() Percentiles {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return Percentiles{Count: int(h.Count()), P50: ms(h.Quantile(0.50)), P90: ms(h.Quantile(0.90)),
+		P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)), Max: ms(h.Max())}
 }
 
 func podJSON(name string, cfg Config) []byte {
