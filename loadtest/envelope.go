@@ -25,6 +25,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -164,7 +166,8 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	}
 	cp, err := startChild(ctx, bin, filepath.Join(dir, "up.log"), []string{"PODBUS_PPROF=" + pprofAddr},
 		"up", "--nodes", "0", "--runtime", "fake", "--registry", "off", "--nats-port", "-1",
-		"--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "up"), "--schedulers", strconv.Itoa(max(cfg.Schedulers, 1)))
+		"--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "up"), "--schedulers", strconv.Itoa(max(cfg.Schedulers, 1)),
+		"--pool-creds", envelopeHost)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +178,15 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	}
 	fmt.Fprintf(log, "control plane (pid %d): API %s, NATS %s\n", cp.cmd.Process.Pid, api, natsURL)
 
-	conn, err := bus.Connect(ctx, natsURL, "podbus-loadtest-envelope")
+	// `up` made a NATS credential per role: the observer reads as the admin, the agents as their pool.
+	creds := filepath.Join(dir, "up", up.NATSCredsDir)
+	admin, pool, ca := natsauth.File(creds, natsauth.RoleAdmin), natsauth.File(creds, natsauth.PoolRole(envelopeHost)),
+		filepath.Join(dir, "up", "pki", "ca.crt")
+	opts, _, err := natsauth.ClientOptions(admin, ca)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := bus.Connect(ctx, natsURL, "podbus-loadtest-envelope", opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +199,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	started := time.Now()
 	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), nil,
 		"agent", "--runtime", "fake", "--nodes", strconv.Itoa(cfg.Nodes), "--node", envelopeHost, "--nats", natsURL,
+		"--nats-creds", pool, "--nats-ca", ca,
 		"--cpu", cfg.NodeCPU, "--memory", cfg.NodeMemory, "--max-pods", strconv.Itoa(cfg.MaxPods),
 		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24",
 		// The agents stand in for thousands of machines: under the default soft limit a process holding
@@ -211,6 +223,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	pcfg := cfg
 	// `up` writes the admin's kubeconfig (the CA and a client certificate) into its data directory.
 	pcfg.API, pcfg.NATS, pcfg.Kubeconfig = api, natsURL, filepath.Join(dir, "up", "kubeconfig")
+	pcfg.NATSCreds, pcfg.NATSCA = admin, ca
 	pr, err := run(ctx, pcfg)
 	if pr != nil {
 		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
