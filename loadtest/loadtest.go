@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/cli"
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go"
@@ -123,7 +124,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.Slice, "slice", envelopeSlice, "envelope: pods per measured slice")
 	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
 	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return c, err
 	}
 	switch c.Scenario {
