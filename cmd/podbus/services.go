@@ -88,7 +88,7 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 	var ready atomic.Bool
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return health.Serve(gctx, c.healthAddr, func() bool { return ready.Load() && conn.NC.IsConnected() })
+		return health.Serve(gctx, c.healthAddr, func() bool { return ready.Load() && conn.NC.IsConnected() && bus.Unbound() == 0 })
 	})
 	if r, ok := svc.(interface{ Ready() <-chan struct{} }); ok {
 		// A service that loads state before it works (the scheduler's node cache, the API's listener)
@@ -550,7 +550,7 @@ func runUp(ctx context.Context, args []string) error {
 	}
 	if *healthAddr != "" {
 		go func() {
-			if err := health.Serve(ctx, *healthAddr, nil); err != nil {
+			if err := health.Serve(ctx, *healthAddr, func() bool { return bus.Unbound() == 0 }); err != nil {
 				slog.Error("health endpoint", "addr", *healthAddr, "err", err)
 			}
 		}()
