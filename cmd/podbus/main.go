@@ -45,6 +45,7 @@ var commands = []command{
 	{"natsauth", "NATS credentials, certificates and provisioning for a NATS cluster with authorization (init, provision)", runNATSAuth},
 	{"audit", "read the audit log: replay, timeline, verify, what-if", runAudit},
 	{"auditseal", "the audit sealer: signs a hash chain over the audit log (one replica)", runAuditSeal},
+	{"cluster", "a one-screen summary read over NATS: nodes, pods by phase, consumer lag, parked messages, schedulers", runCluster},
 	{"version", "print the module version, the commit and its date, and the Go version", runVersion},
 }
 
