@@ -571,6 +571,7 @@ func runUp(ctx context.Context, args []string) error {
 	if c.NATSCredsDir != "" {
 		fmt.Printf("NATS credentials (one per role) in %s, CA %s; e.g.\n  podbus audit replay --nats %s --nats-creds %s --nats-ca %s\n",
 			c.NATSCredsDir, c.NATSCA, c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)
+		fmt.Printf("  podbus cluster --nats %s --nats-creds %s --nats-ca %s\n", c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)
 		if len(cfg.AgentCreds) > 0 {
 			fmt.Printf("  podbus agent --node %s --nats %s --nats-creds %s --nats-ca %s\n", cfg.AgentCreds[0], c.NATSURL,
 				c.NATSCreds(natsauth.AgentRole(cfg.AgentCreds[0])), c.NATSCA)
