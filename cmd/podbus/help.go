@@ -43,6 +43,9 @@ var verbs = map[string][]string{
 	"images":   {"build"},
 }
 
+// operands follow the flags in a command's usage line.
+var operands = map[string]string{"completion": " bash|zsh"}
+
 // commandHelp prints a command's usage line, summary, examples and global flags. Its own flags follow
 // from its flag set (cli.Parse), except for a command with verbs asked before one: it reports true then,
 // as nothing more is to be printed.
@@ -52,7 +55,7 @@ func commandHelp(w io.Writer, c command, args []string) (done bool) {
 		fmt.Fprintf(w, "usage: podbus %s <%s> [flags]\n\n%s\n", c.name, strings.Join(vs, "|"), c.summary)
 		done = true
 	} else {
-		fmt.Fprintf(w, "usage: podbus %s [flags]\n\n%s\n", c.name, c.summary)
+		fmt.Fprintf(w, "usage: podbus %s [flags]%s\n\n%s\n", c.name, operands[c.name], c.summary)
 	}
 	if ex := examples[c.name]; len(ex) > 0 {
 		fmt.Fprintf(w, "\nexamples:\n")

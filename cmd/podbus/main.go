@@ -75,7 +75,7 @@ func version() string {
 		}
 	}
 	if t := settings["vcs.time"]; t != "" {
-		v += "\n  date   " + t
+		v += "\n  date   " + t + " (the commit's)"
 	}
 	return v + "\n  go     " + bi.GoVersion
 }
