@@ -140,7 +140,9 @@ type ConsumerSpec struct {
 // Consume creates (or reuses) the durable consumer and handles messages until ctx is cancelled.
 // Then it stops pulling, lets the workers finish what they hold, and returns nil.
 func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, h Handler) error {
+	bound := binding(spec.Durable)
 	cons, err := EnsureConsumer(ctx, js, spec)
+	defer bound(err == nil)()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // shut down while setting up: not a failure
@@ -274,7 +276,10 @@ func Work(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, 
 			log.Warn("pull failed; resuming", "consumer", spec.Durable, "err", err)
 			metrics.Count("pull_restarts."+spec.Durable, 1)
 			it.Stop()
+			// Unbound while resuming, so the process is not ready; Bound (kept by Consume) stays.
+			rebound := binding(spec.Durable)
 			next, rerr := resume(ctx, js, spec, batch)
+			rebound(false)
 			if rerr != nil {
 				break // only when ctx ended
 			}

@@ -359,6 +359,11 @@ func ConsumerAgent(node string) string { return consumerAgentPrefix + Token(node
 // nodes): one consumer for all of them, so consumers grow with processes, not with nodes.
 func ConsumerAgentHost(name string) string { return consumerAgentHostPref + Token(name) }
 
+// IsAgentConsumer reports whether a durable consumer is a node agent's or an agent host's.
+func IsAgentConsumer(durable string) bool {
+	return strings.HasPrefix(durable, consumerAgentPrefix) || strings.HasPrefix(durable, consumerAgentHostPref)
+}
+
 // PodKey is the KV key of a pod. Namespaces are DNS labels (no dots), so the first token is always
 // the namespace and a watch on PodKeyPrefix(ns) selects one namespace.
 func PodKey(namespace, name string) string { return Token(namespace) + "." + Token(name) }

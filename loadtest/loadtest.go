@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/cli"
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go"
@@ -127,7 +128,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
 	fs.StringVar(&c.Out, "out", "", "pipeline: write every pod's stage times ("+OutCSV+") and plots of the latency CDF per stage and the throughput over time (PNG and SVG) into this directory")
 	pools := fs.String("node-pools", "", "embedded cluster: node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return c, err
 	}
 	switch c.Scenario {

@@ -19,7 +19,7 @@ func runHealth(ctx context.Context, args []string) error {
 	url := fs.String("url", "http://127.0.0.1:8081/readyz", "URL to probe")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	quiet := fs.Bool("quiet", true, "print nothing on success")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

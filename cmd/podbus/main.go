@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/podbus/podbus/internal/cli"
 	"github.com/podbus/podbus/internal/health"
 )
 
@@ -45,33 +46,47 @@ var commands = []command{
 	{"audit", "read the audit log: replay, timeline, verify, check, what-if", runAudit},
 	{"auditseal", "the audit sealer: signs a hash chain over the audit log (one replica)", runAuditSeal},
 	{"chaos", "the deployment as processes under seeded faults, then the history checker (testing)", runChaos},
-	{"version", "print the version and the commit it was built from", func(context.Context, []string) error { fmt.Println(version()); return nil }},
+	{"cluster", "a one-screen summary read over NATS: nodes, pods by phase, consumer lag, parked messages, schedulers", runCluster},
+	{"version", "print the module version, the commit and its date, and the Go version", runVersion},
 }
 
 // buildVersion is set by the Makefile (-ldflags -X main.buildVersion=…) to `git describe`.
 var buildVersion string
 
-// version is the version the binary was built as, and the commit Go recorded if it did.
+// version is the version the binary was built as: the Makefile's `git describe` or else the module's
+// version, then the commit and commit date Go recorded, when it did.
 func version() string {
+	v := "podbus " + buildVersion
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "podbus " + buildVersion
+		return v
 	}
-	v := "podbus " + bi.Main.Version
-	if buildVersion != "" {
-		v = "podbus " + buildVersion
+	if buildVersion == "" {
+		v = "podbus " + bi.Main.Version
 	}
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
 		settings[s.Key] = s.Value
 	}
+	v += "\n  module " + bi.Main.Path
 	if rev := settings["vcs.revision"]; rev != "" {
-		v += " commit " + rev
+		v += "\n  commit " + rev
 		if settings["vcs.modified"] == "true" {
 			v += " (modified)"
 		}
 	}
-	return v + " " + bi.GoVersion
+	if t := settings["vcs.time"]; t != "" {
+		v += "\n  date   " + t + " (the commit's)"
+	}
+	return v + "\n  go     " + bi.GoVersion
+}
+
+func runVersion(_ context.Context, args []string) error {
+	if err := parse(flag.NewFlagSet("version", flag.ExitOnError), args); err != nil {
+		return err
+	}
+	fmt.Println(version())
+	return nil
 }
 
 func usage(w io.Writer) {
@@ -79,7 +94,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\n`podbus <command> -h` lists a command's flags. Every flag can also be set as PODBUS_<FLAG>\n(e.g. PODBUS_NATS=nats://n1:4222); a flag on the command line wins.\n\n"+
+	fmt.Fprintf(w, "\n`podbus <command> -h` shows a command's examples and flags. Every flag can also be set as PODBUS_<FLAG>\n(e.g. PODBUS_NATS=nats://n1:4222); a flag on the command line wins.\n\n"+
 		"Every command takes --log-format text|json (PODBUS_LOG_FORMAT; default text) and logs at the level of\n"+
 		"PODBUS_LOG (debug, info, warn, error; default info) on standard error.\n")
 }
@@ -112,9 +127,17 @@ func main() {
 		if c.name != os.Args[1] {
 			continue
 		}
+		if cli.Help(args) {
+			if commandHelp(os.Stdout, c, args) {
+				return
+			}
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := c.run(ctx, args)
 		stop()
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "podbus %s: %v\n", c.name, err)
 			os.Exit(1)
@@ -139,26 +162,7 @@ func logLevel() slog.Level {
 }
 
 // parse parses args, then fills every flag not given on the command line from PODBUS_<NAME>.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		env := "PODBUS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", env, e)
-			}
-		}
-	})
-	return err
-}
+func parse(fs *flag.FlagSet, args []string) error { return cli.Parse(fs, args) }
 
 // errLogFormat is returned for a --log-format other than text or json.
 var errLogFormat = errors.New("--log-format must be text or json")

@@ -45,6 +45,8 @@ type common struct {
 	healthAddr string
 	replicas   int
 	memLimit   string
+	// consumers are the durables the service works: /readyz waits until they are bound.
+	consumers []string
 }
 
 func (c *common) register(fs *flag.FlagSet, service string) {
@@ -88,7 +90,9 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 	var ready atomic.Bool
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return health.Serve(gctx, c.healthAddr, func() bool { return ready.Load() && conn.NC.IsConnected() })
+		return health.Serve(gctx, c.healthAddr, func() bool {
+			return serviceReady(ready.Load(), conn.NC.IsConnected(), c.consumers)
+		})
 	})
 	if r, ok := svc.(interface{ Ready() <-chan struct{} }); ok {
 		// A service that loads state before it works (the scheduler's node cache, the API's listener)
@@ -108,6 +112,12 @@ func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (
 	return g.Wait()
 }
 
+// serviceReady is a service's /readyz: it has started (its Ready channel, if any, is closed), it is
+// connected to NATS, no consumer of the process is being bound, and its own consumers are.
+func serviceReady(started, connected bool, consumers []string) bool {
+	return started && connected && bus.Unbound() == 0 && bus.Bound(consumers...)
+}
+
 func runStore(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("store", flag.ExitOnError)
@@ -116,6 +126,7 @@ func runStore(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c.consumers = []string{bus.ConsumerStore}
 	return c.serve(ctx, "store", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return store.New(store.Config{ID: c.id, Workers: *workers}, cn)
 	})
@@ -160,6 +171,7 @@ func runBinder(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c.consumers = []string{bus.ConsumerBinder, bus.ConsumerBinderDeleted}
 	return c.serve(ctx, "binder", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return binder.New(binder.Config{ID: c.id}, cn)
 	})
@@ -174,6 +186,7 @@ func runStatus(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c.consumers = []string{bus.ConsumerStatus, bus.ConsumerHeartbeats}
 	return c.serve(ctx, "status", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace, MaxClockSkew: *skew}, cn)
 	})
@@ -554,7 +567,7 @@ func runUp(ctx context.Context, args []string) error {
 	}
 	if *healthAddr != "" {
 		go func() {
-			if err := health.Serve(ctx, *healthAddr, nil); err != nil {
+			if err := health.Serve(ctx, *healthAddr, func() bool { return bus.Unbound() == 0 }); err != nil {
 				slog.Error("health endpoint", "addr", *healthAddr, "err", err)
 			}
 		}()
@@ -575,6 +588,7 @@ func runUp(ctx context.Context, args []string) error {
 	if c.NATSCredsDir != "" {
 		fmt.Printf("NATS credentials (one per role) in %s, CA %s; e.g.\n  podbus audit replay --nats %s --nats-creds %s --nats-ca %s\n",
 			c.NATSCredsDir, c.NATSCA, c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)
+		fmt.Printf("  podbus cluster --nats %s --nats-creds %s --nats-ca %s\n", c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)
 		if len(cfg.AgentCreds) > 0 {
 			fmt.Printf("  podbus agent --node %s --nats %s --nats-creds %s --nats-ca %s\n", cfg.AgentCreds[0], c.NATSURL,
 				c.NATSCreds(natsauth.AgentRole(cfg.AgentCreds[0])), c.NATSCA)

@@ -18,7 +18,7 @@ func (s *readyService) Ready() <-chan struct{} { return s.ready }
 
 func (s *readyService) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 
-// /readyz answers 503 until a service with a Ready channel closes it, then 200.
+// /readyz answers 503 until a service with a Ready channel closes it and its consumer is bound, then 200.
 func TestServeReadyzWaitsForService(t *testing.T) {
 	_, url := bustest.Server(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,7 +29,7 @@ func TestServeReadyzWaitsForService(t *testing.T) {
 	l.Close()
 
 	svc := &readyService{ready: make(chan struct{})}
-	c := common{nats: url, id: "t", healthAddr: addr, replicas: 1}
+	c := common{nats: url, id: "t", healthAddr: addr, replicas: 1, consumers: []string{bus.ConsumerStore}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -56,7 +56,23 @@ func TestServeReadyzWaitsForService(t *testing.T) {
 		t.Fatalf("/readyz before the service is ready: %d, want 503", got)
 	}
 	close(svc.ready)
-	bustest.Eventually(t, 10*time.Second, func() bool { return status() == http.StatusOK }, "/readyz 200 once ready")
+	// Not ready yet: the store's consumer is not bound. Bind it here, as the store's Run would.
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before the consumer is bound: %d, want 503", got)
+	}
+	conn := bustest.Conn(t, url, "consumer")
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- bus.Consume(ctx, conn.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerStore,
+			Filters: []string{bus.SubjPodCommands}}, func(context.Context, *bus.Msg) error { return nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	})
+	bustest.Eventually(t, 10*time.Second, func() bool { return status() == http.StatusOK }, "/readyz 200 once ready and bound")
 }
 
 func TestNthCIDR(t *testing.T) {

@@ -228,8 +228,10 @@ func Permissions(role string) (Perms, error) {
 			api+"CONSUMER.MSG.NEXT."+bus.StreamPods+".*", "$JS.ACK."+bus.StreamPods+".*.>")
 		g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
 	case RoleReader:
+		// podbus cluster lists consumers for their lag and counts the schedulers' announcements.
+		g.sub(bus.SubjSchedulerMembers)
 		g.pub(api+"STREAM.INFO.*", api+"STREAM.NAMES", api+"STREAM.LIST", api+"CONSUMER.CREATE.*",
-			api+"CONSUMER.CREATE.*.>", api+"CONSUMER.INFO.*.*", api+"CONSUMER.MSG.NEXT.*.*",
+			api+"CONSUMER.CREATE.*.>", api+"CONSUMER.INFO.*.*", api+"CONSUMER.LIST.*", api+"CONSUMER.NAMES.*", api+"CONSUMER.MSG.NEXT.*.*",
 			api+"CONSUMER.DELETE.*.*", api+"DIRECT.GET.*", api+"DIRECT.GET.*.>", api+"STREAM.MSG.GET.*",
 			"$JS.ACK.>", "$JS.FC.>")
 	default:
