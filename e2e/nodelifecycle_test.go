@@ -11,6 +11,7 @@ import (
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/natsauth"
 )
 
 // lostPod runs on node "lost" and tolerates its unreachable taint for seconds ("" : forever).
@@ -31,18 +32,19 @@ spec:
 
 // An agent stops heartbeating: its node is tainted unreachable, the pod tolerating it for a second is
 // evicted (TaintManagerEviction) and the one tolerating it forever stays. The agent comes back: the
-// taint goes and the evicted pod's sandbox is removed from its runtime.
+// taint goes and the evicted pod's sandbox is removed from its runtime. With NATS authorization, so the
+// controller's role is shown to suffice.
 func TestNodeLifecycleEvictsAndUntaints(t *testing.T) {
 	needKubectl(t)
 	hb := 300 * time.Millisecond
 	cl, _ := startCluster(t, up.Config{Nodes: 1, StartDelay: 20 * time.Millisecond, HeartbeatInterval: hb,
-		NodeMonitorGracePeriod: 2 * time.Second})
+		NodeMonitorGracePeriod: 2 * time.Second, NATSAuth: true, AgentCreds: []string{"lost"}})
 	k := kube{t: t, kubeconfig: cl.Kubeconfig}
 	rt, err := fake.New(fake.Config{PodCIDR: "10.99.0.0/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := bustest.Conn(t, cl.NATSURL, "lost-agent")
+	conn := natsConn(t, cl, natsauth.AgentRole("lost"), "lost-agent", nil)
 	startAgent := func() (stop func()) {
 		a, err := agent.New(agent.Config{Node: "lost", PodCIDR: "10.99.0.0/24", HeartbeatInterval: hb}, conn, rt)
 		if err != nil {
