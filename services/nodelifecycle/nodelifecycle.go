@@ -300,6 +300,9 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 	key := e.Key()
 	if old := s.pods[key]; old != nil && old.node != "" {
 		delete(s.byNode[old.node], key)
+		if len(s.byNode[old.node]) == 0 {
+			delete(s.byNode, old.node)
+		}
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.pods, key)
