@@ -83,7 +83,7 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 
 	agentRole := natsauth.AgentRole("node-1")
 	services := []string{natsauth.RoleAdmission, natsauth.RoleStore, natsauth.RoleScheduler, natsauth.RoleBinder,
-		natsauth.RoleStatus, natsauth.RoleNamespaces, natsauth.RoleReader, natsauth.PoolRole(up.SimHost), agentRole}
+		natsauth.RoleStatus, natsauth.RoleNamespaces, natsauth.RoleNodeLife, natsauth.RoleReader, natsauth.PoolRole(up.SimHost), agentRole}
 	type action struct {
 		role, what, subject string
 		sub                 bool // a subscription rather than a publish
@@ -123,6 +123,9 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 		action{natsauth.RoleAdmission, "forged store reply", bus.SubjReplyPrefix + "api-0.x", false},
 		action{natsauth.RoleAdmission, "forged decision", bus.SubjPodScheduled, false},
 		action{natsauth.RoleStore, "read the API's replies", bus.SubjReplyPrefix + ">", true},
+		action{natsauth.RoleNodeLife, "KV write (pods)", bus.SubjKV(bus.BucketPods) + bus.PodKey("default", "p-000"), false},
+		action{natsauth.RoleNodeLife, "pod create command", bus.SubjPodCreate, false},
+		action{natsauth.RoleNodeLife, "forged binding", bus.SubjPodBound("node-1"), false},
 	)
 	conns := map[string]*bus.Conn{}
 	errs := map[string]chan error{}

@@ -31,6 +31,7 @@ import (
 	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/namespaces"
+	"github.com/podbus/podbus/services/nodelifecycle"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
@@ -75,6 +76,10 @@ type Config struct {
 	Schedulers int
 	// HeartbeatInterval of the agents (default 10s).
 	HeartbeatInterval time.Duration
+	// NodeMonitorGracePeriod without heartbeats before a node is marked Unknown (status's default when 0)
+	// and NodeEvictionRate the evictions per second of the node lifecycle controller (its default when 0).
+	NodeMonitorGracePeriod time.Duration
+	NodeEvictionRate       float64
 	// NodePools, when set, shapes the nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods: one simulated
 	// agent per pool node, with the pool's capacity, labels and taints.
 	NodePools *nodepool.Pools
@@ -286,7 +291,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}{
 			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0"}, cn) }},
 			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0"}, cn) }},
-			{"status", func(cn *bus.Conn) (runner, error) { return status.New(status.Config{ID: "status-0"}, cn) }},
+			{"status", func(cn *bus.Conn) (runner, error) {
+				return status.New(status.Config{ID: "status-0", NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod}, cn)
+			}},
+			{"nodelifecycle", func(cn *bus.Conn) (runner, error) {
+				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log}, cn)
+			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Buckets: admission.NamespacedBuckets()}, cn)
 			}},

@@ -32,6 +32,7 @@ import (
 	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/namespaces"
+	"github.com/podbus/podbus/services/nodelifecycle"
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
@@ -318,6 +319,20 @@ func runNamespaces(ctx context.Context, args []string) error {
 	})
 }
 
+func runNodeLifecycle(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("nodelifecycle", flag.ExitOnError)
+	c.register(fs, "nodelifecycle")
+	rate := fs.Float64("node-eviction-rate", nodelifecycle.DefaultEvictionRate, "pods this replica evicts per second at most from nodes that are not Ready (token bucket)")
+	burst := fs.Int("node-eviction-burst", 0, "evictions at once before the rate applies (default: the rate, at least 1)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "nodelifecycle", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return nodelifecycle.New(nodelifecycle.Config{ID: c.id, EvictionRate: *rate, EvictionBurst: *burst}, cn)
+	})
+}
+
 func runAgent(ctx context.Context, args []string) error {
 	var c common
 	fs := flag.NewFlagSet("agent", flag.ExitOnError)
@@ -511,6 +526,8 @@ func runUp(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxPods, "max-pods", 110, "pods per simulated node")
 	fs.DurationVar(&cfg.StartDelay, "start-delay", 300*time.Millisecond, "simulated container start time")
 	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas")
+	fs.DurationVar(&cfg.NodeMonitorGracePeriod, "node-monitor-grace-period", 40*time.Second, "a node whose heartbeats stop for this long becomes NotReady (tainted unreachable)")
+	fs.Float64Var(&cfg.NodeEvictionRate, "node-eviction-rate", nodelifecycle.DefaultEvictionRate, "pods evicted per second at most from nodes that are not Ready")
 	fs.StringVar(&cfg.Runtime, "runtime", up.RuntimeAuto, "auto: one real node (containerd) next to the simulated ones if this machine can run it; containerd: require it; fake: simulated nodes only")
 	fs.StringVar(&cfg.RealNode, "real-node", up.DefaultRealNode, "name of the real node")
 	fs.StringVar(&cfg.ContainerdAddress, "containerd-address", cri.DefaultAddress, "containerd socket of the real node")

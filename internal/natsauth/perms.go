@@ -17,15 +17,16 @@ import (
 
 // Roles. An agent of one real node is AgentRole(node).
 const (
-	RoleAdmin      = "admin"      // everything: provisions streams, buckets and consumers
-	RoleAdmission  = "admission"  // the API server
-	RoleStore      = "store"      // pod commands -> pods bucket
-	RoleScheduler  = "scheduler"  // pending pods -> decisions
-	RoleBinder     = "binder"     // decisions -> bindings
-	RoleStatus     = "status"     // agents' reports -> pods and nodes buckets
-	RoleNamespaces = "namespaces" // namespace deletion
-	RoleReader     = "reader"     // audit and tools: read-only
-	RoleAuditSeal  = "auditseal"  // the audit sealer: reads AUDIT, appends signed blocks to its own stream
+	RoleAdmin      = "admin"         // everything: provisions streams, buckets and consumers
+	RoleAdmission  = "admission"     // the API server
+	RoleStore      = "store"         // pod commands -> pods bucket
+	RoleScheduler  = "scheduler"     // pending pods -> decisions
+	RoleBinder     = "binder"        // decisions -> bindings
+	RoleStatus     = "status"        // agents' reports -> pods and nodes buckets
+	RoleNamespaces = "namespaces"    // namespace deletion
+	RoleNodeLife   = "nodelifecycle" // node taints and taint evictions
+	RoleReader     = "reader"        // audit and tools: read-only
+	RoleAuditSeal  = "auditseal"     // the audit sealer: reads AUDIT, appends signed blocks to its own stream
 	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
 	// agents, named after their containers): the agent subjects of every node, consumers of any name on
 	// PODS but the services', no bucket write.
@@ -38,7 +39,7 @@ const (
 
 // ServiceRoles are the roles `up` and `natsauth init` make besides per-node agents.
 var ServiceRoles = []string{RoleAdmin, RoleAdmission, RoleStore, RoleScheduler, RoleBinder, RoleStatus,
-	RoleNamespaces, RoleReader, RoleAuditSeal}
+	RoleNamespaces, RoleNodeLife, RoleReader, RoleAuditSeal}
 
 // ErrRole is returned for a role that does not exist or a node that cannot have an agent credential.
 var ErrRole = errors.New("natsauth: unknown role")
@@ -212,6 +213,11 @@ func Permissions(role string) (Perms, error) {
 		// Deleting a namespace removes its events, as Kubernetes does: the one purge a service makes. The
 		// AUDIT stream keeps its copies.
 		g.pub(api+"STREAM.INFO."+bus.StreamEvents, api+"STREAM.PURGE."+bus.StreamEvents)
+	case RoleNodeLife:
+		// Reads pods and nodes, writes nodes' taints; pods go through the store like the API's deletions.
+		g.readKV(bus.BucketPods, bus.BucketNodes)
+		g.writeKV(bus.BucketNodes)
+		g.pub(bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)

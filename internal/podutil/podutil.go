@@ -241,3 +241,11 @@ func ConstraintGroup(p *pb.Pod) string {
 	}
 	return p.GetMetadata().GetNamespace() + "\x00" + string(b)
 }
+
+// Node lifecycle taints, and the deletion reason of the pods their NoExecute effect evicts (the store
+// sets the DisruptionTarget condition for it, as kube's taint-eviction controller does).
+const (
+	TaintNodeNotReady          = "node.kubernetes.io/not-ready"
+	TaintNodeUnreachable       = "node.kubernetes.io/unreachable"
+	ReasonTaintManagerEviction = "TaintManagerEviction"
+)

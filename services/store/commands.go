@@ -267,18 +267,25 @@ const (
 	ReasonPreempted             = "Preempted"
 	condDisruptionTarget        = "DisruptionTarget"
 	reasonPreemptionByScheduler = "PreemptionByScheduler"
+	reasonDeletionByTaint       = "DeletionByTaintManager"
 )
 
-// markDisruption sets DisruptionTarget=True/PreemptionByScheduler on a pod deleted for a preemption,
-// as kube-scheduler does before it deletes a victim.
+// markDisruption sets DisruptionTarget=True on a pod deleted for a preemption (PreemptionByScheduler,
+// as kube-scheduler does before it deletes a victim) or evicted by a NoExecute taint
+// (DeletionByTaintManager, as kube's taint-eviction controller does).
 func (s *Service) markDisruption(pod *pb.Pod, reason string) {
-	if reason != ReasonPreempted {
+	var c *pb.PodCondition
+	switch reason {
+	case ReasonPreempted:
+		c = &pb.PodCondition{Type: condDisruptionTarget, Status: podutil.True, Reason: reasonPreemptionByScheduler,
+			Message: pod.GetSpec().GetSchedulerName() + ": preempting to accommodate a higher priority pod"}
+	case podutil.ReasonTaintManagerEviction:
+		c = &pb.PodCondition{Type: condDisruptionTarget, Status: podutil.True, Reason: reasonDeletionByTaint,
+			Message: "Taint manager: deleting due to NoExecute taint"}
+	default:
 		return
 	}
-	podutil.SetPodCondition(pod, &pb.PodCondition{
-		Type: condDisruptionTarget, Status: podutil.True, Reason: reasonPreemptionByScheduler,
-		Message: pod.GetSpec().GetSchedulerName() + ": preempting to accommodate a higher priority pod",
-	}, s.now())
+	podutil.SetPodCondition(pod, c, s.now())
 }
 
 // terminationReason tells the agent why a pod stops: Preempted when the scheduler's preemption

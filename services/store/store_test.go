@@ -582,6 +582,34 @@ func TestDeletePreempted(t *testing.T) {
 	}
 }
 
+// A delete with reason TaintManagerEviction (the node lifecycle controller's) sets
+// DisruptionTarget/DeletionByTaintManager, also when forced (grace 0) on an unreachable node, where the
+// pod is marked before it goes.
+func TestDeleteTaintEviction(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", bound("n1"), graceSpec(7)))
+	cmd := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}},
+		PreconditionUid: "u1", Reason: podutil.ReasonTaintManagerEviction}
+	if got := h.send(cmd); got.GetCode() != 200 {
+		t.Fatalf("code = %d (%s)", got.GetCode(), got.GetMessage())
+	}
+	stored, _, err := h.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := podutil.PodCondition(stored, "DisruptionTarget")
+	if c.GetStatus() != "True" || c.GetReason() != "DeletionByTaintManager" {
+		t.Errorf("DisruptionTarget = %v", c)
+	}
+	cmd.GracePeriodSeconds = proto.Int64(0)
+	if got := h.send(cmd); got.GetCode() != 200 {
+		t.Fatalf("forced: code = %d (%s)", got.GetCode(), got.GetMessage())
+	}
+	if _, _, err := h.get(); !errors.Is(err, bus.ErrNotFound) {
+		t.Errorf("forced eviction left the pod: %v", err)
+	}
+}
+
 // Commands sent together (admission's group commit) are stored as fewer messages, and the store's
 // pending messages for them too; each pod still gets its answer and exactly one pending entry.
 func TestConcurrentCreatesShareStoredMessages(t *testing.T) {

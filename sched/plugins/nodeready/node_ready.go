@@ -1,6 +1,7 @@
 // Package nodeready filters out nodes whose Ready condition is not True. (Kubernetes does this through
-// the node.kubernetes.io/not-ready taint set by the node lifecycle controller; podbus has no such
-// controller, so the scheduler reads the condition itself, with the old CheckNodeCondition wording.)
+// the node.kubernetes.io/not-ready taint set by the node lifecycle controller; podbus's controller sets
+// it too, but only after the condition changed, and schedulers may run without it, so the scheduler
+// also reads the condition itself, with the old CheckNodeCondition wording.)
 package nodeready
 
 import (
