@@ -38,6 +38,9 @@ const (
 	// composeServices are the containers besides the agents with one scheduler: three NATS nodes,
 	// admission, store, scheduler, binder, status, namespaces, nodelifecycle and auditseal.
 	composeServices = 11
+	// composeApplyLimit bounds one kubectl apply of a batch: kubectl sends its requests one at a time,
+	// each a quorum round trip or two at R3, so a loaded machine needs more than run's minute.
+	composeApplyLimit = 3 * time.Minute
 )
 
 type composeEnv struct {
@@ -243,7 +246,7 @@ func (c *composeEnv) apply(file string) (attempts int) {
 	var out string
 	var err error
 	for attempts = 1; attempts <= 5; attempts++ {
-		if out, err = c.kube.run("apply", "-f", file); err == nil {
+		if out, err = c.kube.runFor(composeApplyLimit, "apply", "-f", file); err == nil {
 			return attempts
 		}
 		c.t.Logf("kubectl apply attempt %d: %v: %s", attempts, err, lastLines(out, 3))
@@ -444,7 +447,7 @@ func (c *composeEnv) fetchKubeconfig() {
 // applyQuiet is apply for a goroutine: it reports failure as -1 instead of calling Fatal.
 func (c *composeEnv) applyQuiet(file string) int {
 	for attempt := 1; attempt <= 5; attempt++ {
-		out, err := c.kube.run("apply", "-f", file)
+		out, err := c.kube.runFor(composeApplyLimit, "apply", "-f", file)
 		if err == nil {
 			return attempt
 		}

@@ -42,7 +42,13 @@ func (k kube) path() string {
 
 func (k kube) run(args ...string) (string, error) {
 	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return k.runFor(60*time.Second, args...)
+}
+
+// runFor is run with a longer limit, for applies of hundreds of objects one request after another.
+func (k kube) runFor(limit time.Duration, args ...string) (string, error) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, k.path(), append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
