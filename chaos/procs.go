@@ -51,12 +51,17 @@ func (p *proc) startLocked() error {
 	return nil
 }
 
+// ending marks the coming exit as expected (not a crash to restart) and returns the running process.
+func (p *proc) ending() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expected = true
+	return p.cmd, p.done
+}
+
 // kill sends SIGKILL and waits until the process is gone.
 func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.expected = true
-	p.mu.Unlock()
+	cmd, done := p.ending()
 	if cmd == nil {
 		return
 	}
@@ -120,10 +125,7 @@ func (p *proc) restart() error {
 
 // shutdown ends the process for good: SIGCONT if stopped, SIGTERM, SIGKILL after grace.
 func (p *proc) shutdown(grace time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.expected = true
-	p.mu.Unlock()
+	cmd, done := p.ending()
 	if cmd == nil {
 		return
 	}

@@ -482,6 +482,14 @@ func (c *allocCache) load(node string, n *nodeState) {
 func (c *allocCache) wrote(node string, rev, newRev uint64, uid string, pa *pb.PodAllocation, meta *pb.NodeAllocation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if n := c.writtenAt(node, rev); n != nil {
+		n.apply(uid, pa, meta, newRev)
+	}
+}
+
+// writtenAt is node's state if it is still the one at rev that this replica wrote on (a node first
+// written at rev 0 is added once the cache is synced), else nil. c.mu is held.
+func (c *allocCache) writtenAt(node string, rev uint64) *nodeState {
 	n, ok := c.m[node]
 	if n == nil && !ok && c.synced && rev == 0 {
 		n = newNodeState()
@@ -491,8 +499,9 @@ func (c *allocCache) wrote(node string, rev, newRev uint64, uid string, pa *pb.P
 		c.m[node] = n
 	}
 	if n != nil && n.rev == rev {
-		n.apply(uid, pa, meta, newRev)
+		return n
 	}
+	return nil
 }
 
 // wroteAll takes in this replica's atomic write of the pod keys of uids (entries pas) at newRev,
@@ -500,15 +509,7 @@ func (c *allocCache) wrote(node string, rev, newRev uint64, uid string, pa *pb.P
 func (c *allocCache) wroteAll(node string, rev, newRev uint64, uids []string, pas []*pb.PodAllocation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, ok := c.m[node]
-	if n == nil && !ok && c.synced && rev == 0 {
-		n = newNodeState()
-		if c.m == nil {
-			c.m = map[string]*nodeState{}
-		}
-		c.m[node] = n
-	}
-	if n != nil && n.rev == rev {
+	if n := c.writtenAt(node, rev); n != nil {
 		for i, uid := range uids {
 			n.apply(uid, pas[i], nil, newRev)
 		}
