@@ -161,15 +161,7 @@ func sealAll(b *testing.B, c *bus.Conn, total uint64) ed25519.PublicKey {
 		}
 	}()
 	bustest.Eventually(b, 5*time.Minute, func() bool {
-		st, err := c.JS.Stream(ctx, bus.StreamAuditSeal)
-		if err != nil {
-			return false
-		}
-		m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
-		if err != nil {
-			return false
-		}
-		blk, err := audit.DecodeBlock(m.Data)
+		blk, err := lastSeal(ctx, c)
 		return err == nil && blk.To() >= total
 	}, "the sealer seals the history")
 	return pub

@@ -103,17 +103,22 @@ func seal(t *testing.T, c *bus.Conn, key ed25519.PrivateKey) {
 	}()
 	last := streamInfo(t, c, bus.StreamAudit).State.LastSeq
 	bustest.Eventually(t, 10*time.Second, func() bool {
-		st, err := c.JS.Stream(ctx, bus.StreamAuditSeal)
-		if err != nil {
-			return false
-		}
-		m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
-		if err != nil {
-			return false
-		}
-		b, err := audit.DecodeBlock(m.Data)
+		b, err := lastSeal(ctx, c)
 		return err == nil && b.To() >= last
 	}, "the sealer seals AUDIT up to seq %d", last)
+}
+
+// lastSeal is the newest block of the seal stream.
+func lastSeal(ctx context.Context, c *bus.Conn) (*audit.Block, error) {
+	st, err := c.JS.Stream(ctx, bus.StreamAuditSeal)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
+	if err != nil {
+		return nil, err
+	}
+	return audit.DecodeBlock(m.Data)
 }
 
 // sealedLog makes a sealed history on a server of the test's own.
@@ -313,12 +318,7 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 			if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
-			st, _ := c.JS.Stream(ctx, bus.StreamAuditSeal)
-			m, err := st.GetLastMsgForSubject(ctx, bus.SubjAuditSeal)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := audit.DecodeBlock(m.Data)
+			b, err := lastSeal(ctx, c)
 			if err != nil {
 				t.Fatal(err)
 			}
