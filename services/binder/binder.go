@@ -118,6 +118,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 // Run watches nodes and handles decisions and deletions until ctx is cancelled, then drains and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.open(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)

@@ -75,6 +75,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 // Run handles commands until ctx is cancelled, then drains and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.open(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 	err := bus.Consume(ctx, s.conn.JS, bus.ConsumerSpec{
