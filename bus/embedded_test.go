@@ -1,18 +1,18 @@
 package bus
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/podbus/podbus/internal/syncbuf"
 )
 
 // The embedded server's log goes through slog, tagged as the server's.
 func TestRunServerLogsThroughSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	s, err := RunServer(ServerConfig{Port: -1, StoreDir: t.TempDir(), Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -35,23 +35,6 @@ func TestRunServerLogsThroughSlog(t *testing.T) {
 	if !ready {
 		t.Errorf("no \"Server is ready\" in the log:\n%s", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A server that cannot start (its monitoring port is taken) fails RunServer with the server's reason,

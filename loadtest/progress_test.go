@@ -1,12 +1,13 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podbus/podbus/internal/syncbuf"
 )
 
 func TestProgressLine(t *testing.T) {
@@ -39,27 +40,11 @@ func TestProgressLine(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer the reporter writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncbuf.Buffer is a bytes.Buffer the reporter writes to while the test reads it.
 
 // Off a terminal the reporter writes whole lines, with no carriage returns or escapes.
 func TestProgressPlainLines(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	p := progressBar{w: &out, period: time.Millisecond, counts: func() progressCounts { return progressCounts{total: 10, ready: 3} }}
 	var wg sync.WaitGroup

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podbus/podbus/internal/syncbuf"
 
 	"github.com/podbus/podbus/internal/events"
 
@@ -228,7 +229,7 @@ spec:
 	defer cancel()
 	watch := exec.CommandContext(ctx, kubectlBinary, "get", "pods", "-w")
 	watch.Env = k.env
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	watch.Stdout, watch.Stderr = &buf, &buf
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
@@ -241,21 +242,4 @@ spec:
 
 	mustContain(t, k.run(false, "delete", "pod", "web"), `pod "web" deleted`)
 	mustContain(t, k.run(true, "get", "pod", "web"), `pods "web" not found`)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/internal/syncbuf"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -356,7 +357,7 @@ func TestSystemPriorityClassNamespace(t *testing.T) {
 
 // Bearer tokens never reach the logs, whether right or wrong.
 func TestTokensNotLogged(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	e := start(t, func(c *Config) {
 		c.InsecureHTTP = false
 		c.TokenAuthFile = tokenFile(t, "s3cret-token,alice,1")
