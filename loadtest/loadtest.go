@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -327,7 +328,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		defer os.RemoveAll(dir)
 		cctx, ccancel := context.WithCancel(ctx)
 		defer ccancel()
+		var log *slog.Logger
+		if cfg.Quiet {
+			// The cluster's info lines (the NATS server's banner among them) would bury the result.
+			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
 		cl, err := up.Start(cctx, up.Config{
+			Logger:   log,
 			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
 			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
 			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,

@@ -270,7 +270,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	busOpts.Provisioned = c.NATSCredsDir != ""
 
 	var api *admission.Service
-	apiCfg := admission.Config{ID: "api-0", Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP}
+	apiCfg := admission.Config{ID: "api-0", Logger: log, Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP}
 	kc := pki.Kubeconfig{}
 	if !cfg.NoServices && !cfg.InsecureHTTP {
 		ca, certPEM, keyPEM, err := apiPKI(cfg, &apiCfg)
@@ -289,16 +289,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			name string
 			mk   mk
 		}{
-			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0"}, cn) }},
-			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0"}, cn) }},
+			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0", Logger: log}, cn) }},
+			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0", Logger: log}, cn) }},
 			{"status", func(cn *bus.Conn) (runner, error) {
-				return status.New(status.Config{ID: "status-0", NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod}, cn)
+				return status.New(status.Config{ID: "status-0", Logger: log, NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod}, cn)
 			}},
 			{"nodelifecycle", func(cn *bus.Conn) (runner, error) {
 				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log}, cn)
 			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
-				return namespaces.New(namespaces.Config{ID: "namespaces-0", Buckets: admission.NamespacedBuckets()}, cn)
+				return namespaces.New(namespaces.Config{ID: "namespaces-0", Logger: log, Buckets: admission.NamespacedBuckets()}, cn)
 			}},
 		}
 		if !cfg.NoAudit {
@@ -315,7 +315,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 				name string
 				mk   mk
 			}{"scheduler", func(cn *bus.Conn) (runner, error) {
-				return scheduler.New(scheduler.Config{ID: id, Profiles: cfg.Profiles}, cn)
+				return scheduler.New(scheduler.Config{ID: id, Profiles: cfg.Profiles, Logger: log}, cn)
 			}})
 		}
 		for _, s := range services {

@@ -24,6 +24,7 @@
 package binder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +45,8 @@ import (
 
 // Config configures one binder replica. Any number of replicas may run at once.
 type Config struct {
-	ID string // replica identity, stamped on messages as "binder/<ID>"
+	ID     string       // replica identity, stamped on messages as "binder/<ID>"
+	Logger *slog.Logger // nil: slog.Default()
 	// Workers handle decisions concurrently; decisions for the same node go to the same worker. A
 	// decision waits on several round trips in turn, so nodes that share a worker queue behind each
 	// other: the default leaves about one worker per node in a cluster of a hundred.
@@ -109,7 +111,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		conn:  conn,
 		pub:   pub,
 		rec:   events.NewRecorder(bus.NewBatcher(conn.JS, actor), componentScheduler, actor),
-		log:   slog.Default().With("actor", actor),
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("actor", actor),
 		nodes: nodeCache{nodes: map[string]*pb.Node{}},
 		now:   time.Now,
 	}, nil

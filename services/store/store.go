@@ -11,6 +11,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,8 @@ import (
 type Config struct {
 	ID string // replica identity, stamped on messages as "store/<ID>"
 	// Workers handle commands concurrently; commands for the same pod always go to the same worker, in order.
-	Workers int // default 32
+	Workers int          // default 32
+	Logger  *slog.Logger // nil: slog.Default()
 }
 
 // Service consumes pod commands and applies them to the pods bucket.
@@ -67,7 +69,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		conn:  conn,
 		pub:   bus.NewPublisher(conn.JS, actor),
 		batch: bus.NewBatcher(conn.JS, actor),
-		log:   slog.Default().With("actor", actor),
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("actor", actor),
 		now:   time.Now,
 	}, nil
 }
