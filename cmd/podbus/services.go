@@ -224,6 +224,7 @@ func runAdmission(ctx context.Context, args []string) error {
 	kubeconfig := fs.String("kubeconfig-out", "", "write an admin kubeconfig here (the generated CA and a client certificate of "+up.AdminUser+" in "+up.AdminGroup+")")
 	server := fs.String("kubeconfig-server", "", "server URL in --kubeconfig-out (default: https:// and --listen, a wildcard host as 127.0.0.1)")
 	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
+	encKey := fs.String("encryption-key-file", filepath.Join(".podbus", "encryption.key"), "AES-GCM keys sealing Secrets at rest (name:base64 a line, the first seals; created on first start; every replica and real agent needs the same); empty: Secrets in clear")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func runAdmission(ctx context.Context, args []string) error {
 		}
 	}
 	cfg := admission.Config{ID: c.id, Addr: *addr, Limits: limits.get(), PriorityClasses: classes, Bus: c.busOptions(),
-		TLSCertFile: *certFile, TLSKeyFile: *keyFile, ClientCAFile: *clientCA, TokenAuthFile: *tokenFile, InsecureHTTP: *insecure}
+		TLSCertFile: *certFile, TLSKeyFile: *keyFile, ClientCAFile: *clientCA, TokenAuthFile: *tokenFile, InsecureHTTP: *insecure, EncryptionKeyFile: *encKey}
 	kc, err := admissionTLS(&cfg, *certDir, splitList(*sans), *kubeconfig != "")
 	if err != nil {
 		return err
