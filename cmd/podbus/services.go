@@ -25,6 +25,7 @@ import (
 	"github.com/podbus/podbus/internal/health"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
+	"github.com/podbus/podbus/internal/secretbox"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
@@ -355,6 +356,8 @@ func runAgent(ctx context.Context, args []string) error {
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
 	stateDir := fs.String("state-dir", "", "sandbox records, network namespaces, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
+	allowHostPath := fs.Bool("allow-host-path", false, "let pods mount hostPath volumes (containerd runtime); off: such pods fail with reason HostPathNotAllowed")
+	encKey := fs.String("encryption-key-file", "", "the API's --encryption-key-file, to open the Secrets pods mount (containerd runtime)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -390,7 +393,7 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 		}
 		r, err := cri.New(ctx, cri.Config{NodeName: *node, Address: *address, Namespace: *namespace, PodCIDR: *cidr,
-			StateDir: *stateDir, PlainHTTP: hosts})
+			StateDir: *stateDir, PlainHTTP: hosts, AllowHostPath: *allowHostPath})
 		if err != nil {
 			return err
 		}
@@ -411,6 +414,11 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	c.id = *node
 	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}
+	if *encKey != "" {
+		if acfg.SecretBox, err = secretbox.Load(*encKey); err != nil {
+			return err
+		}
+	}
 	if *clockFile != "" {
 		acfg.Clock = offsetClock(*clockFile)
 	}
