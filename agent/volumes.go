@@ -105,11 +105,15 @@ func (w *podWorker) volumeLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(w.a.volumeSync())
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// The first pass runs at once: a pod adopted after an agent restart has its volumes recorded again
+	// before a container of it is recreated.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		err := vm.SetupVolumes(ctx, w.pod, w.a.objects())
 		var evict *EvictionError
