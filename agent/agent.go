@@ -33,6 +33,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/reportseq"
+	"github.com/podbus/podbus/internal/secretbox"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -67,6 +68,12 @@ type Config struct {
 	// by ±10 % (default 30s; negative: only the check before the pod is first Ready). A failed check is
 	// retried sooner: from a tenth of the interval, doubling.
 	NetworkCheckInterval time.Duration
+	// SecretBox opens the Secrets volumes mount (the API's encryption key); nil: only Secrets stored in
+	// clear open.
+	SecretBox *secretbox.Box
+	// VolumeSyncPeriod is how often volumes are refreshed (ConfigMap changes) and emptyDir limits
+	// checked (default DefaultVolumeSyncPeriod).
+	VolumeSyncPeriod time.Duration
 	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
 	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
 	Clock func() time.Time
@@ -100,6 +107,9 @@ type Agent struct {
 	gone   map[string]time.Time  // uids terminated lately, so a late redelivered binding does not revive them
 	runCtx context.Context
 	wg     sync.WaitGroup // pod goroutines
+
+	objsOnce sync.Once
+	objs     ObjectGetter // see objects
 }
 
 // New returns the agent of cfg.Node using runtime rt.

@@ -52,6 +52,7 @@ type podWorker struct {
 	ctrs        []*ctr
 	conds       map[string]condState
 	events      []*pb.EventNote
+	vol         volumeState
 }
 
 // ctr is one container of the pod (init or app) across its restarts.
@@ -135,6 +136,7 @@ func (w *podWorker) run(parent context.Context, info *SandboxInfo) {
 	stop := context.AfterFunc(w.stopCtx, cancel)
 	defer func() {
 		w.wg.Wait() // the containers' loops and probes run until the pod ends or ctx is cancelled
+		w.endFailed(parent)
 		stop()
 		cancel()
 		w.markStarted()
@@ -148,7 +150,7 @@ func (w *podWorker) run(parent context.Context, info *SandboxInfo) {
 
 // start runs the pod from scratch: sandbox, init containers in order, then the containers.
 func (w *podWorker) start(ctx context.Context) {
-	if !w.runSandbox(ctx) {
+	if !w.runSandbox(ctx) || !w.mountVolumes(ctx) {
 		return
 	}
 	// The pod is not Ready before its network passed a check; the check runs while containers start.
@@ -181,6 +183,11 @@ func (w *podWorker) loops(ctx context.Context) {
 	go func() {
 		defer w.wg.Done()
 		w.networkLoop(ctx)
+	}()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.volumeLoop(ctx)
 	}()
 	for _, c := range w.ctrs {
 		w.wg.Add(1)

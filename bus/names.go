@@ -98,6 +98,9 @@ const (
 	// provisioned from the API server's kinds (admission.Buckets). Keys: ObjectKey or NodeKey.
 	BucketNamespaces = "namespaces" // key NodeKey(name) -> the Namespace's JSON
 	BucketConfigMaps = "configmaps" // key ObjectKey(ns, name) -> the ConfigMap's JSON
+	// BucketSecrets: key ObjectKey(ns, name) -> the Secret's JSON sealed by internal/secretbox (AES-GCM),
+	// never sourced into AUDIT.
+	BucketSecrets = "secrets"
 	// RBAC: the authorizer reads them from the API server's watch caches.
 	BucketRoles               = "roles"               // key ObjectKey(ns, name) -> the Role's JSON
 	BucketRoleBindings        = "rolebindings"        // key ObjectKey(ns, name) -> the RoleBinding's JSON

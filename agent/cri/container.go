@@ -71,6 +71,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		opts = append(opts, oci.WithProcessCwd(wd))
 	}
 	opts = append(opts, resourceOpts(c.GetResources())...)
+	mounts, err := r.volumeMounts(rec.PodUID, c)
+	if err != nil {
+		return "", fmt.Errorf("create container %s: %w", c.GetName(), err)
+	}
+	opts = append(opts, oci.WithMounts(mounts))
 
 	id := newID()
 	labels := map[string]string{

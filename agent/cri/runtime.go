@@ -73,6 +73,8 @@ type Config struct {
 	// PlainHTTP lists registry hosts ("host:port") pulled over plain HTTP; loopback hosts always are.
 	PlainHTTP []string
 	Logger    *slog.Logger
+	// AllowHostPath lets pods mount hostPath volumes (off: such pods fail, reason HostPathNotAllowed).
+	AllowHostPath bool
 }
 
 // Runtime runs pods with containerd and CNI. It implements agent.Runtime.

@@ -217,6 +217,9 @@ func (r *Runtime) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := os.RemoveAll(filepath.Join(r.cfg.StateDir, "logs", rec.PodUID)); err != nil {
 		return fmt.Errorf("remove logs of pod %s: %w", rec.PodUID, err)
 	}
+	if err := r.removeVolumes(rec.PodUID); err != nil {
+		return err
+	}
 	if err := os.Remove(r.recordPath(rec.PodUID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove sandbox record: %w", err)
 	}

@@ -84,6 +84,11 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (
 	if err != nil {
 		return nil, err
 	}
+	box, err := secretBox(cfg)
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
 	var taints []*pb.Taint
 	if mixed {
 		taints = append(taints, RealNodeTaint())
@@ -97,6 +102,7 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (
 		MaxPods:           110,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Logger:            cfg.Logger,
+		SecretBox:         box,
 	}, conn, rt)
 	if err != nil {
 		rt.Close()

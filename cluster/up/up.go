@@ -270,7 +270,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	busOpts.Provisioned = c.NATSCredsDir != ""
 
 	var api *admission.Service
-	apiCfg := admission.Config{ID: "api-0", Logger: log, Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP}
+	apiCfg := admission.Config{ID: "api-0", Logger: log, Addr: cfg.APIAddr, Limits: cfg.APILimits, PriorityClasses: cfg.PriorityClasses, Bus: busOpts, InsecureHTTP: cfg.InsecureHTTP,
+		EncryptionKeyFile: filepath.Join(cfg.DataDir, EncryptionKeyFile)}
 	kc := pki.Kubeconfig{}
 	if !cfg.NoServices && !cfg.InsecureHTTP {
 		ca, certPEM, keyPEM, err := apiPKI(cfg, &apiCfg)

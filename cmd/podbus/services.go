@@ -25,6 +25,7 @@ import (
 	"github.com/podbus/podbus/internal/health"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
+	"github.com/podbus/podbus/internal/secretbox"
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
@@ -224,6 +225,7 @@ func runAdmission(ctx context.Context, args []string) error {
 	kubeconfig := fs.String("kubeconfig-out", "", "write an admin kubeconfig here (the generated CA and a client certificate of "+up.AdminUser+" in "+up.AdminGroup+")")
 	server := fs.String("kubeconfig-server", "", "server URL in --kubeconfig-out (default: https:// and --listen, a wildcard host as 127.0.0.1)")
 	priorityFile := fs.String("priority-classes", "", "YAML file of PriorityClass objects (scheduling.k8s.io/v1) besides the built-in system classes")
+	encKey := fs.String("encryption-key-file", filepath.Join(".podbus", "encryption.key"), "AES-GCM keys sealing Secrets at rest (name:base64 a line, the first seals; created on first start; every replica and real agent needs the same); empty: Secrets in clear")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -235,7 +237,7 @@ func runAdmission(ctx context.Context, args []string) error {
 		}
 	}
 	cfg := admission.Config{ID: c.id, Addr: *addr, Limits: limits.get(), PriorityClasses: classes, Bus: c.busOptions(),
-		TLSCertFile: *certFile, TLSKeyFile: *keyFile, ClientCAFile: *clientCA, TokenAuthFile: *tokenFile, InsecureHTTP: *insecure}
+		TLSCertFile: *certFile, TLSKeyFile: *keyFile, ClientCAFile: *clientCA, TokenAuthFile: *tokenFile, InsecureHTTP: *insecure, EncryptionKeyFile: *encKey}
 	kc, err := admissionTLS(&cfg, *certDir, splitList(*sans), *kubeconfig != "")
 	if err != nil {
 		return err
@@ -354,6 +356,8 @@ func runAgent(ctx context.Context, args []string) error {
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
 	stateDir := fs.String("state-dir", "", "sandbox records, network namespaces, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
+	allowHostPath := fs.Bool("allow-host-path", false, "let pods mount hostPath volumes (containerd runtime); off: such pods fail with reason HostPathNotAllowed")
+	encKey := fs.String("encryption-key-file", "", "the API's --encryption-key-file, to open the Secrets pods mount (containerd runtime)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -389,7 +393,7 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 		}
 		r, err := cri.New(ctx, cri.Config{NodeName: *node, Address: *address, Namespace: *namespace, PodCIDR: *cidr,
-			StateDir: *stateDir, PlainHTTP: hosts})
+			StateDir: *stateDir, PlainHTTP: hosts, AllowHostPath: *allowHostPath})
 		if err != nil {
 			return err
 		}
@@ -410,6 +414,11 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	c.id = *node
 	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}
+	if *encKey != "" {
+		if acfg.SecretBox, err = secretbox.Load(*encKey); err != nil {
+			return err
+		}
+	}
 	if *clockFile != "" {
 		acfg.Clock = offsetClock(*clockFile)
 	}

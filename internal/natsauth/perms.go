@@ -160,7 +160,10 @@ func (g *grants) openBuckets() {
 
 // apiBuckets are the buckets of the API's kinds that are not the pipeline's.
 var apiBuckets = []string{bus.BucketNamespaces, bus.BucketConfigMaps, bus.BucketRoles, bus.BucketRoleBindings,
-	bus.BucketClusterRoles, bus.BucketClusterRoleBindings}
+	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketSecrets}
+
+// volumeBuckets are what agents read to fill the pods' configMap and secret volumes.
+var volumeBuckets = []string{bus.BucketConfigMaps, bus.BucketSecrets}
 
 // Permissions returns role's permissions; ErrRole for an unknown role.
 func Permissions(role string) (Perms, error) {
@@ -304,6 +307,9 @@ func (g *grants) agent(status, heartbeat, logs, bound, term string) {
 	g.Responses = true
 	g.openBuckets()
 	g.readKV(bus.BucketPods)
+	// ConfigMaps and Secrets for the pods' volumes: every key, as the bus cannot tell which a node's pods
+	// name (kube's node authorizer can); Secrets stay sealed without the encryption key.
+	g.readKV(volumeBuckets...)
 	g.park(bound, term)
 	g.deny("$KV.>")
 }

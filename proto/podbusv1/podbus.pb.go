@@ -751,9 +751,12 @@ func (x *PodSpec) GetVolumes() []*Volume {
 }
 
 type Volume struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	EmptyDir      bool                   `protobuf:"varint,2,opt,name=empty_dir,json=emptyDir,proto3" json:"empty_dir,omitempty"` // the only volume source podbus supports
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EmptyDir bool                   `protobuf:"varint,2,opt,name=empty_dir,json=emptyDir,proto3" json:"empty_dir,omitempty"`
+	// The Kubernetes VolumeSource as JSON (emptyDir, configMap, secret, hostPath, downwardAPI,
+	// projected): only the agent that mounts it reads it, so it is kept in the API's own form.
+	Source        []byte `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +803,13 @@ func (x *Volume) GetEmptyDir() bool {
 		return x.EmptyDir
 	}
 	return false
+}
+
+func (x *Volume) GetSource() []byte {
+	if x != nil {
+		return x.Source
+	}
+	return nil
 }
 
 type Container struct {
@@ -979,6 +989,7 @@ type VolumeMount struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	MountPath     string                 `protobuf:"bytes,2,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
 	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	SubPath       string                 `protobuf:"bytes,4,opt,name=sub_path,json=subPath,proto3" json:"sub_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,6 +1043,13 @@ func (x *VolumeMount) GetReadOnly() bool {
 		return x.ReadOnly
 	}
 	return false
+}
+
+func (x *VolumeMount) GetSubPath() string {
+	if x != nil {
+		return x.SubPath
+	}
+	return ""
 }
 
 type ContainerPort struct {
@@ -5115,10 +5133,11 @@ const file_podbus_proto_rawDesc = "" +
 	"!_termination_grace_period_secondsB\x1a\n" +
 	"\x18_active_deadline_secondsB\v\n" +
 	"\t_priorityB\x17\n" +
-	"\x15_enable_service_links\"9\n" +
+	"\x15_enable_service_links\"Q\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tempty_dir\x18\x02 \x01(\bR\bemptyDir\"\xcc\x05\n" +
+	"\tempty_dir\x18\x02 \x01(\bR\bemptyDir\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\fR\x06source\"\xcc\x05\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5138,12 +5157,13 @@ const file_podbus_proto_rawDesc = "" +
 	"\x11image_pull_policy\x18\x0e \x01(\tR\x0fimagePullPolicy\x12\x14\n" +
 	"\x05stdin\x18\x0f \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03tty\x18\x10 \x01(\bR\x03tty\x12;\n" +
-	"\rvolume_mounts\x18\x11 \x03(\v2\x16.podbus.v1.VolumeMountR\fvolumeMounts\"]\n" +
+	"\rvolume_mounts\x18\x11 \x03(\v2\x16.podbus.v1.VolumeMountR\fvolumeMounts\"x\n" +
 	"\vVolumeMount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"mount_path\x18\x02 \x01(\tR\tmountPath\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\"\x9c\x01\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x19\n" +
+	"\bsub_path\x18\x04 \x01(\tR\asubPath\"\x9c\x01\n" +
 	"\rContainerPort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\thost_port\x18\x02 \x01(\x05R\bhostPort\x12%\n" +

@@ -58,7 +58,7 @@ func TestDiscovery(t *testing.T) {
 				got[r.Resource] = strings.Join(r.ShortNames, ",") + "/" + string(r.Scope) + "/" + r.ResponseKind.Kind
 			}
 			want := map[string]string{"pods": "po/Namespaced/Pod", "nodes": "no/Cluster/Node", "events": "ev/Namespaced/Event", "namespaces": "ns/Cluster/Namespace",
-				"configmaps": "cm/Namespaced/ConfigMap"}
+				"configmaps": "cm/Namespaced/ConfigMap", "secrets": "/Namespaced/Secret"}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("resources (-want +got):\n%s", d)
 			}
@@ -91,7 +91,7 @@ func TestDiscovery(t *testing.T) {
 			}
 			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "pods/eviction": "Eviction/",
 				"nodes": "Node/no", "nodes/status": "Node/", "events": "Event/ev", "namespaces": "Namespace/ns",
-				"configmaps": "ConfigMap/cm"}
+				"configmaps": "ConfigMap/cm", "secrets": "Secret/"}
 			for _, r := range v.APIResources {
 				if r.Name == "pods/eviction" && (r.Group != "policy" || r.Version != "v1") {
 					t.Errorf("pods/eviction is %s/%s, want policy/v1 (kubectl drain looks for it)", r.Group, r.Version)
@@ -140,7 +140,7 @@ func TestDiscovery(t *testing.T) {
 					}
 				}
 			}
-			want := map[string]bool{"Pod": true, "Node": true, "Event": true, "Namespace": true, "ConfigMap": true}
+			want := map[string]bool{"Pod": true, "Node": true, "Event": true, "Namespace": true, "ConfigMap": true, "Secret": true}
 			if d := cmp.Diff(want, kinds); d != "" {
 				t.Errorf("PATCH operations with fieldValidation (-want +got):\n%s", d)
 			}

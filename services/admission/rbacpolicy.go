@@ -56,6 +56,7 @@ func editRules() []rbacv1.PolicyRule {
 		rule(verbsWrite, "", "pods"),
 		rule([]string{"create"}, "", "pods/eviction"),
 		rule(verbsWrite, "", "configmaps"),
+		rule(verbsReadWrite, "", "secrets"), // kube's edit reads Secrets; view does not
 		rule(verbsWrite, "", "events"),
 	)
 }

@@ -191,6 +191,7 @@ func builtinKinds() []*kind {
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,
+		secretKind,
 		roleKind,
 		clusterRoleKind,
 		roleBindingKind,

@@ -81,6 +81,8 @@ type Config struct {
 	Bus bus.Options
 	// Logger; nil: slog.Default().
 	Logger *slog.Logger
+	// EncryptionKeyFile seals Secrets at rest (secretbox's key file, see secrets.go); empty: in clear.
+	EncryptionKeyFile string
 	// kinds served besides the built-in ones (tests of the registry).
 	extraKinds []*kind
 	// testUser, when set, replaces the authenticated requester (tests of authorization).
@@ -147,7 +149,11 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reg := &registry{kinds: append(builtinKinds(), cfg.extraKinds...)}
+	box, err := loadSecretBox(cfg.EncryptionKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	reg := &registry{kinds: withSecretBox(append(builtinKinds(), cfg.extraKinds...), box)}
 	specs := reg.buckets()
 	if err := bus.ProvisionBuckets(ctx, conn.JS, cfg.Bus, specs...); err != nil {
 		return nil, fmt.Errorf("admission: %w", err)

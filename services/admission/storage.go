@@ -22,6 +22,8 @@ type kvStorage struct {
 	// encode and decode convert between the API object and its stored form.
 	encode func(runtime.Object) ([]byte, error)
 	decode func([]byte) (runtime.Object, error)
+	// decodeKey, when set, replaces decode for values whose decoding depends on their key (sealed ones).
+	decodeKey func(key string, value []byte) (runtime.Object, error)
 	// index, when set, reads the labels and the selectable fields (kind.fields) of a stored value
 	// without making the API object: the watch cache indexes every change of the bucket, and serves
 	// objects from their stored bytes.
@@ -66,8 +68,12 @@ func (k *kind) keyFilter(ns string) string {
 }
 
 // decodeEntry turns a stored value into the API object with resourceVersion rev.
-func (k *kind) decodeEntry(_ string, value []byte, rev uint64) (runtime.Object, error) {
-	o, err := k.storage.decode(value)
+func (k *kind) decodeEntry(key string, value []byte, rev uint64) (runtime.Object, error) {
+	decode := k.storage.decode
+	if k.storage.decodeKey != nil {
+		decode = func(v []byte) (runtime.Object, error) { return k.storage.decodeKey(key, v) }
+	}
+	o, err := decode(value)
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", k.resource, err)
 	}

@@ -97,7 +97,7 @@ func podSpecToPB(s *corev1.PodSpec) *pb.PodSpec {
 		out.ImagePullSecrets = append(out.ImagePullSecrets, r.Name)
 	}
 	for _, v := range s.Volumes {
-		out.Volumes = append(out.Volumes, &pb.Volume{Name: v.Name, EmptyDir: v.EmptyDir != nil})
+		out.Volumes = append(out.Volumes, volumeToPB(v))
 	}
 	return out
 }
@@ -128,7 +128,7 @@ func containerToPB(c *corev1.Container) *pb.Container {
 		out.Env = append(out.Env, &pb.EnvVar{Name: e.Name, Value: e.Value}) // valueFrom: unsupported (warned)
 	}
 	for _, m := range c.VolumeMounts {
-		out.VolumeMounts = append(out.VolumeMounts, &pb.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+		out.VolumeMounts = append(out.VolumeMounts, &pb.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly, SubPath: m.SubPath})
 	}
 	return out
 }
@@ -369,11 +369,7 @@ func podSpecFromPB(s *pb.PodSpec) corev1.PodSpec {
 		out.ImagePullSecrets = append(out.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	for _, v := range s.GetVolumes() {
-		vol := corev1.Volume{Name: v.GetName()}
-		if v.GetEmptyDir() {
-			vol.EmptyDir = &corev1.EmptyDirVolumeSource{}
-		}
-		out.Volumes = append(out.Volumes, vol)
+		out.Volumes = append(out.Volumes, VolumeFromPB(v))
 	}
 	return out
 }
@@ -405,7 +401,7 @@ func containerFromPB(c *pb.Container) corev1.Container {
 		out.Env = append(out.Env, corev1.EnvVar{Name: e.GetName(), Value: e.GetValue()})
 	}
 	for _, m := range c.GetVolumeMounts() {
-		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.GetName(), MountPath: m.GetMountPath(), ReadOnly: m.GetReadOnly()})
+		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.GetName(), MountPath: m.GetMountPath(), ReadOnly: m.GetReadOnly(), SubPath: m.GetSubPath()})
 	}
 	return out
 }

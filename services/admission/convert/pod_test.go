@@ -140,10 +140,10 @@ func TestPodToPBWarnings(t *testing.T) {
 		}, []string{"spec.containers[0].env[1].valueFrom: " + unsupported}},
 		{"hostPath volume", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}}}
-		}, []string{"spec.volumes[0].hostPath: " + unsupported}},
+		}, nil}, // volume sources are kept for the agent
 		{"emptyDir medium", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
-		}, []string{"spec.volumes[0].emptyDir.medium: " + unsupported}},
+		}, nil},
 		{"security contexts", func(p *corev1.Pod) {
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1))}
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
@@ -156,7 +156,6 @@ func TestPodToPBWarnings(t *testing.T) {
 		}, []string{
 			"spec.containers[0].envFrom: " + unsupported,
 			"spec.containers[0].lifecycle: " + unsupported,
-			"spec.containers[0].volumeMounts[0].subPath: " + unsupported,
 		}},
 		{"grpc probe", func(p *corev1.Pod) {
 			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9}}}

@@ -143,6 +143,7 @@ func validateVolumes(vols []corev1.Volume, fldPath *field.Path) (sets.Set[string
 		if v.VolumeSource == (corev1.VolumeSource{}) {
 			errs = append(errs, field.Required(idx, "must specify a volume type"))
 		}
+		errs = append(errs, validateVolumeSource(&vols[i], idx)...)
 		if ed := v.EmptyDir; ed != nil && ed.SizeLimit != nil && ed.SizeLimit.Sign() < 0 {
 			errs = append(errs, field.Invalid(idx.Child("emptyDir", "sizeLimit"), ed.SizeLimit.String(), isNegativeErrorMsg))
 		}
@@ -289,6 +290,7 @@ func validateVolumeMounts(mounts []corev1.VolumeMount, volumes sets.Set[string],
 			errs = append(errs, field.Invalid(idx.Child("mountPath"), m.MountPath, "must be unique"))
 		}
 		paths.Insert(m.MountPath)
+		errs = append(errs, validateLocalPath(m.SubPath, false, idx.Child("subPath"))...)
 	}
 	return errs
 }

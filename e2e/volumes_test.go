@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podbus/podbus/agent"
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/secretbox"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// startVolumeAgent is startAgent with the API's encryption key, so the node opens the Secrets its pods
+// mount, and the default volume sync period.
+func (n realNode) startVolumeAgent(t *testing.T, natsURL string, box *secretbox.Box) {
+	t.Helper()
+	rt := n.runtime(t)
+	conn := bustest.Conn(t, natsURL, "agent-"+n.name)
+	a, err := agent.New(agent.Config{
+		Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
+		HeartbeatInterval: time.Second, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
+		SecretBox: box,
+	}, conn, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent %s: %v", n.name, err)
+		}
+		_ = rt.Close()
+	})
+}
+
+// TestContainerdVolumes: a real pod reads a ConfigMap, a Secret, an emptyDir (on disk, in memory, by
+// subPath, read-only) and downwardAPI files; a ConfigMap change reaches its file within the sync period;
+// a pod naming a missing ConfigMap stays ContainerCreating with FailedMount; filling an emptyDir past
+// its sizeLimit evicts the pod. The Secret is sealed in its bucket and absent from AUDIT and events.
+func TestContainerdVolumes(t *testing.T) {
+	needContainerd(t)
+	reg := builtinRegistry(t)
+	n := newRealNode(t)
+	dataDir := t.TempDir()
+	cl, conn := startCluster(t, up.Config{Nodes: 0, DataDir: dataDir})
+	box, err := secretbox.Load(filepath.Join(dataDir, up.EncryptionKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.startVolumeAgent(t, cl.NATSURL, box)
+	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		out, _ := k.run("get", "nodes")
+		return strings.Contains(out, " Ready ")
+	}, "real node Ready")
+
+	k.must("create", "configmap", "cfg", "--from-literal=greeting=hello")
+	k.must("create", "secret", "generic", "db", "--from-literal=password=hunter2")
+	if out := k.must("get", "secret", "db", "-o", "yaml"); !strings.Contains(out, "password: aHVudGVyMg==") {
+		t.Errorf("get secret -o yaml:\n%s", out)
+	}
+	if out := k.must("get", "secrets"); !strings.Contains(out, "TYPE") || !strings.Contains(out, "Opaque") {
+		t.Errorf("get secrets:\n%s", out)
+	}
+
+	box1 := reg + "/podbus/busybox:latest"
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: vols, labels: {app: vols}}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: %[2]s
+    resources: {limits: {cpu: 100m, memory: 32Mi}}
+    command: ["sh", "-c", "echo x > /scratch/f; while true; do echo \"G=$(cat /etc/cfg/greeting) P=$(cat /etc/sec/password) N=$(cat /etc/info/name) L=$(cat /etc/info/labels) S=$(cat /scratch/f) SUB=$(cat /greeting.txt) M=$(df -k /mem | tail -1 | awk '{print $2}') $(touch /ro/x 2>/dev/null && echo RW || echo RO)\"; sleep 1; done"]
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/cfg}
+    - {name: cfg, mountPath: /greeting.txt, subPath: greeting}
+    - {name: sec, mountPath: /etc/sec}
+    - {name: info, mountPath: /etc/info}
+    - {name: scratch, mountPath: /scratch}
+    - {name: scratch, mountPath: /ro, readOnly: true}
+    - {name: mem, mountPath: /mem}
+  volumes:
+  - {name: cfg, configMap: {name: cfg}}
+  - {name: sec, secret: {secretName: db}}
+  - {name: scratch, emptyDir: {}}
+  - {name: mem, emptyDir: {medium: Memory, sizeLimit: 1Mi}}
+  - name: info
+    downwardAPI:
+      items:
+      - {path: name, fieldRef: {fieldPath: metadata.name}}
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pending}
+spec:
+%[1]s  containers:
+  - name: c
+    image: %[2]s
+    command: ["sleep", "3600"]
+    volumeMounts: [{name: cfg, mountPath: /etc/cfg}]
+  volumes: [{name: cfg, configMap: {name: nope}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: filler}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: %[2]s
+    command: ["sh", "-c", "dd if=/dev/zero of=/scratch/big bs=1024 count=4096; sleep 3600"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes: [{name: scratch, emptyDir: {sizeLimit: 1Mi}}]
+`, pinned(n.name), box1)
+	k.must("apply", "-f", writeFile(t, "vols.yaml", manifest))
+
+	logsHave := func(what string, limit time.Duration) {
+		t.Helper()
+		var out string
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			out, _ = k.run("logs", "vols", "--tail", "1")
+			if strings.Contains(out, what) {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Fatalf("kubectl logs vols: no %q after %s; last:\n%s", what, limit, out)
+	}
+	waitPod(t, conn, "vols", 60*time.Second, "Running", func(p *pb.Pod) bool { return p.GetStatus().GetPhase() == "Running" })
+	logsHave(`G=hello P=hunter2 N=vols L=app="vols" S=x SUB=hello M=1024 RO`, 30*time.Second)
+
+	// A ConfigMap change reaches the file within the sync period (10s), the subPath mount keeping its
+	// first content as in kube.
+	k.must("patch", "configmap", "cfg", "--type=merge", "-p", `{"data":{"greeting":"bonjour"}}`)
+	logsHave("G=bonjour", 40*time.Second)
+
+	// A missing ConfigMap: ContainerCreating with FailedMount events, as kube.
+	if out := k.must("get", "pod", "pending"); !strings.Contains(out, "ContainerCreating") {
+		t.Errorf("pod naming a missing configmap:\n%s", out)
+	}
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		out, _ := k.run("get", "events", "--field-selector", "involvedObject.name=pending")
+		return strings.Contains(out, "FailedMount")
+	}, "FailedMount event")
+
+	// Past its sizeLimit the emptyDir evicts its pod.
+	p := waitPod(t, conn, "filler", 60*time.Second, "Evicted", func(p *pb.Pod) bool { return p.GetStatus().GetPhase() == "Failed" })
+	if p.GetStatus().GetReason() != "Evicted" || !strings.Contains(p.GetStatus().GetMessage(), `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi"`) {
+		t.Errorf("filler: reason %q message %q", p.GetStatus().GetReason(), p.GetStatus().GetMessage())
+	}
+
+	// At rest the Secret is sealed; AUDIT and events never hold its data.
+	kv, err := conn.JS.KeyValue(context.Background(), bus.BucketSecrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), bus.ObjectKey("default", "db"))
+	if err != nil || !secretbox.Sealed(e.Value()) || bytes.Contains(e.Value(), []byte("aHVudGVyMg")) {
+		t.Errorf("stored secret: %v, sealed %v", err, err == nil && secretbox.Sealed(e.Value()))
+	}
+	for _, stream := range []string{bus.StreamAudit, bus.StreamEvents} {
+		for _, m := range bustest.Messages(t, conn, stream, ">") {
+			if bytes.Contains(m.Data, []byte("hunter2")) || bytes.Contains(m.Data, []byte("aHVudGVyMg")) {
+				t.Errorf("%s holds the secret: %s %q", stream, m.Subject, m.Data)
+			}
+		}
+	}
+	k.must("delete", "pod", "vols", "pending", "filler", "--wait=false")
+}
