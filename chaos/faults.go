@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -76,15 +77,28 @@ func (fl *faults) lastEnd() time.Time {
 	return fl.last
 }
 
+// run injects faults until ctx ends: first one of each kind in a seeded order, so that even a short
+// run has every kind, then kinds drawn by weight.
 func (fl *faults) run(ctx context.Context) {
 	kinds := fl.kinds()
+	var first []string
+	for _, k := range kinds {
+		if !slices.Contains(first, k) {
+			first = append(first, k)
+		}
+	}
+	fl.r.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(between(fl.r, fl.cfg.FaultEvery/2, fl.cfg.FaultEvery*3/2)):
 		}
-		fl.inject(ctx, n, kinds[fl.r.Intn(len(kinds))])
+		kind := kinds[fl.r.Intn(len(kinds))]
+		if n <= len(first) {
+			kind = first[n-1]
+		}
+		fl.inject(ctx, n, kind)
 		fl.mu.Lock()
 		fl.last = time.Now()
 		fl.mu.Unlock()
