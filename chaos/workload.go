@@ -109,7 +109,7 @@ func (w *workload) create(ctx context.Context) {
 		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":"example.local/app:1",`+
 		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, cpu, affinity)
 	code, resp := w.do(ctx, http.MethodPost, w.h.api+"/api/v1/namespaces/default/pods", body)
-	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code}
+	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
 		var p struct {
 			Metadata struct{ UID string } `json:"metadata"`
@@ -131,11 +131,11 @@ func (w *workload) update(ctx context.Context) {
 	p := w.live[w.r.Intn(len(w.live))]
 	p.gen++ // even when the outcome is unknown, so that every request carries a new generation
 	body := fmt.Sprintf(`{"metadata":{"labels":{%q:"%d"},"annotations":{%q:"%d"}}}`, check.GenLabel, p.gen, check.GenAnnotation, p.gen)
-	code, _ := w.doType(ctx, http.MethodPatch, w.h.api+"/api/v1/namespaces/default/pods/"+p.name, body, "application/merge-patch+json")
+	code, resp := w.doType(ctx, http.MethodPatch, w.h.api+"/api/v1/namespaces/default/pods/"+p.name, body, "application/merge-patch+json")
 	if code == http.StatusOK {
 		w.updated++
 	}
-	_ = w.enc.Encode(check.WorkloadOp{Op: "update", Namespace: "default", Name: p.name, UID: p.uid, Gen: p.gen, Code: code})
+	_ = w.enc.Encode(check.WorkloadOp{Op: "update", Namespace: "default", Name: p.name, UID: p.uid, Gen: p.gen, Code: code, Error: failure(code, resp)})
 }
 
 // delete deletes a random live pod, with a grace period of 0 (forced), 1 or 2 seconds.
@@ -146,14 +146,14 @@ func (w *workload) delete(ctx context.Context) {
 	i := w.r.Intn(len(w.live))
 	name := w.live[i].name
 	grace := w.r.Intn(3)
-	code, _ := w.do(ctx, http.MethodDelete, w.h.api+"/api/v1/namespaces/default/pods/"+name, fmt.Sprintf(`{"gracePeriodSeconds":%d}`, grace))
+	code, resp := w.do(ctx, http.MethodDelete, w.h.api+"/api/v1/namespaces/default/pods/"+name, fmt.Sprintf(`{"gracePeriodSeconds":%d}`, grace))
 	if code == http.StatusOK || code == http.StatusNotFound {
 		w.live = append(w.live[:i], w.live[i+1:]...)
 	}
 	if code == http.StatusOK {
 		w.deleted++
 	}
-	_ = w.enc.Encode(check.WorkloadOp{Op: "delete", Namespace: "default", Name: name, Code: code})
+	_ = w.enc.Encode(check.WorkloadOp{Op: "delete", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)})
 }
 
 // do sends one request; code 0 means no answer (the outcome is unknown).
@@ -174,6 +174,21 @@ func (w *workload) doType(ctx context.Context, method, url, body, ctype string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// failure is the message of an answer that is not a success, for the log.
+func failure(code int, body []byte) string {
+	if code/100 == 2 {
+		return ""
+	}
+	var st struct{ Message string }
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	if code == 0 {
+		return "no answer"
+	}
+	return string(body[:min(len(body), 200)])
 }
 
 // ops reads the log back.

@@ -100,6 +100,7 @@ type WorkloadOp struct {
 	UID       string `json:"uid,omitempty"` // of the created pod, from the 201's body; of the updated one
 	Gen       int    `json:"gen,omitempty"` // of an update: the generation it set
 	Code      int    `json:"code"`
+	Error     string `json:"error,omitempty"` // the message of an answer other than a success
 }
 
 // ReadWorkload reads a workload log.
