@@ -19,8 +19,10 @@ type ServerConfig struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
-	HTTPPort      int    // monitoring; 0 off
-	HTTPHost      string // monitoring host (default Host)
+	// ClusterAdvertise is the route address this node tells the others (default: ClusterListen).
+	ClusterAdvertise string
+	HTTPPort         int    // monitoring; 0 off
+	HTTPHost         string // monitoring host (default Host)
 	// Logger receives the server's log (nil: the server logs nothing). Its debug level turns on the
 	// server's debug log; the protocol trace stays off.
 	Logger *slog.Logger
@@ -55,6 +57,7 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = host, port
 		opts.Routes = server.RoutesFromStr(joinComma(cfg.Routes))
+		opts.Cluster.Advertise = cfg.ClusterAdvertise
 	}
 	if cfg.Configure != nil {
 		if err := cfg.Configure(opts); err != nil {

@@ -3,10 +3,12 @@
 // the audit checker (audit/check): nothing lost, nothing bound twice, no node overcommitted at any
 // revision, and everything settled once the faults stop.
 //
-//	3 × podbus nats (cluster, R3 streams) ◀── store, 2 schedulers, 2 binders, status, admission, 3 agents
+//	3 × podbus nats (cluster, R3 streams, TLS, a credential per role) ◀── store, 2 schedulers, 2 binders,
+//	  └─ routes through the harness's proxies                               status, admission, 3 agents
 //	        ▲                                          ▲
-//	        └──── faults (seeded): kill -9 + restart, SIGSTOP/SIGCONT, NATS node killed, agent clock stepped
-//	workload ──HTTP──▶ admission: creates and deletes, each answer logged (workload.jsonl)
+//	        └──── faults (seeded): kill -9 + restart, SIGSTOP/SIGCONT, NATS node killed or stopped, NATS
+//	              node partitioned, NATS store full (root: a tmpfs), agent clock stepped
+//	workload ──HTTP──▶ admission: creates, updates and deletes, each answer logged (workload.jsonl)
 //
 // Every fault is logged with the seed (faults.jsonl), so a failing run can be replayed with the same
 // seed (the moments depend on the machine's pace, the choices do not).
@@ -32,6 +34,7 @@ import (
 
 	"github.com/podbus/podbus/audit/check"
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/natsauth"
 )
 
 // Config configures a run.
@@ -44,6 +47,12 @@ type Config struct {
 	Settle     time.Duration // how long after the last fault everything must be settled (default 2m)
 	Pods       int           // pods the workload keeps, about (default 30)
 	Log        io.Writer     // progress and faults (default os.Stderr)
+	// OpenBus runs the NATS servers without authorization or TLS; by default every process holds its
+	// role's credential (package natsauth) and speaks TLS, as a real deployment does.
+	OpenBus bool
+	// StoreLimit is the size of the tmpfs on one member's store directory that the disk-full fault fills
+	// (default 512MiB); without root there is none, and no such fault.
+	StoreLimit int64
 }
 
 // Report is what a run did and found.
@@ -52,6 +61,7 @@ type Report struct {
 	Duration   time.Duration
 	Faults     map[string]int // by kind
 	Created    int            // 201s
+	Updated    int            // updates answered 200
 	Deleted    int            // deletes answered 200
 	Crashes    int            // processes that exited without a fault
 	Violations []check.Violation
@@ -82,6 +92,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
+	if cfg.StoreLimit <= 0 {
+		cfg.StoreLimit = 512 << 20
+	}
 	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration, Faults: map[string]int{}, Quiescence: -1}
 	if cfg.Bin == "" || cfg.Dir == "" {
 		return rep, errors.New("chaos: Bin and Dir are required")
@@ -99,7 +112,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := h.up(ctx, superCtx); err != nil {
 		return rep, err
 	}
-	conn, err := bus.Connect(ctx, strings.Join(h.natsURLs, ","), "podbus-chaos")
+	opts, err := h.clientOptions(natsauth.RoleReader)
+	if err != nil {
+		return rep, err
+	}
+	conn, err := bus.Connect(ctx, strings.Join(h.natsURLs, ","), "podbus-chaos", opts...)
 	if err != nil {
 		return rep, err
 	}
@@ -127,7 +144,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	h.resumeAll()
 	lastFault := fl.lastEnd()
-	h.logf("workload and faults stopped: %d created, %d deleted, faults %v; waiting for the system to settle", wl.created, wl.deleted, fl.counts)
+	h.logf("workload and faults stopped: %d created, %d updated, %d deleted, faults %v; waiting for the system to settle",
+		wl.created, wl.updated, wl.deleted, fl.counts)
 
 	ops, err := wl.ops()
 	if err != nil {
@@ -164,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	rep.Faults, rep.Created, rep.Deleted = fl.counts, wl.created, wl.deleted
+	rep.Faults, rep.Created, rep.Updated, rep.Deleted = fl.counts, wl.created, wl.updated, wl.deleted
 	rep.Violations, rep.Records = res.Violations, res.Records
 	rep.Crashes = h.crashes()
 	if rep.Quiescence < 0 {
@@ -191,6 +209,7 @@ func WriteReport(w io.Writer, r Report) error {
 	fmt.Fprintf(tw, "faults: total\t%d\n", total)
 	fmt.Fprintf(tw, "processes exited on their own\t%d\n", r.Crashes)
 	fmt.Fprintf(tw, "pods created (201)\t%d\n", r.Created)
+	fmt.Fprintf(tw, "pods updated (200)\t%d\n", r.Updated)
 	fmt.Fprintf(tw, "pods deleted (200)\t%d\n", r.Deleted)
 	fmt.Fprintf(tw, "audit records checked\t%d\n", r.Records)
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
@@ -218,8 +237,14 @@ type harness struct {
 	agents   []*proc
 	clocks   []string // the agents' clock offset files
 	natsURLs []string
-	api      string
-	logMu    sync.Mutex
+	natsMon  []string // each member's monitoring address
+	routes   *routeNet
+	auth     *natsauth.Initialized // nil: an open bus
+	// full is the member whose store directory is a tmpfs (tmpfs its mount point), -1 for none.
+	full  int
+	tmpfs string
+	api   string
+	logMu sync.Mutex
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -249,19 +274,55 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 			ports[i][j] = p
 		}
 	}
+	agentNames := make([]string, members)
+	for i := range members {
+		agentNames[i] = fmt.Sprint("n", i+1)
+	}
+	if !h.cfg.OpenBus {
+		if err := h.initAuth(agentNames); err != nil {
+			return err
+		}
+	}
+	targets := make([]string, members)
+	for i := range members {
+		targets[i] = fmt.Sprintf("127.0.0.1:%d", ports[i][1])
+	}
+	rn, err := newRouteNet(superCtx, targets)
+	if err != nil {
+		return err
+	}
+	h.routes = rn
+	h.full = -1
+	if os.Geteuid() != 0 {
+		h.logf("not root: no tmpfs store, so no %s faults", FaultDiskFull)
+	} else {
+		k := rand.New(rand.NewSource(h.cfg.Seed + 2)).Intn(members)
+		dir := filepath.Join(h.cfg.Dir, fmt.Sprint("nats-", k+1))
+		if err := mountTmpfs(dir, h.cfg.StoreLimit); err != nil {
+			h.logf("no %s faults: %v", FaultDiskFull, err)
+		} else {
+			h.full, h.tmpfs = k, dir
+			h.logf("nats-%d stores on a %d MiB tmpfs (%s)", k+1, h.cfg.StoreLimit>>20, dir)
+		}
+	}
 	for i := range members {
 		var routes []string
 		for j := range members {
 			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[j][1]))
+				routes = append(routes, "nats://"+rn.proxies[i][j])
 			}
 		}
 		name := fmt.Sprint("nats-", i+1)
-		h.nats = append(h.nats, h.newProc(name, "nats", "--name", name, "--port", strconv.Itoa(ports[i][0]),
+		args := []string{"nats", "--name", name, "--port", strconv.Itoa(ports[i][0]),
 			"--store", filepath.Join(h.cfg.Dir, name), "--cluster-name", "chaos",
-			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i][1]), "--routes", strings.Join(routes, ","),
-			"--http-port", strconv.Itoa(ports[i][2])))
+			"--cluster-listen", targets[i], "--routes", strings.Join(routes, ","), "--cluster-advertise", rn.advertise,
+			"--http-port", strconv.Itoa(ports[i][2])}
+		if h.auth != nil {
+			args = append(args, "--auth", h.auth.Conf, "--tls-cert", h.auth.Cert, "--tls-key", h.auth.Key, "--tls-ca", h.auth.CA)
+		}
+		h.nats = append(h.nats, h.newProc(name, args...))
 		h.natsURLs = append(h.natsURLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i][0]))
+		h.natsMon = append(h.natsMon, fmt.Sprintf("127.0.0.1:%d", ports[i][2]))
 	}
 	for _, p := range h.nats {
 		if err := p.start(); err != nil {
@@ -269,45 +330,49 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 		}
 	}
 	for i := range members {
-		url := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[i][2])
+		url := "http://" + h.natsMon[i] + "/healthz"
 		if err := poll(ctx, 60*time.Second, func() bool { return httpOK(url) }); err != nil {
 			return fmt.Errorf("nats-%d never became ready: %w", i+1, err)
 		}
 	}
-	h.logf("NATS cluster up: %s", strings.Join(h.natsURLs, ","))
+	h.logf("NATS cluster up: %s (routes through proxies; credentials and TLS: %t)", strings.Join(h.natsURLs, ","), h.auth != nil)
+	if h.auth != nil {
+		if err := h.provision(ctx); err != nil {
+			return err
+		}
+	}
 
 	apiPort, err := freePort()
 	if err != nil {
 		return err
 	}
 	h.api = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	common := func(id string) []string {
-		return []string{"--nats", strings.Join(h.natsURLs, ","), "--replicas", "3", "--id", id}
+	common := func(id, role string) []string {
+		return append([]string{"--nats", strings.Join(h.natsURLs, ","), "--replicas", "3", "--id", id}, h.credArgs(role)...)
 	}
 	for _, s := range []struct {
-		name string
-		args []string
+		name, role string
+		args       []string
 	}{
-		{"store", []string{"store"}},
-		{"scheduler-a", []string{"scheduler"}},
-		{"scheduler-b", []string{"scheduler"}},
-		{"binder-a", []string{"binder"}},
-		{"binder-b", []string{"binder"}},
-		{"status", []string{"status"}},
-		{"admission", []string{"admission", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--insecure-http"}},
+		{"store", natsauth.RoleStore, []string{"store"}},
+		{"scheduler-a", natsauth.RoleScheduler, []string{"scheduler"}},
+		{"scheduler-b", natsauth.RoleScheduler, []string{"scheduler"}},
+		{"binder-a", natsauth.RoleBinder, []string{"binder"}},
+		{"binder-b", natsauth.RoleBinder, []string{"binder"}},
+		{"status", natsauth.RoleStatus, []string{"status"}},
+		{"admission", natsauth.RoleAdmission, []string{"admission", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--insecure-http"}},
 	} {
-		h.services = append(h.services, h.newProc(s.name, append(s.args, common(s.name)...)...))
+		h.services = append(h.services, h.newProc(s.name, append(s.args, common(s.name, s.role)...)...))
 	}
-	for i := 1; i <= members; i++ {
-		node := fmt.Sprint("n", i)
+	for i, node := range agentNames {
 		clock := filepath.Join(h.cfg.Dir, "clock-"+node)
 		if err := os.WriteFile(clock, []byte("0s\n"), 0o644); err != nil {
 			return err
 		}
 		h.clocks = append(h.clocks, clock)
 		h.agents = append(h.agents, h.newProc("agent-"+node, append([]string{"agent", "--node", node,
-			"--pod-cidr", fmt.Sprintf("10.42.%d.0/24", i), "--cpu", "4", "--memory", "8Gi", "--heartbeat", "2s",
-			"--clock-offset-file", clock}, common("agent-"+node)...)...))
+			"--pod-cidr", fmt.Sprintf("10.42.%d.0/24", i+1), "--cpu", "4", "--memory", "8Gi", "--heartbeat", "2s",
+			"--clock-offset-file", clock}, common("agent-"+node, natsauth.AgentRole(node))...)...))
 	}
 	for _, p := range append(append([]*proc(nil), h.services...), h.agents...) {
 		if err := p.start(); err != nil {
@@ -353,6 +418,11 @@ func (h *harness) shutdown() {
 		wg.Go(func() { p.shutdown(10 * time.Second) })
 	}
 	wg.Wait()
+	if h.tmpfs != "" {
+		if err := unmount(h.tmpfs); err != nil {
+			h.logf("unmount %s: %v", h.tmpfs, err)
+		}
+	}
 }
 
 func (h *harness) crashes() int {

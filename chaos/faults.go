@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -18,9 +19,22 @@ const (
 	FaultNATSKill = "nats-kill" // kill -9 of a NATS node, restarted on its storage
 	FaultNATSStop = "nats-stop" // SIGSTOP of a NATS node, then SIGCONT
 	FaultClock    = "clock"     // an agent's clock stepped back (up to 2h) or forward (within the skew)
+	// FaultPartition cuts a NATS member's routes to the others (or one link between two members): the
+	// connections reset, or held silent (a blackhole), then healed.
+	FaultPartition = "partition"
+	// FaultDiskFull fills a NATS member's store directory (a tmpfs, root only), then frees it; a member
+	// whose JetStream shut down for want of space is restarted, as a liveness probe would.
+	FaultDiskFull = "disk-full"
 )
 
-var faultKinds = []string{FaultKill, FaultKill, FaultStop, FaultStop, FaultNATSKill, FaultNATSStop, FaultClock}
+// kinds are the faults to draw from, with repeats for weight.
+func (fl *faults) kinds() []string {
+	k := []string{FaultKill, FaultKill, FaultStop, FaultStop, FaultNATSKill, FaultNATSStop, FaultClock, FaultPartition, FaultPartition}
+	if fl.h.full >= 0 {
+		k = append(k, FaultDiskFull)
+	}
+	return k
+}
 
 // faults injects one fault at a time at random moments.
 type faults struct {
@@ -63,14 +77,28 @@ func (fl *faults) lastEnd() time.Time {
 	return fl.last
 }
 
+// run injects faults until ctx ends: first one of each kind in a seeded order, so that even a short
+// run has every kind, then kinds drawn by weight.
 func (fl *faults) run(ctx context.Context) {
+	kinds := fl.kinds()
+	var first []string
+	for _, k := range kinds {
+		if !slices.Contains(first, k) {
+			first = append(first, k)
+		}
+	}
+	fl.r.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(between(fl.r, fl.cfg.FaultEvery/2, fl.cfg.FaultEvery*3/2)):
 		}
-		fl.inject(ctx, n, faultKinds[fl.r.Intn(len(faultKinds))])
+		kind := kinds[fl.r.Intn(len(kinds))]
+		if n <= len(first) {
+			kind = first[n-1]
+		}
+		fl.inject(ctx, n, kind)
 		fl.mu.Lock()
 		fl.last = time.Now()
 		fl.mu.Unlock()
@@ -129,6 +157,35 @@ func (fl *faults) inject(ctx context.Context, n int, kind string) {
 			if err := os.WriteFile(fl.h.clocks[i], []byte(off.String()+"\n"), 0o644); err != nil {
 				fl.h.logf("fault %d: %v", n, err)
 			}
+		}
+	case FaultPartition:
+		d, mode := between(fl.r, 2*time.Second, 20*time.Second), []int{linkReset, linkBlackhole}[fl.r.Intn(2)]
+		members := len(fl.h.nats)
+		i := fl.r.Intn(members)
+		if fl.r.Intn(3) > 0 {
+			rec.Target = fl.h.nats[i].name
+			rec.Detail = fmt.Sprintf("routes to every other member cut (%s) for %s", linkModes[mode], d.Round(time.Millisecond))
+			act = func() { fl.h.routes.isolate(i, mode); hold(d); fl.h.routes.heal() }
+		} else {
+			j := (i + 1 + fl.r.Intn(members-1)) % members
+			rec.Target = fl.h.nats[i].name + "<->" + fl.h.nats[j].name
+			rec.Detail = fmt.Sprintf("one route cut (%s) for %s; both still reach the third member", linkModes[mode], d.Round(time.Millisecond))
+			act = func() { fl.h.routes.cut(i, j, mode); hold(d); fl.h.routes.heal() }
+		}
+	case FaultDiskFull:
+		p, d := fl.h.nats[fl.h.full], between(fl.r, 2*time.Second, 12*time.Second)
+		rec.Target, rec.Detail = p.name, "store directory full for "+d.Round(time.Millisecond).String()
+		act = func() {
+			written, err := fill(fl.h.tmpfs)
+			if err != nil {
+				fl.h.logf("fault %d: %v", n, err)
+			}
+			hold(d)
+			if err := unfill(fl.h.tmpfs); err != nil {
+				fl.h.logf("fault %d: %v", n, err)
+			}
+			fl.h.logf("fault %d: %s's store had %d MiB free; freed again", n, p.name, written>>20)
+			fl.h.liveness(fl.h.full)
 		}
 	}
 	fl.h.logf("fault %d (seed %d): %s %s: %s", n, fl.cfg.Seed, kind, rec.Target, rec.Detail)

@@ -14,7 +14,8 @@ import (
 	"github.com/podbus/podbus/audit/check"
 )
 
-// workload creates and deletes pods through the API, keeping about cfg.Pods, and logs every answer.
+// workload creates, updates and deletes pods through the API, keeping about cfg.Pods, and logs every
+// answer.
 type workload struct {
 	h      *harness
 	cfg    Config
@@ -24,9 +25,15 @@ type workload struct {
 	enc    *json.Encoder
 	client *http.Client
 
-	live             []string // pods created (201) and not deleted yet
-	n                int
-	created, deleted int
+	live                      []*livePod // pods created (201) and not deleted yet
+	n                         int
+	created, deleted, updated int
+}
+
+// livePod is a pod of the workload and the generation of its last update request.
+type livePod struct {
+	name, uid string
+	gen       int
 }
 
 func newWorkload(h *harness, cfg Config, path string) (*workload, error) {
@@ -40,7 +47,28 @@ func newWorkload(h *harness, cfg Config, path string) (*workload, error) {
 
 func (w *workload) close() { _ = w.f.Close() }
 
+// action is one kind of request of the workload, drawn with its weight once the pod count allows it.
+// Deployments (being built on another branch) join here: an action that creates, scales or deletes
+// one, logging check.WorkloadOp lines the checker then holds to their promises.
+type action struct {
+	weight int
+	run    func(context.Context)
+}
+
+func (w *workload) actions() []action {
+	return []action{
+		{3, w.create},
+		{2, w.update},
+		{3, w.delete},
+	}
+}
+
 func (w *workload) run(ctx context.Context) {
+	acts := w.actions()
+	total := 0
+	for _, a := range acts {
+		total += a.weight
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -48,10 +76,18 @@ func (w *workload) run(ctx context.Context) {
 		case <-time.After(between(w.r, 100*time.Millisecond, 400*time.Millisecond)):
 		}
 		switch {
-		case len(w.live) < w.cfg.Pods/2 || (len(w.live) < 2*w.cfg.Pods && w.r.Intn(2) == 0):
+		case len(w.live) < w.cfg.Pods/2:
 			w.create(ctx)
-		case len(w.live) > 0:
+		case len(w.live) >= 2*w.cfg.Pods:
 			w.delete(ctx)
+		default:
+			x := w.r.Intn(total)
+			for _, a := range acts {
+				if x -= a.weight; x < 0 {
+					a.run(ctx)
+					break
+				}
+			}
 		}
 	}
 }
@@ -73,41 +109,64 @@ func (w *workload) create(ctx context.Context) {
 		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":"example.local/app:1",`+
 		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, cpu, affinity)
 	code, resp := w.do(ctx, http.MethodPost, w.h.api+"/api/v1/namespaces/default/pods", body)
-	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code}
+	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
 		var p struct {
 			Metadata struct{ UID string } `json:"metadata"`
 		}
 		_ = json.Unmarshal(resp, &p)
 		op.UID = p.Metadata.UID
-		w.live = append(w.live, name)
+		w.live = append(w.live, &livePod{name: name, uid: op.UID})
 		w.created++
 	}
 	_ = w.enc.Encode(op)
 }
 
+// update patches a random live pod's label and annotation with its next generation: the checker holds
+// the store to never losing an update answered 200, nor writing an older generation over a newer one.
+func (w *workload) update(ctx context.Context) {
+	if len(w.live) == 0 {
+		return
+	}
+	p := w.live[w.r.Intn(len(w.live))]
+	p.gen++ // even when the outcome is unknown, so that every request carries a new generation
+	body := fmt.Sprintf(`{"metadata":{"labels":{%q:"%d"},"annotations":{%q:"%d"}}}`, check.GenLabel, p.gen, check.GenAnnotation, p.gen)
+	code, resp := w.doType(ctx, http.MethodPatch, w.h.api+"/api/v1/namespaces/default/pods/"+p.name, body, "application/merge-patch+json")
+	if code == http.StatusOK {
+		w.updated++
+	}
+	_ = w.enc.Encode(check.WorkloadOp{Op: "update", Namespace: "default", Name: p.name, UID: p.uid, Gen: p.gen, Code: code, Error: failure(code, resp)})
+}
+
 // delete deletes a random live pod, with a grace period of 0 (forced), 1 or 2 seconds.
 func (w *workload) delete(ctx context.Context) {
+	if len(w.live) == 0 {
+		return
+	}
 	i := w.r.Intn(len(w.live))
-	name := w.live[i]
+	name := w.live[i].name
 	grace := w.r.Intn(3)
-	code, _ := w.do(ctx, http.MethodDelete, w.h.api+"/api/v1/namespaces/default/pods/"+name, fmt.Sprintf(`{"gracePeriodSeconds":%d}`, grace))
+	code, resp := w.do(ctx, http.MethodDelete, w.h.api+"/api/v1/namespaces/default/pods/"+name, fmt.Sprintf(`{"gracePeriodSeconds":%d}`, grace))
 	if code == http.StatusOK || code == http.StatusNotFound {
 		w.live = append(w.live[:i], w.live[i+1:]...)
 	}
 	if code == http.StatusOK {
 		w.deleted++
 	}
-	_ = w.enc.Encode(check.WorkloadOp{Op: "delete", Namespace: "default", Name: name, Code: code})
+	_ = w.enc.Encode(check.WorkloadOp{Op: "delete", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)})
 }
 
 // do sends one request; code 0 means no answer (the outcome is unknown).
 func (w *workload) do(ctx context.Context, method, url, body string) (int, []byte) {
+	return w.doType(ctx, method, url, body, "application/json")
+}
+
+func (w *workload) doType(ctx context.Context, method, url, body, ctype string) (int, []byte) {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewBufferString(body))
 	if err != nil {
 		return 0, nil
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", ctype)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, nil
@@ -115,6 +174,21 @@ func (w *workload) do(ctx context.Context, method, url, body string) (int, []byt
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+// failure is the message of an answer that is not a success, for the log.
+func failure(code int, body []byte) string {
+	if code/100 == 2 {
+		return ""
+	}
+	var st struct{ Message string }
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	if code == 0 {
+		return "no answer"
+	}
+	return string(body[:min(len(body), 200)])
 }
 
 // ops reads the log back.

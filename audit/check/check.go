@@ -8,7 +8,10 @@
 //   - rebound: a pod bound to one node and later to another; double-bind: pod.bound sent for one pod to
 //     two nodes;
 //   - overcommit: at some revision a node's committed requests (its pods bound by a binder,
-//     PodScheduled=True, neither terminal nor force-deleted) exceed its allocatable at that moment.
+//     PodScheduled=True, neither terminal nor force-deleted) exceed its allocatable at that moment;
+//   - lost-update: a workload's update generation (GenLabel, GenAnnotation) going back at some revision
+//     (an older copy written over a newer one), the label and annotation of one update stored apart, or
+//     an update answered 200 whose generation the history never shows.
 //
 // At the end (Options.EndState), over the last state of the history and the live DEAD stream:
 //   - not-ready: a pod neither Ready nor in a terminal phase (Succeeded, Failed);
@@ -23,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,6 +50,14 @@ const (
 	KindNotReady    = "not-ready"
 	KindTerminating = "terminating"
 	KindDeadLetter  = "dead-letter"
+	KindLostUpdate  = "lost-update"
+)
+
+// A workload's updates set both to the same increasing generation, so that every revision of a pod
+// shows which updates it holds.
+const (
+	GenLabel      = "chaos.podbus.io/gen"
+	GenAnnotation = "chaos.podbus.io/gen"
 )
 
 // Violation is one broken promise.
@@ -82,11 +94,13 @@ func (v Violation) String() string {
 
 // WorkloadOp is one line of a workload log (JSON lines): a request a client made and the answer's code.
 type WorkloadOp struct {
-	Op        string `json:"op"` // "create" or "delete"
+	Op        string `json:"op"` // "create", "update" or "delete"
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	UID       string `json:"uid,omitempty"` // of the created pod, from the 201's body
+	UID       string `json:"uid,omitempty"` // of the created pod, from the 201's body; of the updated one
+	Gen       int    `json:"gen,omitempty"` // of an update: the generation it set
 	Code      int    `json:"code"`
+	Error     string `json:"error,omitempty"` // the message of an answer other than a success
 }
 
 // ReadWorkload reads a workload log.
@@ -140,6 +154,10 @@ func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	res.Pods, res.Deleted = len(h.uids), h.deleted
 	vs := h.violations
 	for _, op := range o.Workload {
+		if op.Op == "update" && op.Code == 200 {
+			vs = append(vs, h.checkUpdate(op)...)
+			continue
+		}
 		if op.Op != "create" || op.Code != 201 {
 			continue
 		}
@@ -172,6 +190,7 @@ type incarnation struct {
 	last      *pb.Pod
 	lastRev   uint64
 	gone      bool
+	gen       int // the highest update generation stored
 }
 
 // stored is what a pods-bucket key holds now.
@@ -297,6 +316,7 @@ func (h *history) applyPod(r *audit.Record, key string, rev uint64) error {
 		h.uids[uid] = inc
 	}
 	inc.last, inc.lastRev = p, rev
+	h.checkGen(inc, p, ref, rev, r.Seq)
 	if p.GetMetadata().GetDeletionTimestamp() != nil {
 		// Marked by the store, which only does so on a delete request (a preemption's included).
 		inc.deleteReq = true
@@ -338,6 +358,45 @@ func (h *history) applyPod(r *audit.Record, key string, rev uint64) error {
 	}
 	podutil.Add(used, cur.req)
 	return nil
+}
+
+// checkGen holds a pod's revision to the workload's update generations: never lower than an earlier
+// revision's, label and annotation alike.
+func (h *history) checkGen(inc *incarnation, p *pb.Pod, ref string, rev, seq uint64) {
+	md := p.GetMetadata()
+	label, lok := md.GetLabels()[GenLabel]
+	ann, aok := md.GetAnnotations()[GenAnnotation]
+	if !lok && !aok {
+		if inc.gen > 0 {
+			h.add(Violation{Kind: KindLostUpdate, Pod: ref, UID: md.GetUid(), Revision: rev, Seq: seq,
+				Detail: fmt.Sprintf("generation %d gone", inc.gen)})
+		}
+		return
+	}
+	if label != ann {
+		h.add(Violation{Kind: KindLostUpdate, Pod: ref, UID: md.GetUid(), Revision: rev, Seq: seq,
+			Detail: fmt.Sprintf("label generation %q, annotation generation %q: one update stored in part", label, ann)})
+	}
+	gen, err := strconv.Atoi(label)
+	if err != nil {
+		return
+	}
+	if gen < inc.gen {
+		h.add(Violation{Kind: KindLostUpdate, Pod: ref, UID: md.GetUid(), Revision: rev, Seq: seq,
+			Detail: fmt.Sprintf("generation %d written over %d", gen, inc.gen)})
+		return
+	}
+	inc.gen = gen
+}
+
+// checkUpdate holds an update answered 200 to showing in the history.
+func (h *history) checkUpdate(op WorkloadOp) []Violation {
+	inc := h.uids[op.UID]
+	if op.UID == "" || inc == nil || inc.gen >= op.Gen {
+		return nil // a pod never stored is reported as lost by its create
+	}
+	return []Violation{{Kind: KindLostUpdate, Pod: op.Namespace + "/" + op.Name, UID: op.UID,
+		Detail: fmt.Sprintf("update to generation %d answered 200, the history shows at most %d", op.Gen, inc.gen)}}
 }
 
 func (h *history) uncount(s *stored) {

@@ -90,6 +90,18 @@ func deleting(grace int64) podOpt {
 	}
 }
 
+// gen sets the workload's update generation: label and annotation.
+func gen(label, ann string) podOpt {
+	return func(p *pb.Pod) {
+		if label != "" {
+			p.Metadata.Labels = map[string]string{GenLabel: label}
+		}
+		if ann != "" {
+			p.Metadata.Annotations = map[string]string{GenAnnotation: ann}
+		}
+	}
+}
+
 func TestHistory(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -146,6 +158,25 @@ func TestHistory(t *testing.T) {
 			want:  []Violation{{Kind: KindDoubleBind, Pod: "default/a", UID: "ua", Node: "n2"}},
 		},
 		{
+			name:  "update generations only go up",
+			steps: []step{podRec("a", pod("ua", "1")), podRec("a", pod("ua", "1", gen("1", "1"))), podRec("a", pod("ua", "1", gen("3", "3")))},
+		},
+		{
+			name:  "an older generation written over a newer one",
+			steps: []step{podRec("a", pod("ua", "1", gen("2", "2"))), podRec("a", pod("ua", "1", gen("1", "1")))},
+			want:  []Violation{{Kind: KindLostUpdate, Pod: "default/a", UID: "ua", Revision: 2}},
+		},
+		{
+			name:  "an update dropped by a later write",
+			steps: []step{podRec("a", pod("ua", "1", gen("2", "2"))), podRec("a", pod("ua", "1", on("n1")))},
+			want:  []Violation{{Kind: KindLostUpdate, Pod: "default/a", UID: "ua", Node: "", Revision: 2}},
+		},
+		{
+			name:  "label and annotation of one update apart",
+			steps: []step{podRec("a", pod("ua", "1", gen("2", "1")))},
+			want:  []Violation{{Kind: KindLostUpdate, Pod: "default/a", UID: "ua", Revision: 1}},
+		},
+		{
 			name: "end state: pending, terminating",
 			steps: []step{nodeRec("n1", "4"),
 				podRec("a", pod("ua", "1")), podRec("b", pod("ub", "1", on("n1"), ready)),
@@ -178,5 +209,27 @@ func TestHistory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An update answered 200 must show in the history: generation 3 acknowledged, 2 stored at most.
+func TestAcknowledgedUpdate(t *testing.T) {
+	h := newHistory()
+	for i, s := range []step{podRec("a", pod("ua", "1", gen("1", "1"))), podRec("a", pod("ua", "1", gen("2", "2")))} {
+		if err := h.apply(s(uint64(i + 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		op   WorkloadOp
+		want int
+	}{
+		{WorkloadOp{Op: "update", Namespace: "default", Name: "a", UID: "ua", Gen: 2, Code: 200}, 0},
+		{WorkloadOp{Op: "update", Namespace: "default", Name: "a", UID: "ua", Gen: 3, Code: 200}, 1},
+		{WorkloadOp{Op: "update", Namespace: "default", Name: "b", UID: "ub", Gen: 1, Code: 200}, 0}, // never stored: its create says so
+	} {
+		if got := h.checkUpdate(tt.op); len(got) != tt.want || (tt.want > 0 && got[0].Kind != KindLostUpdate) {
+			t.Errorf("checkUpdate(%+v) = %v, want %d lost-update", tt.op, got, tt.want)
+		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // runAuditCheck is "podbus audit check": the history checker (package audit/check). It prints each
 // violation (kind, pod, uid, node, revision) and fails when there is one.
 func runAuditCheck(ctx context.Context, fs *flag.FlagSet, args []string, connect func() (*bus.Conn, error), stream *string) error {
-	workload := fs.String("workload", "", "the workload's log (JSON lines: op, namespace, name, uid, code) to check every 201 against")
+	workload := fs.String("workload", "", "the workload's log (JSON lines: op, namespace, name, uid, gen, code) to check every 201 against")
 	end := fs.Bool("end", false, "check the end state too: every pod Ready or terminal, none terminating, nothing on dead.>")
 	wait := fs.Duration("wait", 0, "with --end, how long the end state may take to settle before its violations count")
 	if err := parse(fs, args); err != nil {

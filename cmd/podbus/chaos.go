@@ -20,10 +20,13 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.FaultEvery, "fault-every", 5*time.Second, "mean time between faults")
 	fs.DurationVar(&cfg.Settle, "settle", 2*time.Minute, "how long after the last fault everything must have settled")
 	fs.IntVar(&cfg.Pods, "pods", 30, "pods the workload keeps, about")
+	fs.BoolVar(&cfg.OpenBus, "open-bus", false, "run NATS without credentials or TLS (default: a credential per role and TLS, as a real deployment)")
+	storeMiB := fs.Int64("store-limit", 512, "MiB of the tmpfs on one NATS member's store that the disk-full fault fills (root only)")
 	fs.StringVar(&cfg.Dir, "dir", "", "working directory: NATS storage, process logs, workload.jsonl, faults.jsonl (default: a new temporary one, kept)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	cfg.StoreLimit = *storeMiB << 20
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano() % 1_000_000
 	}

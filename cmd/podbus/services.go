@@ -480,6 +480,7 @@ func runNATS(ctx context.Context, args []string) error {
 	cluster := fs.String("cluster-name", "", "join a cluster of this name")
 	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
 	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
+	advertise := fs.String("cluster-advertise", "", "route address told to the other members, which they may connect to besides --routes (default: --cluster-listen)")
 	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz: ready once JetStream reaches its meta leader) or 0")
 	var sec natsauth.ServerSecurity
 	fs.StringVar(&sec.Auth, "auth", "", "authorization file (podbus natsauth init's nats-auth.conf): every client must hold one of its credentials; monitoring then listens on loopback only")
@@ -496,7 +497,7 @@ func runNATS(ctx context.Context, args []string) error {
 	}
 	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default(), Configure: sec.Configure}
 	if *cluster != "" {
-		cfg.ClusterName, cfg.ClusterListen = *cluster, *listen
+		cfg.ClusterName, cfg.ClusterListen, cfg.ClusterAdvertise = *cluster, *listen, *advertise
 		for _, r := range strings.Split(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Routes = append(cfg.Routes, r)
