@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/podbus/podbus/audit"
 )
 
-// timelineTimeout bounds the audit log reads of one timeline.
-const timelineTimeout = 15 * time.Second
+// timelineTimeout bounds the audit log reads of one timeline; maxTimelineRetries bounds how often a
+// page asks again for a timeline the audit log has not caught up with.
+const (
+	timelineTimeout    = 15 * time.Second
+	maxTimelineRetries = 10
+)
 
 func (v *View) handlePod(w http.ResponseWriter, r *http.Request) {
 	v.writePage(w, "pod", struct{ Title, Namespace, Name string }{
@@ -27,7 +32,7 @@ type spanView struct {
 type stepView struct{ Time, Gap, Actor, What string }
 
 type timelineView struct {
-	Self     string // this fragment's URL
+	Self     string // this fragment's URL, for the next try
 	Err      string
 	Retry    bool // ask again shortly: the audit log has not caught up with the store
 	Inc      *audit.Incarnation
@@ -43,7 +48,8 @@ func (v *View) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
 	ctx, cancel := context.WithTimeout(r.Context(), timelineTimeout)
 	defer cancel()
-	tv := timelineView{Self: r.URL.Path}
+	try, _ := strconv.Atoi(r.URL.Query().Get("try"))
+	tv := timelineView{Self: r.URL.Path + "?try=" + strconv.Itoa(try+1)}
 	stage, known := v.model.podStage(ns, name)
 	incs, err := audit.Timeline(ctx, v.js, audit.TimelineOptions{Stream: v.cfg.AuditStream, Namespace: ns, Name: name})
 	switch {
@@ -57,6 +63,7 @@ func (v *View) handleTimeline(w http.ResponseWriter, r *http.Request) {
 		// The log is sourced from the buckets and may trail the store by a moment.
 		tv.Retry = known && stage == Ready && !tv.Complete
 	}
+	tv.Retry = tv.Retry && try < maxTimelineRetries
 	v.writePage(w, "timeline", tv)
 }
 

@@ -92,6 +92,7 @@ func (v *View) Run(ctx context.Context) error {
 func (v *View) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v.startOnce.Do(func() { close(v.wanted) })
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'")
 	v.mux.ServeHTTP(w, r)
 }

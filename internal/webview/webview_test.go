@@ -116,13 +116,14 @@ func stageCount(html, stage string) string {
 
 func TestStreamFollowsPodChanges(t *testing.T) {
 	_, c := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	// t.Context ends before the cleanups run, so the streams are over when the server closes.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	v := New(c.JS, Config{})
 	runDone := make(chan error, 1)
 	go func() { runDone <- v.Run(ctx) }()
 	srv := httptest.NewServer(v)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 
 	pods, err := c.JS.KeyValue(ctx, bus.BucketPods)
 	if err != nil {
@@ -196,12 +197,13 @@ func TestStreamFollowsPodChanges(t *testing.T) {
 
 func TestPages(t *testing.T) {
 	_, c := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	// t.Context ends before the cleanups run, so the streams are over when the server closes.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	v := New(c.JS, Config{})
 	go func() { _ = v.Run(ctx) }()
 	srv := httptest.NewServer(v)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	for _, tt := range []struct {
 		path, want string
 		code       int
@@ -223,5 +225,61 @@ func TestPages(t *testing.T) {
 		if resp.StatusCode != tt.code || !strings.Contains(b.String(), tt.want) {
 			t.Errorf("GET %s: %d, want %d with %q; body:\n%.400s", tt.path, resp.StatusCode, tt.code, tt.want, b.String())
 		}
+	}
+}
+
+// A pod's timeline fragment is read from the audit log: a pod the store holds as Ready whose log lacks
+// the later steps gets a bar for what the log has, and asks again a bounded number of times.
+func TestTimelineFromAuditLog(t *testing.T) {
+	_, c := bustest.Start(t)
+	// t.Context ends before the cleanups run, so the streams are over when the server closes.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	v := New(c.JS, Config{})
+	go func() { _ = v.Run(ctx) }()
+	srv := httptest.NewServer(v)
+	t.Cleanup(srv.Close)
+
+	pods, err := c.JS.KeyValue(ctx, bus.BucketPods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web", Uid: "u1", CreationTimestamp: timestamppb.Now()},
+		Spec: &pb.PodSpec{NodeName: "n1"}, Status: &pb.PodStatus{Phase: "Running",
+			Conditions: []*pb.PodCondition{{Type: podutil.PodReady, Status: podutil.True}}}}
+	b, _ := proto.Marshal(pod)
+	if _, err := pods.Put(ctx, bus.PodKey("default", "web"), b); err != nil {
+		t.Fatal(err)
+	}
+	all := readStream(t, ctx, srv.URL+Prefix+"stream")
+	waitEvent(t, all, "pipeline", func(d string) bool { return stageCount(d, "ready") == "1" })
+
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+		return b.String()
+	}
+	var html string
+	bustest.Eventually(t, 20*time.Second, func() bool {
+		html = get(Prefix + "pods/default/web/timeline")
+		return strings.Contains(html, `class="gantt`)
+	}, "a timeline from the audit log")
+	if !regexp.MustCompile(`<div class="row ok" data-stage="admitted">`).MatchString(html) {
+		t.Errorf("no admitted bar:\n%s", html)
+	}
+	if strings.Contains(html, `class="row ok" data-stage="ready"`) {
+		t.Errorf("a ready bar without the steps before it:\n%s", html)
+	}
+	if !strings.Contains(html, `hx-get="/ui/pods/default/web/timeline?try=1"`) {
+		t.Errorf("an incomplete timeline of a ready pod does not ask again:\n%s", html)
+	}
+	if html := get(Prefix + "pods/default/web/timeline?try=10"); strings.Contains(html, "?try=11") {
+		t.Errorf("the tenth try asks again:\n%s", html)
 	}
 }
