@@ -5,7 +5,7 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: chaos run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test
+.PHONY: chaos run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test webview-assets
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
@@ -122,6 +122,18 @@ images-oci:
 compose-test:
 	$(GO) vet -tags compose ./e2e/
 	$(GO) test -count=1 -timeout 12m -tags compose -run TestCompose -v ./e2e/
+
+## webview-assets: refresh the web view's vendored htmx from npm at the versions pinned in
+## internal/webview/assets/vendor/package.json (the files are committed; a build needs no npm)
+WEBVIEW_VENDOR := internal/webview/assets/vendor
+webview-assets:
+	rm -rf $(BIN)/webview-npm && mkdir -p $(BIN)/webview-npm
+	cp $(WEBVIEW_VENDOR)/package.json $(BIN)/webview-npm/
+	cd $(BIN)/webview-npm && npm install --no-audit --no-fund --ignore-scripts
+	cp $(BIN)/webview-npm/node_modules/htmx.org/dist/htmx.min.js $(WEBVIEW_VENDOR)/htmx.min.js
+	cp $(BIN)/webview-npm/node_modules/htmx.org/LICENSE $(WEBVIEW_VENDOR)/htmx.LICENSE
+	cp $(BIN)/webview-npm/node_modules/htmx-ext-sse/dist/sse.min.js $(WEBVIEW_VENDOR)/htmx-ext-sse.min.js
+	cp $(BIN)/webview-npm/node_modules/htmx-ext-sse/LICENSE $(WEBVIEW_VENDOR)/htmx-ext-sse.LICENSE
 
 ## clean: podbus down (the real node's pods, their networks and namespaces, then .podbus), and the binaries
 clean:

@@ -72,7 +72,13 @@ func step(r *Record, prev *pb.Pod) (Step, *pb.Pod) {
 		if h := m.GetSource().GetHost(); h != "" {
 			src += " " + h
 		}
-		st.Kind = "event"
+		st.Kind, st.Reason = "event", m.GetReason()
+		switch {
+		case m.GetEventTime() != nil:
+			st.EventTime = m.GetEventTime().AsTime()
+		case m.GetFirstTimestamp() != nil:
+			st.EventTime = m.GetFirstTimestamp().AsTime()
+		}
 		st.What = fmt.Sprintf("event %s %s: %s (%s)", m.GetType(), m.GetReason(), m.GetMessage(), src)
 	case *pb.NodeHeartbeat:
 		st.What = "heartbeat of " + m.GetNode().GetMetadata().GetName()

@@ -24,6 +24,10 @@ type Step struct {
 	Service string // admission, store, scheduler, binder, status, agent, ...
 	Kind    string // admitted, stored, queued, scheduled, bound, handed, report, running, ready, event, terminating, deleted, ...
 	What    string
+	// Reason and EventTime are an event's reason ("Pulled", "Started") and when its source says it
+	// happened, which for a kubelet's event is earlier than the report that carried it.
+	Reason    string
+	EventTime time.Time
 }
 
 // Incarnation is the history of one pod uid under a name.

@@ -612,6 +612,9 @@ func runUp(ctx context.Context, args []string) error {
 		fmt.Printf("NATS monitoring at %s\n", c.NATSMonitorURL)
 	}
 	fmt.Printf("podbus is up: API %s, NATS %s\n  kubectl --kubeconfig %s get nodes\n", c.APIURL, c.NATSURL, c.Kubeconfig)
+	if c.APIURL != "" {
+		fmt.Printf("live web view: kubectl --kubeconfig %s proxy, then open http://127.0.0.1:8001/ui/\n", c.Kubeconfig)
+	}
 	if c.NATSCredsDir != "" {
 		fmt.Printf("NATS credentials (one per role) in %s, CA %s; e.g.\n  podbus audit replay --nats %s --nats-creds %s --nats-ca %s\n",
 			c.NATSCredsDir, c.NATSCA, c.NATSURL, c.NATSCreds(natsauth.RoleReader), c.NATSCA)

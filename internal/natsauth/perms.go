@@ -225,6 +225,7 @@ func Permissions(role string) (Perms, error) {
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)
 		g.readStream(bus.StreamEvents)
+		g.readStream(bus.StreamAudit) // the web view's pod timelines
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
 		g.sub(bus.SubjReplyPrefix + ">")
 	case RoleAuditSeal:

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/internal/metrics"
+	"github.com/podbus/podbus/internal/webview"
 )
 
 // Limits bound what clients can make one replica do, as kube-apiserver's generic filters do (max
@@ -213,6 +214,8 @@ func longRunning(r *http.Request) bool {
 	case len(seg) > 3 && seg[1] == "api" && seg[3] == "watch":
 		return true
 	case len(seg) > 4 && seg[1] == "apis" && seg[4] == "watch":
+		return true
+	case r.URL.Path == webview.Prefix+"stream": // the web view's server-sent events
 		return true
 	}
 	// /api/v1/namespaces/<ns>/pods/<name>/log

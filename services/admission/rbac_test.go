@@ -255,9 +255,9 @@ func TestRBACBootstrap(t *testing.T) {
 	get("/clusterroles/view", &view)
 	var got []string
 	for _, r := range view.Rules {
-		got = append(got, strings.Join(r.Resources, ","))
+		got = append(got, strings.Join(append(r.Resources, r.NonResourceURLs...), ","))
 	}
-	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
+	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "/ui,/ui/*", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
 		t.Errorf("view after bootstrap: %v, want %v", got, want)
 	}
 	if get("/clusterroles/edit", &edit); len(edit.Rules) != 0 {

@@ -47,6 +47,8 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "", "pods/status", "namespaces/status", "pods/log"),
 		rule(verbsRead, "", "namespaces"),
 		rule(verbsRead, "", "events"),
+		// The web view (internal/webview): effective through a ClusterRoleBinding, as every non-resource URL.
+		urlRule([]string{"get"}, "/ui", "/ui/*"),
 	}
 }
 

@@ -106,6 +106,10 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, user *userInfo) 
 		// system:monitoring).
 		metrics.Handler().ServeHTTP(w, r)
 		return
+	case path == "/ui" || strings.HasPrefix(path, "/ui/"):
+		// The web view, behind RBAC as /metrics: get on the non-resource URLs /ui/* (view, edit, admin).
+		s.ui.ServeHTTP(w, r)
+		return
 	case path == "/api":
 		s.handleAPI(w, r)
 		return

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/internal/metrics"
+	"github.com/podbus/podbus/internal/webview"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,6 +120,7 @@ type Service struct {
 	cachesMu sync.Mutex
 	caches   map[string]*watchCache // by bucket
 	kvReads  atomic.Int64           // reads of objects from a bucket, for tests
+	ui       *webview.View          // the live web view under /ui/ (ui.go)
 }
 
 // New opens the buckets the API reads from, provisions those of the served kinds, and creates the
@@ -179,6 +181,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		authn:   an,
 		waiter:  map[string]chan *pb.CommandResult{},
 		caches:  map[string]*watchCache{},
+		ui:      webview.New(conn.JS, webview.Config{Logger: logger}),
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.authz = s.newAuthorizer()
@@ -228,6 +231,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.stop()
 	stopCaches := context.AfterFunc(ctx, s.stop)
 	defer stopCaches()
+	defer s.runUI(ctx)()
 	// Every kind's cache starts now, so watches may resume from any resourceVersion since the start.
 	for _, k := range s.reg.kinds {
 		if k.storage != nil && k.serve == nil {
