@@ -47,6 +47,8 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "", "pods/status", "namespaces/status", "pods/log"),
 		rule(verbsRead, "", "namespaces"),
 		rule(verbsRead, "", "events"),
+		rule(verbsRead, "apps", "daemonsets", "daemonsets/status"),
+		rule(verbsRead, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 	}
 }
 
@@ -57,6 +59,8 @@ func editRules() []rbacv1.PolicyRule {
 		rule([]string{"create"}, "", "pods/eviction"),
 		rule(verbsWrite, "", "configmaps"),
 		rule(verbsWrite, "", "events"),
+		rule(verbsWrite, "apps", "daemonsets"),
+		rule(verbsWrite, "policy", "poddisruptionbudgets"),
 	)
 }
 

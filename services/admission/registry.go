@@ -191,6 +191,8 @@ func builtinKinds() []*kind {
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,
+		daemonSetKind,
+		pdbKind,
 		roleKind,
 		clusterRoleKind,
 		roleBindingKind,
