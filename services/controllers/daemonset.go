@@ -53,6 +53,15 @@ const (
 	reasonSuccessfulDelete = "SuccessfulDelete"
 )
 
+// Why the controller deletes a daemon pod, in the audit timeline and the log.
+const (
+	reasonPodFailed       = "DaemonPodFailed"
+	reasonNodeNotEligible = "NodeNotEligible"
+	reasonDuplicate       = "DuplicateDaemonPod"
+	reasonNodeGone        = "NodeDeleted"
+	reasonRollingUpdate   = "RollingUpdate"
+)
+
 // daemonTolerations are what kube adds to every daemon pod (AddOrUpdateDaemonPodTolerations).
 var daemonTolerations = []corev1.Toleration{
 	{Key: podutil.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
@@ -187,7 +196,7 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 		if s.nodes[p.GetSpec().GetNodeName()] == nil {
 			grace = proto.Int64(0) // no agent left to confirm a graceful stop
 		}
-		if err := s.deletePod(ctx, p, grace, UserDaemonSet, "ds"); err != nil {
+		if err := s.deletePod(ctx, p, grace, UserDaemonSet, "ds", why); err != nil {
 			errs = append(errs, err)
 			return
 		}
@@ -202,14 +211,14 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 		var live []*pb.Pod
 		for _, p := range pods {
 			if p.GetStatus().GetPhase() == "Failed" {
-				del(p, "failed")
+				del(p, reasonPodFailed)
 				continue
 			}
 			live = append(live, p)
 		}
 		if !stay {
 			for _, p := range live {
-				del(p, "node no longer eligible")
+				del(p, reasonNodeNotEligible)
 			}
 			if len(live) > 0 {
 				st.NumberMisscheduled++
@@ -237,7 +246,7 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 			return a.GetMetadata().GetCreationTimestamp().AsTime().Compare(b.GetMetadata().GetCreationTimestamp().AsTime())
 		})
 		for _, p := range live[1:] {
-			del(p, "more than one on the node")
+			del(p, reasonDuplicate)
 		}
 		p := live[0]
 		if podutil.PodCondition(p, "Ready").GetStatus() == podutil.True && p.GetMetadata().GetDeletionTimestamp() == nil {
@@ -258,7 +267,7 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 	// Pods of nodes that are gone.
 	for _, pods := range byNode {
 		for _, p := range pods {
-			del(p, "node gone")
+			del(p, reasonNodeGone)
 		}
 	}
 	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
@@ -266,10 +275,10 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 		for _, p := range oldPods {
 			switch {
 			case !available(p, ds.Spec.MinReadySeconds, now):
-				del(p, "rolling update")
+				del(p, reasonRollingUpdate)
 			case budget > 0:
 				budget--
-				del(p, "rolling update")
+				del(p, reasonRollingUpdate)
 			}
 		}
 	}

@@ -28,6 +28,9 @@ import (
 // Pods change through the store's commands; other JSON kinds by compare-and-set on their bucket.
 // Namespaces and nodes are never deleted here: they have deletion paths of their own.
 
+// reasonGarbageCollected is why the collector deletes a pod, in the audit timeline.
+const reasonGarbageCollected = "GarbageCollected"
+
 func (s *Service) collect(ctx context.Context, uid string) error {
 	o := s.objects[uid]
 	if o == nil {
@@ -161,7 +164,7 @@ func (s *Service) deleteObject(ctx context.Context, o *object) error {
 		if pe == nil {
 			return nil
 		}
-		return s.deletePod(ctx, pe.pod, nil, UserGC, "gc")
+		return s.deletePod(ctx, pe.pod, nil, UserGC, "gc", reasonGarbageCollected)
 	case o.kind.Proto || o.kind.Kind == "Namespace":
 		return nil
 	}

@@ -46,11 +46,12 @@ func (s *Service) createPod(ctx context.Context, p *pb.Pod, user string) error {
 }
 
 // deletePod asks the store to delete a pod (this uid only), as the API's delete does; grace nil: the
-// pod's own. One message per pod and reason however often and by however many replicas it is sent.
-func (s *Service) deletePod(ctx context.Context, p *pb.Pod, grace *int64, user, why string) error {
+// pod's own. reason says why, in the audit timeline. One message per pod and controller however often
+// and by however many replicas it is sent.
+func (s *Service) deletePod(ctx context.Context, p *pb.Pod, grace *int64, user, why, reason string) error {
 	md := p.GetMetadata()
 	uid := md.GetUid()
-	cmd := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, PreconditionUid: uid, GracePeriodSeconds: grace, User: user,
+	cmd := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, PreconditionUid: uid, GracePeriodSeconds: grace, User: user, Reason: reason,
 		Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), Uid: uid}}}
 	err := s.pub.Publish(ctx, bus.SubjPodDelete, cmd, bus.Meta{
 		MsgID: why + "-delete-" + uid, Correlation: p.GetInternal().GetCorrelationId(), PodUID: uid,
