@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -83,8 +85,11 @@ func (s *Service) apply(c change) {
 			return
 		}
 		meta = &metav1.ObjectMeta{Name: n.GetMetadata().GetName(), UID: typesUID(n.GetMetadata().GetUid())}
-		s.nodes[n.GetMetadata().GetName()] = n
-		s.markDaemonSets()
+		name := n.GetMetadata().GetName()
+		if old := s.nodes[name]; old == nil || !sameForDaemons(old, n) {
+			s.markDaemonSets()
+		}
+		s.nodes[name] = n
 	case kb.Proto:
 		return // no other protobuf kind takes part
 	default:
@@ -126,6 +131,13 @@ func (s *Service) markForPod(p *pb.Pod) {
 			s.dirtyPDB[key] = true
 		}
 	}
+}
+
+// sameForDaemons reports whether two versions of a node judge daemon pods alike: heartbeats change
+// nodes all the time, their labels and taints seldom.
+func sameForDaemons(a, b *pb.Node) bool {
+	return maps.Equal(a.GetMetadata().GetLabels(), b.GetMetadata().GetLabels()) &&
+		slices.EqualFunc(a.GetSpec().GetTaints(), b.GetSpec().GetTaints(), func(x, y *pb.Taint) bool { return proto.Equal(x, y) })
 }
 
 func (s *Service) markDaemonSets() {

@@ -81,6 +81,31 @@ func putCM(t *testing.T, kv jetstream.KeyValue, name string, opts ...cmOpt) {
 	}
 }
 
+// updateCM changes a stored ConfigMap (compare-and-set, retried).
+func updateCM(t *testing.T, kv jetstream.KeyValue, name string, opts ...cmOpt) {
+	t.Helper()
+	for range 10 {
+		e, err := kv.Get(context.Background(), bus.ObjectKey("default", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &corev1.ConfigMap{}
+		if err := json.Unmarshal(e.Value(), c); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range opts {
+			o(c)
+		}
+		data, _ := json.Marshal(c)
+		if _, err = bus.UpdateEncoded(context.Background(), kv, e.Key(), data, e.Revision()); err == nil {
+			return
+		} else if !errors.Is(err, bus.ErrConflict) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("update %s: too many conflicts", name)
+}
+
 func getCM(t *testing.T, kv jetstream.KeyValue, name string) *corev1.ConfigMap {
 	t.Helper()
 	e, err := kv.Get(context.Background(), bus.ObjectKey("default", name))
@@ -108,15 +133,18 @@ func TestCollector(t *testing.T) {
 	putCM(t, kv, "keeper")
 	bustest.Eventually(t, 10*time.Second, gone("stray"), "dependent of a missing owner not deleted")
 
+	// Owners exist before their dependents, or the dependents are garbage from the start.
+	putCM(t, kv, "orphaner")
 	putCM(t, kv, "free", ownedBy("orphaner", true))
-	putCM(t, kv, "orphaner", deleting(metav1.FinalizerOrphanDependents))
+	updateCM(t, kv, "orphaner", deleting(metav1.FinalizerOrphanDependents))
 	bustest.Eventually(t, 10*time.Second, gone("orphaner"), "orphaning owner not deleted")
 	if c := getCM(t, kv, "free"); c == nil || len(c.OwnerReferences) != 0 {
 		t.Fatalf("orphan = %+v, want it kept without owner", c)
 	}
 
+	putCM(t, kv, "fg")
 	putCM(t, kv, "blocker", ownedBy("fg", true), func(c *corev1.ConfigMap) { c.Finalizers = []string{"test/hold"} })
-	putCM(t, kv, "fg", deleting(metav1.FinalizerDeleteDependents))
+	updateCM(t, kv, "fg", deleting(metav1.FinalizerDeleteDependents))
 	bustest.Eventually(t, 10*time.Second, func() bool { c := getCM(t, kv, "blocker"); return c != nil && c.DeletionTimestamp != nil },
 		"blocking dependent not marked deleted")
 	if getCM(t, kv, "fg") == nil {
