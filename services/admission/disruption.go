@@ -69,6 +69,7 @@ func (s *Service) spendDisruption(ctx context.Context, req request, pod *pb.Pod)
 	case len(pdbs) == 0:
 		return nil
 	case len(pdbs) > 1:
+		//lint:ignore ST1005 Kubernetes' exact message
 		return apierrors.NewInternalError(errors.New("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))
 	}
 	pdb := pdbs[0]

@@ -1,5 +1,7 @@
 package admission
 
+//lint:file-ignore SA1019 orphanDependents is read for the clients that still send it
+
 import (
 	"context"
 	"fmt"
@@ -22,7 +24,8 @@ import (
 //	                               from the dependents' ownerReferences, then the finalizer and the object
 //	an object with finalizers  ──▶ deletionTimestamp; gone when an update leaves it none (finishDeletion)
 
-// propagationPolicy is the policy a DeleteOptions asks for; Background when it names none.
+// propagationPolicy is the policy a DeleteOptions asks for; Background when it names none. Old clients
+// still send the deprecated orphanDependents, which kube-apiserver honours.
 func propagationPolicy(opts metav1.DeleteOptions) (metav1.DeletionPropagation, error) {
 	if opts.PropagationPolicy != nil && opts.OrphanDependents != nil {
 		return "", apierrors.NewBadRequest("using both OrphanDependents and PropagationPolicy is not allowed")
