@@ -12,6 +12,8 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/natsauth"
+	"github.com/podbus/podbus/services/admission"
+	"github.com/podbus/podbus/services/controllers"
 )
 
 const daemonSetYAML = `apiVersion: apps/v1
@@ -70,13 +72,30 @@ func podsOn(k kube, app string) map[string]string {
 // A DaemonSet runs one pod per node, one more when a node joins; the pod of a node whose agent stops
 // stays there (it tolerates the unreachable taint) and is not made elsewhere, and is Ready again when
 // the agent comes back; a rolling update replaces every pod; deleting the DaemonSet deletes its pods.
-// With NATS authorization, so the controllers' role is shown to suffice.
+// Three controller replicas, with NATS authorization, so the controllers' role is shown to suffice.
 func TestDaemonSetFollowsNodes(t *testing.T) {
 	needKubectl(t)
 	hb := 300 * time.Millisecond
 	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 20 * time.Millisecond, HeartbeatInterval: hb,
 		NodeMonitorGracePeriod: 2 * time.Second, NATSAuth: true, AgentCreds: []string{"late"}})
 	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	// Two more controller replicas besides up's: still one pod per node.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, id := range []string{"controllers-1", "controllers-2"} {
+		s, err := controllers.New(controllers.Config{ID: id, Kinds: admission.KindBuckets()}, natsConn(t, cl, natsauth.RoleControllers, id, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		}()
+	}
 	k.must("wait", "--for=condition=Ready", "node/node-1", "node/node-2", "--timeout=60s")
 	k.must("apply", "-f", writeFile(t, "ds.yaml", daemonSetYAML))
 	k.must("rollout", "status", "ds/logs", "--timeout=60s")
