@@ -154,7 +154,10 @@ func TestDeletePropagationFinalizers(t *testing.T) {
 			t.Errorf("%s: not gone once its finalizers are: %s", tc.policy, data)
 		}
 	}
-	if resp, data := e.do("DELETE", cms+"/x", `{"propagationPolicy":"Sometimes"}`); resp.StatusCode != 400 && resp.StatusCode != 404 {
-		t.Errorf("bad policy = %d %s", resp.StatusCode, data)
+	if resp, data := e.do("POST", cms, `{"metadata":{"name":"x"}}`); resp.StatusCode != 201 {
+		t.Fatalf("create = %d %s", resp.StatusCode, data)
+	}
+	if resp, data := e.do("DELETE", cms+"/x", `{"propagationPolicy":"Sometimes"}`); resp.StatusCode != 400 {
+		t.Errorf("bad policy = %d %s, want 400", resp.StatusCode, data)
 	}
 }
