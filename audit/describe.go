@@ -46,6 +46,9 @@ func step(r *Record, prev *pb.Pod) (Step, *pb.Pod) {
 			st.Kind = op + " requested"
 		}
 		st.What = fmt.Sprintf("%s by user %s", st.Kind, user)
+		if r := m.GetReason(); r != "" {
+			st.What += ": " + r
+		}
 	case *pb.PendingPod:
 		st.Kind, st.What = "queued", fmt.Sprintf("queued for scheduling (%s, rv=%d)", m.GetCause(), m.GetRevision())
 	case *pb.SchedulingDecision:

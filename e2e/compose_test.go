@@ -36,8 +36,8 @@ const (
 	composeAgents  = 5
 	composeBatch   = 300
 	// composeServices are the containers besides the agents with one scheduler: three NATS nodes,
-	// admission, store, scheduler, binder, status, namespaces, nodelifecycle and auditseal.
-	composeServices = 11
+	// admission, store, scheduler, binder, status, namespaces, nodelifecycle, controllers and auditseal.
+	composeServices = 12
 	// composeApplyLimit bounds one kubectl apply of a batch: kubectl sends its requests one at a time,
 	// each a quorum round trip or two at R3, so a loaded machine needs more than run's minute.
 	composeApplyLimit = 3 * time.Minute

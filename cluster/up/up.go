@@ -30,6 +30,7 @@ import (
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/controllers"
 	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/nodelifecycle"
 	"github.com/podbus/podbus/services/scheduler"
@@ -297,6 +298,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}},
 			{"nodelifecycle", func(cn *bus.Conn) (runner, error) {
 				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log}, cn)
+			}},
+			{"controllers", func(cn *bus.Conn) (runner, error) {
+				return controllers.New(controllers.Config{ID: "controllers-0", Kinds: admission.KindBuckets(), Logger: log}, cn)
 			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Logger: log, Buckets: admission.NamespacedBuckets()}, cn)

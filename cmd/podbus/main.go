@@ -38,6 +38,7 @@ var commands = []command{
 	{"status", "the status service: pod and node status, events, node monitor", runStatus},
 	{"namespaces", "the namespace controller: empties and removes deleted namespaces", runNamespaces},
 	{"nodelifecycle", "the node lifecycle controller: taints nodes that are not Ready, evicts pods that do not tolerate it", runNodeLifecycle},
+	{"controllers", "the DaemonSet, disruption (PodDisruptionBudget) and garbage-collector controllers", runControllers},
 	{"agent", "a node agent (kubelet)", runAgent},
 	{"images", "build the built-in OCI images (demo-web, busybox) as an OCI layout: images build --out DIR", runImages},
 	{"registry", "an OCI registry on loopback serving the built-in images", runRegistry},

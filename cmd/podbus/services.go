@@ -32,6 +32,7 @@ import (
 	"github.com/podbus/podbus/services/admission/convert"
 	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
+	"github.com/podbus/podbus/services/controllers"
 	"github.com/podbus/podbus/services/namespaces"
 	"github.com/podbus/podbus/services/nodelifecycle"
 	"github.com/podbus/podbus/services/scheduler"
@@ -318,6 +319,19 @@ func runNamespaces(ctx context.Context, args []string) error {
 	}
 	return c.serve(ctx, "namespaces", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return namespaces.New(namespaces.Config{ID: c.id, Buckets: admission.NamespacedBuckets(), Resync: *resync}, cn)
+	})
+}
+
+func runControllers(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("controllers", flag.ExitOnError)
+	c.register(fs, "controllers")
+	resync := fs.Duration("resync", controllers.DefaultResync, "re-examine every DaemonSet, budget and owned object this often")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "controllers", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return controllers.New(controllers.Config{ID: c.id, Kinds: admission.KindBuckets(), Resync: *resync}, cn)
 	})
 }
 

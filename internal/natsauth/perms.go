@@ -17,16 +17,17 @@ import (
 
 // Roles. An agent of one real node is AgentRole(node).
 const (
-	RoleAdmin      = "admin"         // everything: provisions streams, buckets and consumers
-	RoleAdmission  = "admission"     // the API server
-	RoleStore      = "store"         // pod commands -> pods bucket
-	RoleScheduler  = "scheduler"     // pending pods -> decisions
-	RoleBinder     = "binder"        // decisions -> bindings
-	RoleStatus     = "status"        // agents' reports -> pods and nodes buckets
-	RoleNamespaces = "namespaces"    // namespace deletion
-	RoleNodeLife   = "nodelifecycle" // node taints and taint evictions
-	RoleReader     = "reader"        // audit and tools: read-only
-	RoleAuditSeal  = "auditseal"     // the audit sealer: reads AUDIT, appends signed blocks to its own stream
+	RoleAdmin       = "admin"         // everything: provisions streams, buckets and consumers
+	RoleAdmission   = "admission"     // the API server
+	RoleStore       = "store"         // pod commands -> pods bucket
+	RoleScheduler   = "scheduler"     // pending pods -> decisions
+	RoleBinder      = "binder"        // decisions -> bindings
+	RoleStatus      = "status"        // agents' reports -> pods and nodes buckets
+	RoleNamespaces  = "namespaces"    // namespace deletion
+	RoleNodeLife    = "nodelifecycle" // node taints and taint evictions
+	RoleControllers = "controllers"   // DaemonSets, disruption budgets' status, garbage collection
+	RoleReader      = "reader"        // audit and tools: read-only
+	RoleAuditSeal   = "auditseal"     // the audit sealer: reads AUDIT, appends signed blocks to its own stream
 	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
 	// agents, named after their containers): the agent subjects of every node, consumers of any name on
 	// PODS but the services', no bucket write.
@@ -39,7 +40,7 @@ const (
 
 // ServiceRoles are the roles `up` and `natsauth init` make besides per-node agents.
 var ServiceRoles = []string{RoleAdmin, RoleAdmission, RoleStore, RoleScheduler, RoleBinder, RoleStatus,
-	RoleNamespaces, RoleNodeLife, RoleReader, RoleAuditSeal}
+	RoleNamespaces, RoleNodeLife, RoleControllers, RoleReader, RoleAuditSeal}
 
 // ErrRole is returned for a role that does not exist or a node that cannot have an agent credential.
 var ErrRole = errors.New("natsauth: unknown role")
@@ -160,10 +161,10 @@ func (g *grants) openBuckets() {
 
 // apiBuckets are the buckets of the API's kinds that are not the pipeline's.
 var apiBuckets = []string{bus.BucketNamespaces, bus.BucketConfigMaps, bus.BucketRoles, bus.BucketRoleBindings,
-	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketSecrets}
+	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketSecrets, bus.BucketDaemonSets, bus.BucketPDBs}
 
 // volumeBuckets are what agents read to fill the pods' configMap and secret volumes.
-var volumeBuckets = []string{bus.BucketConfigMaps, bus.BucketSecrets}
+var volumeBuckets = []string{bus.BucketConfigMaps, bus.BucketSecrets, bus.BucketDaemonSets, bus.BucketPDBs}
 
 // Permissions returns role's permissions; ErrRole for an unknown role.
 func Permissions(role string) (Perms, error) {
@@ -221,6 +222,12 @@ func Permissions(role string) (Perms, error) {
 		g.readKV(bus.BucketPods, bus.BucketNodes)
 		g.writeKV(bus.BucketNodes)
 		g.pub(bus.SubjPodDelete, bus.SubjAllEvents)
+	case RoleControllers:
+		// Reads every kind (the collector's graph), writes the API kinds (status, finalizers, owners);
+		// pods go through the store's commands.
+		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
+		g.writeKV(apiBuckets...)
+		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)

@@ -2,16 +2,21 @@ package admission
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/podbus/podbus/bus"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // evictPod serves POST pods/<name>/eviction (policy/v1 Eviction, what kubectl drain sends): a graceful
-// delete with the eviction's DeleteOptions. podbus has no PodDisruptionBudgets, so an eviction is never
-// refused with 429; the answer is kube-apiserver's 201 Success Status.
+// delete with the eviction's DeleteOptions, once the pod's PodDisruptionBudget allows it (disruption.go:
+// 429 when it does not); the answer is kube-apiserver's 201 Success Status.
 func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) {
 	mode, err := fieldValidation(r)
 	if err != nil {
@@ -46,6 +51,18 @@ func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) 
 	var opts metav1.DeleteOptions
 	if ev.DeleteOptions != nil {
 		opts = *ev.DeleteOptions
+	}
+	stored := &pb.Pod{}
+	if _, err := bus.Get(r.Context(), s.pods, bus.PodKey(req.ns, req.name), stored); errors.Is(err, bus.ErrNotFound) {
+		writeStatus(w, apierrors.NewNotFound(grPods, req.name))
+		return
+	} else if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	if err := s.checkDisruption(r.Context(), req, stored); err != nil {
+		writeStatus(w, err)
+		return
 	}
 	if _, err := s.deletePodWith(r.Context(), req, opts); err != nil {
 		writeStatus(w, err)

@@ -291,6 +291,9 @@ func (s *Service) updateStored(ctx context.Context, req request, mode string, ap
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := s.finishDeletion(ctx, k, obj, newRev); err != nil {
+		return nil, nil, err
+	}
 	k.stamp(obj, newRev)
 	return obj, warnings, nil
 }
@@ -386,8 +389,10 @@ func (s *Service) deleteObject(w http.ResponseWriter, r *http.Request, req reque
 		var left runtime.Object
 		if f := k.strategy.delete; f != nil {
 			left, err = f(r.Context(), s, req, obj, rev)
+		} else if policy, perr := propagationPolicy(opts); perr != nil {
+			err = perr
 		} else {
-			err = bus.Delete(r.Context(), s.buckets[k.storage.spec.Name], k.key(req.ns, req.name), rev)
+			left, err = s.deleteGeneric(r.Context(), k, obj, rev, policy)
 		}
 		if errors.Is(err, bus.ErrConflict) {
 			err = conflictError(k, req.name)

@@ -49,6 +49,8 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "", "events"),
 		// The web view (internal/webview): effective through a ClusterRoleBinding, as every non-resource URL.
 		urlRule([]string{"get"}, "/ui", "/ui/*"),
+		rule(verbsRead, "apps", "daemonsets", "daemonsets/status"),
+		rule(verbsRead, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 	}
 }
 
@@ -60,6 +62,8 @@ func editRules() []rbacv1.PolicyRule {
 		rule(verbsWrite, "", "configmaps"),
 		rule(verbsReadWrite, "", "secrets"), // kube's edit reads Secrets; view does not
 		rule(verbsWrite, "", "events"),
+		rule(verbsWrite, "apps", "daemonsets"),
+		rule(verbsWrite, "policy", "poddisruptionbudgets"),
 	)
 }
 

@@ -192,6 +192,8 @@ func builtinKinds() []*kind {
 		namespaceKind,
 		configMapKind,
 		secretKind,
+		daemonSetKind,
+		pdbKind,
 		roleKind,
 		clusterRoleKind,
 		roleBindingKind,
