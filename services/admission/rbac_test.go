@@ -118,6 +118,7 @@ func TestRBACViewInOneNamespace(t *testing.T) {
 		"get,list,watch  pods/status,namespaces/status,pods/log",
 		"get,list,watch  namespaces",
 		"get,list,watch  events",
+		"get,list,watch metrics.k8s.io pods,nodes",
 	}
 	if resp.StatusCode != 201 || rr.Status.Incomplete || len(rr.Status.NonResourceRules) == 0 {
 		t.Errorf("rules review: %d %s", resp.StatusCode, data)
@@ -257,7 +258,7 @@ func TestRBACBootstrap(t *testing.T) {
 	for _, r := range view.Rules {
 		got = append(got, strings.Join(r.Resources, ","))
 	}
-	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
+	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "pods,nodes", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
 		t.Errorf("view after bootstrap: %v, want %v", got, want)
 	}
 	if get("/clusterroles/edit", &edit); len(edit.Rules) != 0 {

@@ -47,6 +47,7 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "", "pods/status", "namespaces/status", "pods/log"),
 		rule(verbsRead, "", "namespaces"),
 		rule(verbsRead, "", "events"),
+		rule(verbsRead, "metrics.k8s.io", "pods", "nodes"),
 	}
 }
 
