@@ -100,7 +100,7 @@ func QOSClass(p *pb.Pod) string {
 }
 
 // tier orders candidates for eviction: BestEffort, then Burstable pods using more memory than they
-// requested, then everything else (Burstable within its requests, Guaranteed).
+// requested, then Burstable within its requests, then Guaranteed.
 func tier(c Candidate) int {
 	switch QOSClass(c.Pod) {
 	case QOSBestEffort:
@@ -109,8 +109,9 @@ func tier(c Candidate) int {
 		if c.Memory > podutil.PodRequests(c.Pod).GetMemory() {
 			return 1
 		}
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // RankForEviction orders candidates, first to evict first: by tier, then lower priority, then the

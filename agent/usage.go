@@ -237,7 +237,8 @@ func (a *Agent) estimate(est UsageEstimator, now time.Time) usage.Node {
 func (h *Host) estimateLoop(ctx context.Context) {
 	var est []*Agent
 	for _, a := range h.agents {
-		if _, ok := a.rt.(UsageEstimator); ok {
+		_, measured := a.rt.(StatsProvider)
+		if _, ok := a.rt.(UsageEstimator); ok && !measured {
 			est = append(est, a)
 		}
 	}

@@ -96,6 +96,8 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (
 		Memory:            mem,
 		MaxPods:           110,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+		EvictionHard:      cfg.RealNodeEvictionHard,
+		UsageInterval:     cfg.RealNodeUsageInterval,
 		Logger:            cfg.Logger,
 	}, conn, rt)
 	if err != nil {

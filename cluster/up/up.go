@@ -107,6 +107,10 @@ type Config struct {
 	// need their own.
 	RealNodePodCIDR     string
 	ContainerdNamespace string
+	// RealNodeEvictionHard and RealNodeUsageInterval are the real node's agent.Config EvictionHard and
+	// UsageInterval ("" and 0: the agent's defaults).
+	RealNodeEvictionHard  string
+	RealNodeUsageInterval time.Duration
 	// Profiles configure the schedulers (nil: the default profile); PriorityClasses the API's
 	// priority classes besides the built-in ones (nil: those only).
 	Profiles        []config.Profile
