@@ -146,7 +146,7 @@ func evictionMessage(b Breach, c Candidate, ctrs []usage.Container) string {
 				req = "0"
 			}
 			fmt.Fprintf(&sb, "Container %s was using %s, request is %s, has larger consumption of memory. ",
-				u.Name, b.quantityText(int64(u.MemoryBytes)), req) //nolint:gosec // a working set fits int64
+				u.Name, b.quantityText(int64(u.MemoryBytes)), req)
 		}
 	}
 	return strings.TrimSpace(sb.String())
@@ -170,7 +170,7 @@ func (a *Agent) evictOne(ctx context.Context, b Breach, node usage.Node) error {
 		}
 		var mem int64
 		for _, c := range used[uid] {
-			mem += int64(c.MemoryBytes) //nolint:gosec // a working set fits int64
+			mem += int64(c.MemoryBytes)
 		}
 		cands = append(cands, Candidate{Pod: w.pod, Memory: mem})
 		byUID[uid] = w

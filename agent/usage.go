@@ -73,9 +73,8 @@ func rate(prev, cur cpuSample) uint64 {
 
 // usageState is what the measuring loop keeps between samples. Only that loop touches it.
 type usageState struct {
-	node   cpuSample
-	ctrs   map[ContainerID]cpuSample
-	booted time.Time // when the node's CPU counter started, for the first rate
+	node cpuSample
+	ctrs map[ContainerID]cpuSample
 }
 
 // measureLoop samples the real runtime every UsageInterval until ctx ends.
@@ -245,9 +244,10 @@ func (h *Host) estimateLoop(ctx context.Context) {
 	if len(est) == 0 {
 		return
 	}
-	subject := bus.SubjUsageNode(est[0].cfg.Node)
-	if len(h.agents) > 1 {
-		subject = bus.SubjUsagePool(h.cfg.Name)
+	// A named host runs as its pool's credential (natsauth.PoolRole), whatever its size.
+	subject := bus.SubjUsagePool(h.cfg.Name)
+	if h.cfg.Name == "" {
+		subject = bus.SubjUsageNode(est[0].cfg.Node)
 	}
 	t := time.NewTicker(est[0].cfg.UsageInterval)
 	defer t.Stop()

@@ -144,3 +144,43 @@ spec:
 		return strings.HasPrefix(out, "True ") && strings.Contains(out, "node.kubernetes.io/memory-pressure")
 	}, "MemoryPressure True and the memory-pressure taint")
 }
+
+// kubectl top on simulated nodes, with the bus's permissions on: the pool of simulated nodes publishes
+// estimated usage that the API may read, and view users may read it.
+func TestTopSimulated(t *testing.T) {
+	needKubectl(t)
+	cl, _ := startCluster(t, up.Config{Nodes: 2, NATSAuth: true, UsageInterval: time.Second, StartDelay: time.Millisecond})
+	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	var manifest strings.Builder
+	for i := range 3 {
+		fmt.Fprintf(&manifest, `---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-%d, labels: {app: web}}
+spec:
+  containers:
+  - {name: web, image: "nginx:1.27", resources: {requests: {cpu: 200m, memory: 64Mi}}}
+`, i)
+	}
+	k.must("apply", "-f", writeFile(t, "web.yaml", manifest.String()))
+	var out string
+	bustest.Eventually(t, 60*time.Second, func() bool {
+		out, _ = k.run("top", "pods", "-l", "app=web", "--no-headers")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 3 {
+			return false
+		}
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) < 3 || f[1] == "0m" || f[2] == "0Mi" {
+				return false
+			}
+		}
+		return true
+	}, "kubectl top pods shows the three replicas")
+	t.Logf("kubectl top pods:\n%s", out)
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		out, _ = k.run("top", "nodes", "--no-headers")
+		return strings.Count(out, "node-") == 2 && !strings.Contains(out, "<unknown>")
+	}, "kubectl top nodes shows both nodes")
+	t.Logf("kubectl top nodes:\n%s", out)
+}

@@ -61,16 +61,16 @@ func (r *Runtime) Stats(ctx context.Context) (agent.NodeStats, error) {
 		return st, err
 	}
 	st.MemoryBytes = mem.Total - min(mem.Available, mem.Total)
-	st.Signals.MemoryAvailable, st.Signals.MemoryCapacity = int64(mem.Available), int64(mem.Total) //nolint:gosec // memory sizes fit int64
+	st.Signals.MemoryAvailable, st.Signals.MemoryCapacity = int64(mem.Available), int64(mem.Total)
 	if fs, err := nodestats.ReadFS(r.cfg.StateDir); err == nil {
-		st.Signals.NodeFSAvailable, st.Signals.NodeFSCapacity = int64(fs.AvailableBytes), int64(fs.Bytes) //nolint:gosec // filesystem sizes fit int64
-		st.Signals.InodesFree, st.Signals.Inodes = int64(fs.InodesAvailable), int64(fs.Inodes)            //nolint:gosec // inode counts fit int64
+		st.Signals.NodeFSAvailable, st.Signals.NodeFSCapacity = int64(fs.AvailableBytes), int64(fs.Bytes)
+		st.Signals.InodesFree, st.Signals.Inodes = int64(fs.InodesAvailable), int64(fs.Inodes)
 	}
 	if fs, err := nodestats.ReadFS(r.imageFSPath()); err == nil {
-		st.Signals.ImageFSAvailable, st.Signals.ImageFSCapacity = int64(fs.AvailableBytes), int64(fs.Bytes) //nolint:gosec // filesystem sizes fit int64
+		st.Signals.ImageFSAvailable, st.Signals.ImageFSCapacity = int64(fs.AvailableBytes), int64(fs.Bytes)
 	}
 	if p, err := nodestats.ReadPIDs("/"); err == nil && p.Max > 0 {
-		st.Signals.PIDAvailable, st.Signals.PIDCapacity = int64(p.Max)-int64(p.Running), int64(p.Max) //nolint:gosec // PID counts fit int64
+		st.Signals.PIDAvailable, st.Signals.PIDCapacity = int64(p.Max)-int64(p.Running), int64(p.Max)
 	}
 
 	byUID, err := r.podContainers(ctx, "")

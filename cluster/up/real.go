@@ -97,7 +97,7 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (
 		MaxPods:           110,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		EvictionHard:      cfg.RealNodeEvictionHard,
-		UsageInterval:     cfg.RealNodeUsageInterval,
+		UsageInterval:     cfg.UsageInterval,
 		Logger:            cfg.Logger,
 	}, conn, rt)
 	if err != nil {

@@ -144,7 +144,7 @@ func ReadFS(path string) (FS, error) {
 	if err := syscall.Statfs(path, &st); err != nil {
 		return FS{}, fmt.Errorf("statfs %s: %w", path, err)
 	}
-	bs := uint64(st.Bsize) //nolint:gosec // a block size is positive
+	bs := uint64(st.Bsize)
 	return FS{Bytes: st.Blocks * bs, AvailableBytes: st.Bavail * bs, Inodes: st.Files, InodesAvailable: st.Ffree}, nil
 }
 

@@ -179,11 +179,11 @@ func (s *Service) subscribeUsage() (*nats.Subscription, error) {
 }
 
 func cpuQuantity(nanocores uint64) resource.Quantity {
-	return *resource.NewScaledQuantity(int64(nanocores), resource.Nano) //nolint:gosec // nanocores fit int64
+	return *resource.NewScaledQuantity(int64(nanocores), resource.Nano)
 }
 
 func memQuantity(bytes uint64) resource.Quantity {
-	return *resource.NewQuantity(int64(bytes), resource.BinarySI) //nolint:gosec // bytes fit int64
+	return *resource.NewQuantity(int64(bytes), resource.BinarySI)
 }
 
 func podMetricsOf(p usage.Pod, n usage.Node, lbls map[string]string) *PodMetrics {
