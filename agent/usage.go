@@ -221,7 +221,7 @@ func (a *Agent) estimate(est UsageEstimator, now time.Time) usage.Node {
 		w.mu.Unlock()
 		if len(p.Containers) > 0 {
 			md := w.pod.GetMetadata()
-			p.Namespace, p.Name, p.UID = md.GetNamespace(), md.GetName(), w.uid
+			p.Namespace, p.Name = md.GetNamespace(), md.GetName() // no uid: the API does not need it, pools send many
 			out.Pods = append(out.Pods, p)
 		}
 	}
