@@ -74,6 +74,11 @@ type Config struct {
 	// VolumeSyncPeriod is how often volumes are refreshed (ConfigMap changes) and emptyDir limits
 	// checked (default DefaultVolumeSyncPeriod).
 	VolumeSyncPeriod time.Duration
+	// UsageInterval is how often usage is measured and published (default DefaultUsageInterval).
+	UsageInterval time.Duration
+	// EvictionHard holds the hard eviction thresholds (the kubelet's --eviction-hard syntax); ""
+	// is DefaultEvictionHard, "none" is none. Only a runtime that measures (StatsProvider) applies them.
+	EvictionHard string
 	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
 	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
 	Clock func() time.Time
@@ -102,11 +107,16 @@ type Agent struct {
 	runtimeName    string // "containerd"
 	startedAt      time.Time
 
-	mu     sync.Mutex
-	pods   map[string]*podWorker // by uid
-	gone   map[string]time.Time  // uids terminated lately, so a late redelivered binding does not revive them
-	runCtx context.Context
-	wg     sync.WaitGroup // pod goroutines
+	thresholds []Threshold
+	hostIPSet  bool // Config.HostIP was given: the runtime's host information does not replace it
+
+	mu       sync.Mutex
+	pods     map[string]*podWorker // by uid
+	gone     map[string]time.Time  // uids terminated lately, so a late redelivered binding does not revive them
+	host     *HostInfo             // the real machine's, nil for a simulated node
+	pressure map[string]bool       // node conditions under pressure (MemoryPressure, ...) at the last sample
+	runCtx   context.Context
+	wg       sync.WaitGroup // pod goroutines
 
 	objsOnce sync.Once
 	objs     ObjectGetter // see objects
@@ -128,7 +138,21 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	def(&cfg.CPU, "4")
 	def(&cfg.Memory, "8Gi")
 	def(&cfg.Storage, "100Gi")
+	hostIPSet := cfg.HostIP != ""
 	def(&cfg.HostIP, "127.0.0.1")
+	if cfg.UsageInterval <= 0 {
+		cfg.UsageInterval = DefaultUsageInterval
+	}
+	switch cfg.EvictionHard {
+	case "":
+		cfg.EvictionHard = DefaultEvictionHard
+	case "none":
+		cfg.EvictionHard = ""
+	}
+	thresholds, err := ParseThresholds(cfg.EvictionHard)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --eviction-hard: %w", ErrConfig, err)
+	}
 	if cfg.MaxPods <= 0 {
 		cfg.MaxPods = 110
 	}
@@ -169,6 +193,9 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 		alloc: alloc,
 		pods:  map[string]*podWorker{},
 		gone:  map[string]time.Time{},
+
+		thresholds: thresholds,
+		hostIPSet:  hostIPSet,
 	}
 	switch p, ok := rt.(Prober); {
 	case cfg.Prober != nil:
@@ -204,7 +231,7 @@ func (a *Agent) prepare(ctx context.Context) error {
 	a.runtimeName, _, _ = strings.Cut(version, "://")
 	a.startedAt = time.Now()
 	a.mu.Unlock()
-	return nil
+	return a.learnHost(ctx)
 }
 
 func (a *Agent) handleBound(ctx context.Context, m *bus.Msg) error {

@@ -60,6 +60,12 @@ func (a *Agent) node(now time.Time) *pb.Node {
 	for _, t := range a.cfg.Taints {
 		taints = append(taints, &pb.Taint{Key: t.GetKey(), Value: t.GetValue(), Effect: t.GetEffect()})
 	}
+	addrs, info, network := a.hostDetails(cond)
+	conds := append(a.pressureConditions(cond),
+		cond(podutil.NodeReady, podutil.True, "KubeletReady", "kubelet is posting ready status"))
+	if network != nil {
+		conds = append(conds, network)
+	}
 	n := &pb.Node{
 		Metadata: &pb.ObjectMeta{Name: a.cfg.Node, Labels: labels},
 		Spec:     &pb.NodeSpec{Taints: taints},
@@ -67,23 +73,9 @@ func (a *Agent) node(now time.Time) *pb.Node {
 			Capacity:    capacity(a.cfg),
 			Allocatable: capacity(a.cfg),
 			Phase:       "Running",
-			Conditions: []*pb.NodeCondition{
-				cond("MemoryPressure", podutil.False, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-				cond("DiskPressure", podutil.False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-				cond("PIDPressure", podutil.False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-				cond(podutil.NodeReady, podutil.True, "KubeletReady", "kubelet is posting ready status"),
-			},
-			Addresses: []*pb.NodeAddress{
-				{Type: "InternalIP", Address: a.cfg.HostIP},
-				{Type: "Hostname", Address: a.cfg.Node},
-			},
-			NodeInfo: &pb.NodeSystemInfo{
-				KubeletVersion:          KubeletVersion,
-				ContainerRuntimeVersion: a.runtimeVersion,
-				OperatingSystem:         "linux",
-				Architecture:            runtime.GOARCH,
-				OsImage:                 "podbus",
-			},
+			Conditions:  conds,
+			Addresses:   addrs,
+			NodeInfo:    info,
 		},
 	}
 	if a.cfg.PodCIDR != "" {

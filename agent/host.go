@@ -177,7 +177,11 @@ func (h *Host) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, a := range h.agents {
 		g.Go(func() error { a.heartbeats(gctx); return nil })
+		if sp, ok := a.rt.(StatsProvider); ok {
+			g.Go(func() error { a.measureLoop(gctx, sp); return nil })
+		}
 	}
+	g.Go(func() error { h.estimateLoop(gctx); return nil })
 	g.Go(func() error { return bus.Work(gctx, h.conn.JS, cons, spec, h.handle) })
 	return g.Wait()
 }

@@ -39,6 +39,7 @@ type podWorker struct {
 	mu          sync.Mutex
 	rejected    bool
 	finished    bool // every container done, sandbox removed
+	evicted     bool // stopped under node pressure: Failed, whatever the exit codes
 	terminating bool
 	reason      string
 	message     string

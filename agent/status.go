@@ -93,7 +93,7 @@ func (w *podWorker) statusLocked(now time.Time) *pb.PodStatus {
 
 func (w *podWorker) phaseLocked() string {
 	switch {
-	case w.rejected:
+	case w.rejected, w.evicted:
 		return "Failed"
 	case w.finished:
 		for _, c := range append(append([]*ctr{}, w.init...), w.ctrs...) {

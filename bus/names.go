@@ -476,3 +476,31 @@ func unhex(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// Resource usage (package internal/usage), on core NATS: only the latest value matters. A node's
+// agent reports its node on SubjUsageNode; a process of many simulated nodes reports them together
+// on SubjUsagePool, named after the process.
+const (
+	SubjUsagePrefix   = "podbus.usage."
+	subjUsageNodePref = SubjUsagePrefix + "node."
+	subjUsagePoolPref = SubjUsagePrefix + "pool."
+	SubjUsageAll      = SubjUsagePrefix + ">"
+	SubjUsageNodes    = subjUsageNodePref + "*"
+	SubjUsagePools    = subjUsagePoolPref + "*"
+)
+
+// SubjUsageNode is where node's agent reports its node's usage.
+func SubjUsageNode(node string) string { return subjUsageNodePref + Token(node) }
+
+// SubjUsagePool is where the process host reports the usage of its simulated nodes.
+func SubjUsagePool(host string) string { return subjUsagePoolPref + Token(host) }
+
+// UsageSubjectNode returns the node a usage subject belongs to; ok is false for a pool's subject,
+// which may report any node, or a subject that is not a usage one.
+func UsageSubjectNode(subject string) (node string, ok bool) {
+	tok, ok := strings.CutPrefix(subject, subjUsageNodePref)
+	if !ok {
+		return "", false
+	}
+	return Untoken(tok)
+}

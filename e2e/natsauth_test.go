@@ -103,6 +103,8 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 		action{agentRole, "forged heartbeat for another node", bus.SubjHeartbeat("node-2"), false},
 		action{agentRole, "forged SchedulingDecision", bus.SubjPodScheduled, false},
 		action{agentRole, "forged binding", bus.SubjPodBound("node-1"), false},
+		action{agentRole, "forged usage for another node", bus.SubjUsageNode("node-2"), false},
+		action{agentRole, "usage as a pool", bus.SubjUsagePool(up.SimHost), false},
 		action{agentRole, "pod command", bus.SubjPodDelete, false},
 		action{agentRole, "KV write", bus.SubjKV(bus.BucketPods) + bus.PodKey("default", "p-000"), false},
 		action{agentRole, "KV write (nodes)", bus.SubjKV(bus.BucketNodes) + bus.NodeKey("node-1"), false},

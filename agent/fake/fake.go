@@ -73,6 +73,7 @@ var (
 type sandbox struct {
 	sb         agent.Sandbox
 	containers []agent.ContainerID
+	usage      map[string]usageBasis // by container name (usage.go)
 }
 
 type container struct {

@@ -101,6 +101,8 @@ func newRealAgent(ctx context.Context, cfg Config, conn *bus.Conn, mixed bool) (
 		Memory:            mem,
 		MaxPods:           110,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+		EvictionHard:      cfg.RealNodeEvictionHard,
+		UsageInterval:     cfg.UsageInterval,
 		Logger:            cfg.Logger,
 		SecretBox:         box,
 	}, conn, rt)

@@ -108,6 +108,10 @@ type Config struct {
 	// need their own.
 	RealNodePodCIDR     string
 	ContainerdNamespace string
+	// RealNodeEvictionHard is the real node's agent.Config EvictionHard ("": the agent's default).
+	RealNodeEvictionHard string
+	// UsageInterval is how often every agent publishes resource usage (0: agent.DefaultUsageInterval).
+	UsageInterval time.Duration
 	// Profiles configure the schedulers (nil: the default profile); PriorityClasses the API's
 	// priority classes besides the built-in ones (nil: those only).
 	Profiles        []config.Profile
@@ -489,6 +493,7 @@ func agentConfigs(cfg Config) []agent.Config {
 			a := n.AgentConfig()
 			a.PodCIDR = PodCIDR(i)
 			a.HeartbeatInterval = cfg.HeartbeatInterval
+			a.UsageInterval = cfg.UsageInterval
 			out = append(out, a)
 		}
 		return out
@@ -501,6 +506,7 @@ func agentConfigs(cfg Config) []agent.Config {
 			Memory:            cfg.NodeMemory,
 			MaxPods:           cfg.MaxPods,
 			HeartbeatInterval: cfg.HeartbeatInterval,
+			UsageInterval:     cfg.UsageInterval,
 		})
 	}
 	return out

@@ -369,6 +369,9 @@ func runAgent(ctx context.Context, args []string) error {
 	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
 	stateDir := fs.String("state-dir", "", "sandbox records, network namespaces, container logs and IPAM data of this node (containerd runtime; default /var/lib/podbus/agent/<node>)")
+	evictionHard := fs.String("eviction-hard", agent.DefaultEvictionHard, "hard eviction thresholds (containerd runtime), kubelet syntax: signal<quantity or signal<N%, comma separated (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, pid.available); none: no eviction")
+	nodeIP := fs.String("node-ip", "", "the node's InternalIP (default: containerd runtime, the address of the default-route interface; fake, 127.0.0.1)")
+	usageInterval := fs.Duration("usage-interval", agent.DefaultUsageInterval, "how often resource usage is measured and published (kubectl top)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
 	allowHostPath := fs.Bool("allow-host-path", false, "let pods mount hostPath volumes (containerd runtime); off: such pods fail with reason HostPathNotAllowed")
 	encKey := fs.String("encryption-key-file", "", "the API's --encryption-key-file, to open the Secrets pods mount (containerd runtime)")
@@ -427,7 +430,8 @@ func runAgent(ctx context.Context, args []string) error {
 		return fmt.Errorf("unknown runtime %q (fake or containerd)", *runtime)
 	}
 	c.id = *node
-	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb}
+	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb,
+		EvictionHard: *evictionHard, HostIP: *nodeIP, UsageInterval: *usageInterval}
 	if *encKey != "" {
 		if acfg.SecretBox, err = secretbox.Load(*encKey); err != nil {
 			return err

@@ -234,7 +234,7 @@ func Permissions(role string) (Perms, error) {
 		g.readStream(bus.StreamEvents)
 		g.readStream(bus.StreamAudit) // the web view's pod timelines
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
-		g.sub(bus.SubjReplyPrefix + ">")
+		g.sub(bus.SubjReplyPrefix+">", bus.SubjUsageAll)
 	case RoleAuditSeal:
 		g.readStream(bus.StreamAudit)
 		g.readStream(bus.StreamAuditSeal)
@@ -244,6 +244,7 @@ func Permissions(role string) (Perms, error) {
 			api+"CONSUMER.CREATE."+bus.StreamPods+".*.>", api+"CONSUMER.INFO."+bus.StreamPods+".*",
 			api+"CONSUMER.MSG.NEXT."+bus.StreamPods+".*", "$JS.ACK."+bus.StreamPods+".*.>")
 		g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
+		g.pub(bus.SubjUsageNodes, bus.SubjUsagePools)
 	case RoleReader:
 		// podbus cluster lists consumers for their lag and counts the schedulers' announcements.
 		g.sub(bus.SubjSchedulerMembers)
@@ -260,6 +261,7 @@ func Permissions(role string) (Perms, error) {
 				api+"CONSUMER.INFO."+bus.StreamPods+"."+name, api+"CONSUMER.MSG.NEXT."+bus.StreamPods+"."+name,
 				"$JS.ACK."+bus.StreamPods+"."+name+".>")
 			g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
+			g.pub(bus.SubjUsagePool(mustUntoken(tok)))
 			break
 		}
 		tok, ok := strings.CutPrefix(role, agentRolePrefix)
@@ -273,6 +275,7 @@ func Permissions(role string) (Perms, error) {
 		name := bus.ConsumerAgent(node)
 		g.durable(bus.StreamPods, name, bus.SubjAgent(node))
 		g.agent(bus.SubjPodStatus(node), bus.SubjHeartbeat(node), bus.SubjLogs(node), bus.SubjPodBound(node), bus.SubjPodTerminate(node))
+		g.pub(bus.SubjUsageNode(node))
 	}
 	g.PubDeny = append(g.PubDeny, manage...)
 	if role != RoleNamespaces {

@@ -51,6 +51,7 @@ func viewRules() []rbacv1.PolicyRule {
 		urlRule([]string{"get"}, "/ui", "/ui/*"),
 		rule(verbsRead, "apps", "daemonsets", "daemonsets/status"),
 		rule(verbsRead, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
+		rule(verbsRead, "metrics.k8s.io", "pods", "nodes"),
 	}
 }
 

@@ -200,6 +200,8 @@ func builtinKinds() []*kind {
 		clusterRoleBindingKind,
 		withServe(selfSubjectAccessReviewKind, (*Service).serveSelfSubjectAccessReview),
 		withServe(selfSubjectRulesReviewKind, (*Service).serveSelfSubjectRulesReview),
+		withServe(podMetricsKind, (*Service).servePodMetrics),
+		withServe(nodeMetricsKind, (*Service).serveNodeMetrics),
 	}
 }
 

@@ -121,6 +121,7 @@ type Service struct {
 	caches   map[string]*watchCache // by bucket
 	kvReads  atomic.Int64           // reads of objects from a bucket, for tests
 	ui       *webview.View          // the live web view under /ui/ (ui.go)
+	usage    *usageCache            // metrics.k8s.io (metricsapi.go)
 }
 
 // New opens the buckets the API reads from, provisions those of the served kinds, and creates the
@@ -182,6 +183,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		waiter:  map[string]chan *pb.CommandResult{},
 		caches:  map[string]*watchCache{},
 		ui:      webview.New(conn.JS, webview.Config{Logger: logger}),
+		usage:   newUsageCache(),
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.authz = s.newAuthorizer()
@@ -243,6 +245,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("admission: subscribe replies: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	usub, err := s.subscribeUsage()
+	if err != nil {
+		return fmt.Errorf("admission: subscribe usage: %w", err)
+	}
+	defer func() { _ = usub.Unsubscribe() }()
 
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {

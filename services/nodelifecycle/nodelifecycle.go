@@ -4,6 +4,8 @@
 //	nodes bucket ──watch──▶ Ready False:   + not-ready   NoSchedule, NoExecute   (CAS on the node)
 //	                        Ready Unknown: + unreachable NoSchedule, NoExecute
 //	                        Ready True:    both removed
+//	                        MemoryPressure, DiskPressure, PIDPressure, NetworkUnavailable True:
+//	                                       + memory-pressure, ... NoSchedule (conditions.go)
 //	pods bucket  ──watch──▶ a bound pod on a node with NoExecute taints it does not tolerate forever:
 //	                        timer heap at taint.timeAdded + tolerationSeconds (now if not tolerated)
 //	timer ──▶ token bucket (EvictionRate/s) ──▶ pod.cmd.delete reason TaintManagerEviction
@@ -241,7 +243,8 @@ func wantedTaintKey(n *pb.Node) (key string, ok bool) {
 	}
 }
 
-// taint brings the node's lifecycle taints in line with its Ready condition: one compare-and-set at
+// taint brings the node's lifecycle taints in line with its Ready condition, and its condition taints
+// with its other conditions (conditions.go): one compare-and-set at
 // the watched revision. Losing it is fine: the watch brings the newer node, which is examined again.
 func (s *Service) taint(ctx context.Context, c *cachedNode) error {
 	want, ok := wantedTaintKey(c.node)
@@ -251,7 +254,15 @@ func (s *Service) taint(ctx context.Context, c *cachedNode) error {
 	var kept []*pb.Taint
 	have := map[string]bool{}
 	changed := false
+	wantCond, haveCond := wantedConditionTaints(c.node), map[string]bool{}
 	for _, t := range c.node.GetSpec().GetTaints() {
+		if isConditionTaint(t) {
+			if !wantCond[t.GetKey()] {
+				changed = true
+				continue
+			}
+			haveCond[t.GetKey()] = true
+		}
 		if isLifecycle(t) {
 			if t.GetKey() != want {
 				changed = true
@@ -272,6 +283,12 @@ func (s *Service) taint(ctx context.Context, c *cachedNode) error {
 		}
 		kept = append(kept, t)
 		changed = true
+	}
+	for _, ct := range conditionTaints {
+		if wantCond[ct.key] && !haveCond[ct.key] {
+			kept = append(kept, &pb.Taint{Key: ct.key, Effect: framework.TaintEffectNoSchedule})
+			changed = true
+		}
 	}
 	if !changed {
 		return nil
