@@ -224,6 +224,7 @@ func Permissions(role string) (Perms, error) {
 		g.readStream(bus.StreamEvents)
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
 		g.sub(bus.SubjReplyPrefix + ">")
+		g.apiStreams()
 	case RoleAuditSeal:
 		g.readStream(bus.StreamAudit)
 		g.readStream(bus.StreamAuditSeal)
@@ -233,6 +234,7 @@ func Permissions(role string) (Perms, error) {
 			api+"CONSUMER.CREATE."+bus.StreamPods+".*.>", api+"CONSUMER.INFO."+bus.StreamPods+".*",
 			api+"CONSUMER.MSG.NEXT."+bus.StreamPods+".*", "$JS.ACK."+bus.StreamPods+".*.>")
 		g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
+		g.anyAgentStreams()
 	case RoleReader:
 		// podbus cluster lists consumers for their lag and counts the schedulers' announcements.
 		g.sub(bus.SubjSchedulerMembers)
@@ -249,6 +251,7 @@ func Permissions(role string) (Perms, error) {
 				api+"CONSUMER.INFO."+bus.StreamPods+"."+name, api+"CONSUMER.MSG.NEXT."+bus.StreamPods+"."+name,
 				"$JS.ACK."+bus.StreamPods+"."+name+".>")
 			g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
+			g.anyAgentStreams()
 			break
 		}
 		tok, ok := strings.CutPrefix(role, agentRolePrefix)
@@ -262,6 +265,7 @@ func Permissions(role string) (Perms, error) {
 		name := bus.ConsumerAgent(node)
 		g.durable(bus.StreamPods, name, bus.SubjAgent(node))
 		g.agent(bus.SubjPodStatus(node), bus.SubjHeartbeat(node), bus.SubjLogs(node), bus.SubjPodBound(node), bus.SubjPodTerminate(node))
+		g.agentStreams(node)
 	}
 	g.PubDeny = append(g.PubDeny, manage...)
 	if role != RoleNamespaces {

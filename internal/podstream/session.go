@@ -104,14 +104,26 @@ type Streams struct {
 	Resize         <-chan TermSize
 }
 
-// Exec runs o (KindExec or KindAttach) on node's agent with s and returns how it ended.
-func (c Client) Exec(ctx context.Context, node string, o Open, s Streams) (Exit, error) {
-	o.Stdin, o.Stdout, o.Stderr, o.TTY = s.Stdin != nil, s.Stdout != nil, s.Stderr != nil, s.TTY
+// Session is an open session on the API's side.
+type Session struct{ m *mux }
+
+// Open opens a session of o.Kind on node's agent; the agent has checked the pod and container and, for
+// exec, started the command: its output waits for Exec within the window. Close it when done.
+func (c Client) Open(ctx context.Context, node string, o Open) (*Session, error) {
 	m, err := c.open(ctx, node, o)
 	if err != nil {
-		return Exit{}, err
+		return nil, err
 	}
-	defer m.Close()
+	return &Session{m}, nil
+}
+
+// Close ends the session; the agent stops the command if it still runs.
+func (ss *Session) Close() { ss.m.Close() }
+
+// Exec connects s to the session's command (or container, KindAttach) and returns how it ended. Streams
+// the session was not opened with are ignored.
+func (ss *Session) Exec(s Streams) (Exit, error) {
+	m := ss.m
 	if s.Stdin != nil {
 		// Ends when the client closes stdin or the connection; m.Close fails its writes.
 		go func() {
@@ -144,6 +156,17 @@ func (c Client) Exec(ctx context.Context, node string, o Open, s Streams) (Exit,
 	exit, err := m.waitExit()
 	wg.Wait() // the agent closes its outputs before it sends the exit
 	return exit, err
+}
+
+// Exec opens a session of o (KindExec or KindAttach) with s's streams and runs it to its end.
+func (c Client) Exec(ctx context.Context, node string, o Open, s Streams) (Exit, error) {
+	o.Stdin, o.Stdout, o.Stderr, o.TTY = s.Stdin != nil, s.Stdout != nil, s.Stderr != nil, s.TTY
+	ss, err := c.Open(ctx, node, o)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer ss.Close()
+	return ss.Exec(s)
 }
 
 // PortForward copies between stream and port of the pod on node's agent until the pod's side ends.

@@ -55,6 +55,7 @@ func editRules() []rbacv1.PolicyRule {
 	return append(viewRules(),
 		rule(verbsWrite, "", "pods"),
 		rule([]string{"create"}, "", "pods/eviction"),
+		rule([]string{"create", "get"}, "", "pods/exec", "pods/attach", "pods/portforward"),
 		rule(verbsWrite, "", "configmaps"),
 		rule(verbsWrite, "", "events"),
 	)
