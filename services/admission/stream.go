@@ -27,8 +27,8 @@ import (
 // kubectl exec, attach and port-forward: the API speaks kubectl's protocols (WebSocket v5/v4 and SPDY
 // v4 for exec and attach; SPDY, or SPDY tunnelled in a WebSocket, for port-forward) and carries the
 // streams to the pod's node agent over NATS (internal/podstream). RBAC asks for create on the
-// subresource whatever the method, as kube-apiserver does once the WebSocket upgrade (a GET) must be
-// authorized as create.
+// subresource whatever the method: a WebSocket upgrade is a GET, and get on pods/exec must not run
+// commands.
 
 // streamSubresources are the pods' subresources served here.
 var streamSubresources = map[string]podstream.Kind{
