@@ -93,3 +93,23 @@ func TestRefusals(t *testing.T) {
 		t.Fatalf("refused exec: %v, want a 404 RefusedError", err)
 	}
 }
+
+// A lost frame ends the session instead of corrupting its stream.
+func TestGapEndsSession(t *testing.T) {
+	_, c := bustest.Start(t)
+	m, err := newMux(t.Context(), c.NC, "test.in", "test.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	frame := func(seq byte, data string) []byte { return append([]byte{tData, ChanStdout, 0, 0, 0, seq}, data...) }
+	for _, f := range [][]byte{frame(1, "a"), frame(3, "c")} { // frame 2 lost
+		if err := c.NC.Publish("test.in", f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := io.ReadAll(reader{m, ChanStdout})
+	if !errors.Is(err, ErrGap) || string(got) != "a" {
+		t.Fatalf("read %q, %v; want \"a\" then ErrGap", got, err)
+	}
+}

@@ -125,11 +125,14 @@ func (ss *Session) Close() { ss.m.Close() }
 func (ss *Session) Exec(s Streams) (Exit, error) {
 	m := ss.m
 	if s.Stdin != nil {
-		// Ends when the client closes stdin or the connection; m.Close fails its writes.
+		// Ends when the client closes stdin or the connection (which ends the session: nobody is
+		// there any more), or when the session ends.
 		go func() {
-			if _, err := io.Copy(writer{m, ChanStdin}, s.Stdin); err == nil {
-				_ = m.closeWrite(ChanStdin)
+			if _, err := io.Copy(writer{m, ChanStdin}, s.Stdin); err != nil {
+				m.abort(err)
+				return
 			}
+			_ = m.closeWrite(ChanStdin)
 		}()
 	}
 	if s.Resize != nil {
@@ -150,7 +153,11 @@ func (ss *Session) Exec(s Streams) (Exit, error) {
 	var wg sync.WaitGroup
 	for ch, w := range map[byte]io.Writer{ChanStdout: s.Stdout, ChanStderr: s.Stderr} {
 		if w != nil {
-			wg.Go(func() { _, _ = io.Copy(w, reader{m, ch}) })
+			wg.Go(func() {
+				if _, err := io.Copy(w, reader{m, ch}); err != nil {
+					m.abort(err) // the client is gone: stop the command
+				}
+			})
 		}
 	}
 	exit, err := m.waitExit()
@@ -178,11 +185,15 @@ func (c Client) PortForward(ctx context.Context, node string, o Open, stream io.
 	}
 	defer m.Close()
 	go func() {
-		if _, err := io.Copy(writer{m, ChanStdin}, stream); err == nil {
-			_ = m.closeWrite(ChanStdin)
+		if _, err := io.Copy(writer{m, ChanStdin}, stream); err != nil {
+			m.abort(err) // the client reset the connection
+			return
 		}
+		_ = m.closeWrite(ChanStdin)
 	}()
-	_, _ = io.Copy(stream, reader{m, ChanStdin})
+	if _, err := io.Copy(stream, reader{m, ChanStdin}); err != nil {
+		m.abort(err)
+	}
 	exit, err := m.waitExit()
 	if err != nil {
 		return err
