@@ -113,3 +113,22 @@ func TestGapEndsSession(t *testing.T) {
 		t.Fatalf("read %q, %v; want \"a\" then ErrGap", got, err)
 	}
 }
+
+// BenchmarkExecThroughput sends 8 MiB to an echoing agent and reads them back: NATS on loopback, both
+// sides in this process.
+func BenchmarkExecThroughput(b *testing.B) {
+	_, c := bustest.Start(b)
+	sub, err := Serve(b.Context(), c.NC, "node-a", echoHandler{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	data := bytes.Repeat([]byte("x"), 8<<20)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		var out bytes.Buffer
+		if _, err := (Client{NC: c.NC}).Exec(b.Context(), "node-a", Open{Kind: KindExec}, Streams{Stdin: bytes.NewReader(data), Stdout: &out}); err != nil || out.Len() != len(data) {
+			b.Fatalf("%d bytes back, %v", out.Len(), err)
+		}
+	}
+}
