@@ -63,6 +63,7 @@ func (s *Service) podPortForward(w http.ResponseWriter, r *http.Request, req req
 }
 
 func (s *Service) podStream(w http.ResponseWriter, r *http.Request, req request, kind podstream.Kind) {
+	s.quietStreamLibraries()
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		writeStatus(w, apierrors.NewMethodNotSupported(grPods, r.Method))
 		return
