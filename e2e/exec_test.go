@@ -69,7 +69,9 @@ spec:
 		t.Run(filepath.Base(k.path()), func(t *testing.T) {
 			k.t = t
 			// The command's exit code is kubectl's; stdout and stderr both come back.
+			start := time.Now()
 			out, err := k.run("exec", "box", "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3")
+			t.Logf("kubectl exec, start to exit: %s", time.Since(start).Round(time.Millisecond))
 			if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 3 ||
 				!strings.Contains(out, "to-stdout") || !strings.Contains(out, "to-stderr") {
 				t.Errorf("exec exit 3: %v\n%s", err, out)
@@ -96,7 +98,9 @@ spec:
 			addr, stop := portForward(t, k, "pod/web", 8080)
 			defer stop()
 			for i := range 2 { // a second connection through the same forward
+				start := time.Now()
 				body, err := fetch("http://" + addr + "/")
+				t.Logf("GET through port-forward (%d): %s", i, time.Since(start).Round(time.Millisecond))
 				if err != nil || !strings.HasPrefix(body, "hello from ") {
 					t.Errorf("GET through port-forward (%d): %q, %v", i, body, err)
 				}
