@@ -173,6 +173,10 @@ func (h *Host) Run(ctx context.Context) error {
 			return err
 		}
 		subs = append(subs, sub)
+		if sub, err = a.subscribeStreams(ctx); err != nil {
+			return err
+		}
+		subs = append(subs, sub)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, a := range h.agents {

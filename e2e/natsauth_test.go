@@ -80,6 +80,15 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("logs of the pod on %s: HTTP %d", solo, resp.StatusCode)
 	}
+	// Exec reaches the agent with its credential; its simulated runtime refuses it.
+	resp, err = client.Post(cl.APIURL+"/api/v1/namespaces/default/pods/solo/exec?command=true&stdout=true", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("exec in the pod on %s (simulated runtime): HTTP %d, want 501", solo, resp.StatusCode)
+	}
 
 	agentRole := natsauth.AgentRole("node-1")
 	services := []string{natsauth.RoleAdmission, natsauth.RoleStore, natsauth.RoleScheduler, natsauth.RoleBinder,
@@ -113,6 +122,10 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 		action{agentRole, "own consumer re-filtered to another node", "$JS.API.CONSUMER.CREATE.PODS." + bus.ConsumerAgent("node-1") + "." + bus.SubjPodBound("node-2"), false},
 		action{agentRole, "own consumer unfiltered", "$JS.API.CONSUMER.CREATE.PODS." + bus.ConsumerAgent("node-1"), false},
 		action{agentRole, "read the store's replies", bus.SubjReplyPrefix + ">", true},
+		action{agentRole, "serve another node's exec sessions", bus.SubjStreamOpen("node-2"), true},
+		action{agentRole, "read the API's frames to another node", bus.SubjStreamIns("node-2"), true},
+		action{agentRole, "forged frames of another node", bus.SubjStreamOut("node-2", "s"), false},
+		action{agentRole, "open exec sessions", bus.SubjStreamOpen("node-1"), false},
 		action{agentRole, "read the API's inbox", natsauth.InboxPrefix(natsauth.RoleAdmission) + ".>", true},
 		action{natsauth.PoolRole(up.SimHost), "forged SchedulingDecision", bus.SubjPodScheduled, false},
 		action{natsauth.PoolRole(up.SimHost), "KV write", bus.SubjKV(bus.BucketPods) + bus.PodKey("default", "p-000"), false},

@@ -235,6 +235,7 @@ func Permissions(role string) (Perms, error) {
 		g.readStream(bus.StreamAudit) // the web view's pod timelines
 		g.pub(bus.SubjPodCommands, bus.SubjAllEvents, bus.SubjLogsPrefix+"*")
 		g.sub(bus.SubjReplyPrefix+">", bus.SubjUsageAll)
+		g.apiStreams()
 	case RoleAuditSeal:
 		g.readStream(bus.StreamAudit)
 		g.readStream(bus.StreamAuditSeal)
@@ -245,6 +246,7 @@ func Permissions(role string) (Perms, error) {
 			api+"CONSUMER.MSG.NEXT."+bus.StreamPods+".*", "$JS.ACK."+bus.StreamPods+".*.>")
 		g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
 		g.pub(bus.SubjUsageNodes, bus.SubjUsagePools)
+		g.anyAgentStreams()
 	case RoleReader:
 		// podbus cluster lists consumers for their lag and counts the schedulers' announcements.
 		g.sub(bus.SubjSchedulerMembers)
@@ -262,6 +264,7 @@ func Permissions(role string) (Perms, error) {
 				"$JS.ACK."+bus.StreamPods+"."+name+".>")
 			g.agent(bus.SubjAllPodStatus, bus.SubjAllHeartbeats, bus.SubjLogsPrefix+"*", bus.SubjPodBoundAll, bus.SubjPodTermAll)
 			g.pub(bus.SubjUsagePool(mustUntoken(tok)))
+			g.anyAgentStreams()
 			break
 		}
 		tok, ok := strings.CutPrefix(role, agentRolePrefix)
@@ -276,6 +279,7 @@ func Permissions(role string) (Perms, error) {
 		g.durable(bus.StreamPods, name, bus.SubjAgent(node))
 		g.agent(bus.SubjPodStatus(node), bus.SubjHeartbeat(node), bus.SubjLogs(node), bus.SubjPodBound(node), bus.SubjPodTerminate(node))
 		g.pub(bus.SubjUsageNode(node))
+		g.agentStreams(node)
 	}
 	g.PubDeny = append(g.PubDeny, manage...)
 	if role != RoleNamespaces {

@@ -51,7 +51,7 @@ func (s *Service) instrumented(next http.Handler) http.Handler {
 }
 
 var knownSubresources = map[string]bool{"status": true, "log": true, "eviction": true, "binding": true,
-	"finalize": true, "scale": true, "ephemeralcontainers": true}
+	"finalize": true, "scale": true, "ephemeralcontainers": true, "exec": true, "attach": true, "portforward": true}
 
 // metricVerb is kube-apiserver's verb label: the HTTP method, refined to LIST, WATCH, APPLY or
 // DELETECOLLECTION for resource requests.

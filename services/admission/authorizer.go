@@ -109,6 +109,9 @@ func attributesOf(r *http.Request, u *userInfo) attributes {
 	if a.name == "" && a.verb == "delete" {
 		a.verb = "deletecollection"
 	}
+	if a.resource == "pods" && streamSubresources[a.sub] != "" && a.verb != "" {
+		a.verb = "create" // a WebSocket upgrade is a GET: still create (streamSubresources)
+	}
 	return a
 }
 

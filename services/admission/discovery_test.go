@@ -92,6 +92,7 @@ func TestDiscovery(t *testing.T) {
 				got[r.Name] = r.Kind + "/" + strings.Join(r.ShortNames, ",")
 			}
 			want := map[string]string{"pods": "Pod/po", "pods/status": "Pod/", "pods/log": "Pod/", "pods/eviction": "Eviction/",
+				"pods/exec": "PodExecOptions/", "pods/attach": "PodAttachOptions/", "pods/portforward": "PodPortForwardOptions/",
 				"nodes": "Node/no", "nodes/status": "Node/", "events": "Event/ev", "namespaces": "Namespace/ns",
 				"configmaps": "ConfigMap/cm", "secrets": "Secret/"}
 			for _, r := range v.APIResources {

@@ -203,6 +203,9 @@ func (l *limiter) acquireWatch(owner string) (release func(), ok bool) {
 // longRunning reports a watch (?watch= or a /watch/ path) or a pod log stream, which kube-apiserver's
 // long-running request check exempts from the in-flight limit and the request timeout.
 func longRunning(r *http.Request) bool {
+	if streamRequest(r) {
+		return true
+	}
 	if r.Method != http.MethodGet {
 		return false
 	}

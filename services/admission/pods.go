@@ -78,6 +78,9 @@ var podKind = &kind{
 		{name: "log", kind: "Pod", verbs: []string{"get"}},
 		// kubectl drain evicts through this when discovery lists it (policy/v1).
 		{name: "eviction", kind: "Eviction", group: "policy", verbs: []string{"create"}},
+		{name: "exec", kind: "PodExecOptions", verbs: []string{"create", "get"}},
+		{name: "attach", kind: "PodAttachOptions", verbs: []string{"create", "get"}},
+		{name: "portforward", kind: "PodPortForwardOptions", verbs: []string{"create", "get"}},
 	},
 }
 

@@ -60,6 +60,7 @@ func editRules() []rbacv1.PolicyRule {
 	return append(viewRules(),
 		rule(verbsWrite, "", "pods"),
 		rule([]string{"create"}, "", "pods/eviction"),
+		rule([]string{"create", "get"}, "", "pods/exec", "pods/attach", "pods/portforward"),
 		rule(verbsWrite, "", "configmaps"),
 		rule(verbsReadWrite, "", "secrets"), // kube's edit reads Secrets; view does not
 		rule(verbsWrite, "", "events"),
