@@ -35,6 +35,7 @@ import (
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
+	"github.com/podbus/podbus/services/workloads"
 )
 
 // Config shapes the cluster.
@@ -296,6 +297,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}},
 			{"nodelifecycle", func(cn *bus.Conn) (runner, error) {
 				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log}, cn)
+			}},
+			{"workloads", func(cn *bus.Conn) (runner, error) {
+				return workloads.New(workloads.Config{ID: "workloads-0", Logger: log}, cn)
 			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Buckets: admission.NamespacedBuckets()}, cn)

@@ -33,6 +33,7 @@ var examples = map[string][]string{
 	"auditseal":     {"podbus auditseal --nats nats://n1:4222 --data-dir /var/lib/podbus/seal"},
 	"cluster":       {"podbus cluster", "podbus cluster --nats nats://127.0.0.1:4222 --nats-creds .podbus/nats-creds/reader.creds --nats-ca .podbus/pki/ca.crt"},
 	"nodelifecycle": {"podbus nodelifecycle --nats nats://n1:4222 --node-eviction-rate 10"},
+	"workloads":     {"podbus workloads --nats nats://n1:4222", "podbus workloads --id wl-b --workers 8"},
 	"chaos":         {"podbus chaos --duration 10m --seed 42", "make chaos CHAOS_DURATION=30m"},
 	"version":       {"podbus version"},
 	"completion":    {"source <(podbus completion bash)", "podbus completion zsh > \"${fpath[1]}/_podbus\""},

@@ -25,6 +25,7 @@ const (
 	RoleStatus     = "status"        // agents' reports -> pods and nodes buckets
 	RoleNamespaces = "namespaces"    // namespace deletion
 	RoleNodeLife   = "nodelifecycle" // node taints and taint evictions
+	RoleWorkloads  = "workloads"     // ReplicaSet and Deployment controllers
 	RoleReader     = "reader"        // audit and tools: read-only
 	RoleAuditSeal  = "auditseal"     // the audit sealer: reads AUDIT, appends signed blocks to its own stream
 	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
@@ -39,7 +40,7 @@ const (
 
 // ServiceRoles are the roles `up` and `natsauth init` make besides per-node agents.
 var ServiceRoles = []string{RoleAdmin, RoleAdmission, RoleStore, RoleScheduler, RoleBinder, RoleStatus,
-	RoleNamespaces, RoleNodeLife, RoleReader, RoleAuditSeal}
+	RoleNamespaces, RoleNodeLife, RoleWorkloads, RoleReader, RoleAuditSeal}
 
 // ErrRole is returned for a role that does not exist or a node that cannot have an agent credential.
 var ErrRole = errors.New("natsauth: unknown role")
@@ -160,7 +161,7 @@ func (g *grants) openBuckets() {
 
 // apiBuckets are the buckets of the API's kinds that are not the pipeline's.
 var apiBuckets = []string{bus.BucketNamespaces, bus.BucketConfigMaps, bus.BucketRoles, bus.BucketRoleBindings,
-	bus.BucketClusterRoles, bus.BucketClusterRoleBindings}
+	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketReplicaSets, bus.BucketDeployments}
 
 // Permissions returns role's permissions; ErrRole for an unknown role.
 func Permissions(role string) (Perms, error) {
@@ -218,6 +219,11 @@ func Permissions(role string) (Perms, error) {
 		g.readKV(bus.BucketPods, bus.BucketNodes)
 		g.writeKV(bus.BucketNodes)
 		g.pub(bus.SubjPodDelete, bus.SubjAllEvents)
+	case RoleWorkloads:
+		// Reads pods, writes the apps buckets; pods are created, adopted and deleted through the store.
+		g.readKV(bus.BucketPods, bus.BucketReplicaSets, bus.BucketDeployments)
+		g.writeKV(bus.BucketReplicaSets, bus.BucketDeployments)
+		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)

@@ -43,7 +43,7 @@ func TestDiscovery(t *testing.T) {
 			for _, g := range v.Groups {
 				got = append(got, g.PreferredVersion.GroupVersion)
 			}
-			if v.Kind != "APIGroupList" || !cmp.Equal(got, []string{"authorization.k8s.io/v1", "rbac.authorization.k8s.io/v1"}) {
+			if v.Kind != "APIGroupList" || !cmp.Equal(got, []string{"apps/v1", "authorization.k8s.io/v1", "rbac.authorization.k8s.io/v1"}) {
 				t.Errorf("/apis = %s", data)
 			}
 		}},
@@ -77,6 +77,7 @@ func TestDiscovery(t *testing.T) {
 				"authorization.k8s.io/selfsubjectaccessreviews": "Cluster/create", "authorization.k8s.io/selfsubjectrulesreviews": "Cluster/create",
 				"rbac.authorization.k8s.io/roles": "Namespaced/" + crud, "rbac.authorization.k8s.io/rolebindings": "Namespaced/" + crud,
 				"rbac.authorization.k8s.io/clusterroles": "Cluster/" + crud, "rbac.authorization.k8s.io/clusterrolebindings": "Cluster/" + crud,
+				"apps/replicasets": "Namespaced/" + crud, "apps/deployments": "Namespaced/" + crud,
 			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("aggregated /apis (-want +got):\n%s", d)

@@ -118,6 +118,7 @@ func TestRBACViewInOneNamespace(t *testing.T) {
 		"get,list,watch  pods/status,namespaces/status,pods/log",
 		"get,list,watch  namespaces",
 		"get,list,watch  events",
+		"get,list,watch apps deployments,replicasets,deployments/scale,replicasets/scale,deployments/status,replicasets/status",
 	}
 	if resp.StatusCode != 201 || rr.Status.Incomplete || len(rr.Status.NonResourceRules) == 0 {
 		t.Errorf("rules review: %d %s", resp.StatusCode, data)
@@ -257,7 +258,8 @@ func TestRBACBootstrap(t *testing.T) {
 	for _, r := range view.Rules {
 		got = append(got, strings.Join(r.Resources, ","))
 	}
-	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
+	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events",
+		"deployments,replicasets,deployments/scale,replicasets/scale,deployments/status,replicasets/status", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
 		t.Errorf("view after bootstrap: %v, want %v", got, want)
 	}
 	if get("/clusterroles/edit", &edit); len(edit.Rules) != 0 {

@@ -47,6 +47,7 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "", "pods/status", "namespaces/status", "pods/log"),
 		rule(verbsRead, "", "namespaces"),
 		rule(verbsRead, "", "events"),
+		rule(verbsRead, "apps", "deployments", "replicasets", "deployments/scale", "replicasets/scale", "deployments/status", "replicasets/status"),
 	}
 }
 
@@ -57,6 +58,7 @@ func editRules() []rbacv1.PolicyRule {
 		rule([]string{"create"}, "", "pods/eviction"),
 		rule(verbsWrite, "", "configmaps"),
 		rule(verbsWrite, "", "events"),
+		rule(verbsWrite, "apps", "deployments", "replicasets", "deployments/scale", "replicasets/scale", "deployments/rollback"),
 	)
 }
 

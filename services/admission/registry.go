@@ -191,6 +191,8 @@ func builtinKinds() []*kind {
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,
+		withHandlers(replicaSetKind, handlers{sub: map[string]handlerFunc{"scale": (*Service).serveScale}}),
+		withHandlers(deploymentKind, handlers{sub: map[string]handlerFunc{"scale": (*Service).serveScale}}),
 		roleKind,
 		clusterRoleKind,
 		roleBindingKind,
