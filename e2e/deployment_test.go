@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,8 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
 	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/services/workloads"
 )
 
 // deploymentYAML is a Deployment of app=name rolling one pod at a time (maxUnavailable 1, maxSurge 25%).
@@ -187,4 +191,55 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 			t.Errorf("no %s event among %q", r, reasons)
 		}
 	}
+}
+
+// The controllers at three replicas (up's and two more on the same NATS), one stopped mid-roll: the
+// pods of the Deployment never exceed replicas + maxSurge, and the roll completes.
+func TestDeploymentControllerReplicas(t *testing.T) {
+	needKubectl(t)
+	cl, conn := startCluster(t, up.Config{Nodes: 5, StartDelay: 20 * time.Millisecond})
+	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	stops := make([]func(), 2)
+	for i := range stops {
+		svc, err := workloads.New(workloads.Config{ID: fmt.Sprintf("extra-%d", i)}, bustest.Conn(t, cl.NATSURL, fmt.Sprintf("workloads-extra-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := svc.Run(ctx); err != nil {
+				t.Errorf("workloads replica %d: %v", i, err)
+			}
+		}()
+		var once sync.Once
+		stops[i] = func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stops[i])
+	}
+	pc := watchPods(t, conn, "api")
+	yaml := strings.Replace(deploymentYAML("api", "example.local/app:1", "20"), "maxUnavailable: 1", "maxUnavailable: 1, maxSurge: 3", 1)
+	k.must("apply", "-f", writeFile(t, "api.yaml", yaml))
+	k.must("rollout", "status", "deployment/api", "--timeout=90s")
+
+	pc.arm()
+	k.must("set", "image", "deployment/api", "app=example.local/app:2")
+	bustest.Eventually(t, 60*time.Second, func() bool {
+		out, _ := k.run("get", "deploy", "api", "-o", "jsonpath={.status.updatedReplicas}")
+		n, _ := strconv.Atoi(out)
+		return n >= 5
+	}, "the roll did not start")
+	stops[0]()
+	k.must("rollout", "status", "deployment/api", "--timeout=90s")
+	minReady, maxActive := pc.result()
+	t.Logf("roll with a replica stopped: fewest Ready %d, most pods %d %v", minReady, maxActive, pc.atMax)
+	if maxActive > 23 || minReady < 19 {
+		t.Errorf("during the roll: %d pods at the most (want <= 23), %d Ready at the fewest (want >= 19)", maxActive, minReady)
+	}
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		ready, active := pc.counts()
+		return ready == 20 && active == 20
+	}, "the Deployment did not settle at 20 Ready pods")
 }
