@@ -27,7 +27,7 @@ var examples = map[string][]string{
 	"images":        {"podbus images build --out .podbus/images"},
 	"registry":      {"podbus registry --addr 127.0.0.1:5000"},
 	"health":        {"podbus health --url http://127.0.0.1:8081/readyz", "PODBUS_URL=http://store:8081/readyz podbus health"},
-	"loadtest":      {"podbus loadtest --pods 1000 --nodes 50", "podbus loadtest --api https://127.0.0.1:6443 --kubeconfig .podbus/kubeconfig --rate 200", "PODBUS_PODS=200 podbus loadtest --quiet"},
+	"loadtest":      {"podbus loadtest --pods 1000 --nodes 50", "podbus loadtest --api https://127.0.0.1:6443 --kubeconfig .podbus/kubeconfig --rate 200", "PODBUS_PODS=200 podbus loadtest --quiet", "podbus loadtest --scenario deployments --deployments 100 --replicas 100 --nodes 500"},
 	"natsauth":      {"podbus natsauth init --dir .podbus/natsauth --hosts n1,n2,n3", "podbus natsauth provision --nats nats://n1:4222 --nats-creds .podbus/natsauth/creds/admin.creds"},
 	"audit":         {"podbus audit replay --since 15m", "podbus audit timeline default/web-1", "podbus audit verify --chain"},
 	"auditseal":     {"podbus auditseal --nats nats://n1:4222 --data-dir /var/lib/podbus/seal"},
