@@ -137,10 +137,11 @@ func (pc *podCounter) result() (minReady, maxActive int) {
 
 // A Deployment of 30 replicas on 5 simulated nodes becomes Available; kubectl set image rolls it one pod
 // at a time (never fewer than 29 Ready, never more than 30 + maxSurge), rollout history lists the
-// revisions, rollout undo goes back, kubectl scale and rollout restart work, as on Kubernetes.
+// revisions, rollout undo goes back, kubectl scale and rollout restart work, as on Kubernetes. With NATS
+// authorization, so the controllers' role is shown to suffice.
 func TestDeploymentRollingUpdate(t *testing.T) {
 	needKubectl(t)
-	cl, conn := startCluster(t, up.Config{Nodes: 5, StartDelay: 20 * time.Millisecond})
+	cl, conn := startCluster(t, up.Config{Nodes: 5, StartDelay: 20 * time.Millisecond, NATSAuth: true})
 	k := kube{t: t, kubeconfig: cl.Kubeconfig}
 	pc := watchPods(t, conn, "web")
 
@@ -184,6 +185,12 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 	k.must("rollout", "status", "deployment/web", "--timeout=60s")
 	if out := k.must("get", "deploy", "web", "-o", "jsonpath={.status.readyReplicas}/{.status.updatedReplicas}"); out != "10/10" {
 		t.Errorf("after scale and restart: ready/updated %s", out)
+	}
+	k.must("create", "deployment", "hello", "--image=example.local/app:1", "--replicas=2")
+	k.must("rollout", "status", "deployment/hello", "--timeout=60s")
+	if out := k.must("get", "deploy,rs,pods", "-l", "app=hello"); !strings.Contains(out, "deployment.apps/hello") ||
+		!strings.Contains(out, "replicaset.apps/hello-") || strings.Count(out, "pod/hello-") != 2 {
+		t.Errorf("kubectl get deploy,rs,pods:\n%s", out)
 	}
 	reasons := k.must("get", "events", "-o", "jsonpath={.items[*].reason}")
 	for _, r := range []string{"ScalingReplicaSet", "SuccessfulCreate", "SuccessfulDelete"} {
