@@ -75,22 +75,6 @@ func (c *cache) podsOf(ns string) ([]podEntry, uint64) {
 	return out, c.podsRev
 }
 
-func (c *cache) podNames(ns string) map[string]bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]bool, len(c.pods[ns]))
-	for n := range c.pods[ns] {
-		out[n] = true
-	}
-	return out
-}
-
-func (c *cache) podsRevision() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.podsRev
-}
-
 func (c *cache) setRS(key string, r *rsEntry) *rsEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
