@@ -169,13 +169,18 @@ func (x *dsync) total() int32 {
 
 // fenceposts are maxSurge and maxUnavailable in pods, as kube's ResolveFenceposts.
 func fenceposts(d *appsv1.Deployment) (surge, unavailable int32) {
-	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate == nil {
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
 		return 0, 0
 	}
 	want := int(ptrOr(d.Spec.Replicas, 1))
+	// The API defaults both; a record written otherwise gets the same defaults.
 	ru := d.Spec.Strategy.RollingUpdate
-	s, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(ru.MaxSurge, intstr.FromInt32(0)), want, true)
-	u, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(ru.MaxUnavailable, intstr.FromInt32(0)), want, false)
+	if ru == nil {
+		ru = &appsv1.RollingUpdateDeployment{}
+	}
+	quarter := intstr.FromString("25%")
+	s, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(ru.MaxSurge, quarter), want, true)
+	u, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(ru.MaxUnavailable, quarter), want, false)
 	if s == 0 && u == 0 {
 		u = 1
 	}

@@ -35,6 +35,7 @@ func TestFenceposts(t *testing.T) {
 		{"ints", 30, num(3), num(1), 3, 1},
 		{"both zero: one unavailable", 10, num(0), pct("0%"), 0, 1},
 		{"percent of 1", 1, pct("25%"), pct("25%"), 1, 0},
+		{"unset: 25% each", 8, nil, nil, 2, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,6 +106,10 @@ type fakeStore struct {
 	mu      sync.Mutex
 	creates map[string]int // pod name -> create commands seen
 	deletes int
+	// notReady: created pods run but never become Ready.
+	notReady bool
+	// onCreate sees each created pod before it is stored.
+	onCreate func(p *pb.Pod)
 }
 
 func runFakeStore(t *testing.T, c *bus.Conn) *fakeStore {
@@ -133,9 +138,14 @@ func runFakeStore(t *testing.T, c *bus.Conn) *fakeStore {
 		switch cmd.GetOp() {
 		case pb.PodCommand_OP_CREATE:
 			fs.creates[p.GetMetadata().GetName()]++
+			if fs.onCreate != nil {
+				fs.onCreate(p)
+			}
 			p.Spec.NodeName = "n1"
 			p.Status = &pb.PodStatus{Phase: "Running"}
-			podutil.SetPodCondition(p, &pb.PodCondition{Type: "Ready", Status: "True"}, time.Now())
+			if !fs.notReady {
+				podutil.SetPodCondition(p, &pb.PodCondition{Type: "Ready", Status: "True"}, time.Now())
+			}
 			_, _ = bus.Create(ctx, pods, key, p) // a second create of a name fails, as the store's does
 		case pb.PodCommand_OP_DELETE:
 			fs.deletes++
