@@ -89,7 +89,13 @@ func (s *Service) syncDeployment(ctx context.Context, ns, name string) error {
 	if err := x.classify(ctx); err != nil {
 		return err
 	}
-	if !d.Spec.Paused {
+	if d.Spec.Paused {
+		// A paused Deployment is not rolled, but it is scaled (kube's sync): when one ReplicaSet has
+		// every pod, it takes the new count.
+		if err := x.scalePaused(ctx); err != nil {
+			return err
+		}
+	} else {
 		if err := x.ensureNewRS(ctx); err != nil {
 			return err
 		}
@@ -408,6 +414,21 @@ func (x *dsync) rolling(ctx context.Context) error {
 		budget -= down
 	}
 	return nil
+}
+
+// scalePaused gives the only ReplicaSet with replicas the Deployment's count (kube scales several
+// proportionally; a paused rollout with pods in more than one waits for the resume).
+func (x *dsync) scalePaused(ctx context.Context) error {
+	var active []*rsEntry
+	for _, r := range append([]*rsEntry{x.newRS}, x.old...) {
+		if r != nil && replicas(r) > 0 {
+			active = append(active, r)
+		}
+	}
+	if len(active) != 1 {
+		return nil
+	}
+	return x.scale(ctx, active[0], ptrOr(x.d.Spec.Replicas, 1))
 }
 
 // recreate scales every old ReplicaSet to 0, waits for their pods to be gone, then scales the new one.

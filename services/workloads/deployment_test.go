@@ -195,3 +195,31 @@ func TestDeploymentProgressDeadline(t *testing.T) {
 		t.Errorf("Available: %+v", a)
 	}
 }
+
+// A paused Deployment is not rolled by a new template but is scaled; resumed, it rolls.
+func TestDeploymentPaused(t *testing.T) {
+	_, url := bustest.Server(t)
+	c := bustest.Conn(t, url, "test")
+	provisionApps(t, c)
+	runFakeStore(t, c)
+	startReplicas(t, c, url, 1)
+	putDeployment(t, c, webDeployment(2, "app:1", appsv1.RollingUpdateDeploymentStrategyType))
+	bustest.Eventually(t, 30*time.Second, rolled(t, c, "app:1", 2), "not rolled: %+v", getDeployment(t, c).Status)
+
+	putDeployment(t, c, func(d *appsv1.Deployment) {
+		d.Spec.Paused = true
+		d.Spec.Template.Spec.Containers[0].Image = "app:2"
+		four := int32(4)
+		d.Spec.Replicas = &four
+	})
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		d := getDeployment(t, c)
+		p := condition(d.Status.Conditions, appsv1.DeploymentProgressing)
+		return d.Status.AvailableReplicas == 4 && d.Status.ObservedGeneration == d.Generation && p != nil && p.Reason == reasonPaused
+	}, "paused Deployment not scaled to 4: %+v", getDeployment(t, c).Status)
+	if n := len(replicaSetNames(t, c)); n != 1 {
+		t.Errorf("a paused Deployment rolled: %d ReplicaSets", n)
+	}
+	putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Paused = false })
+	bustest.Eventually(t, 30*time.Second, rolled(t, c, "app:2", 4), "not rolled after resume: %+v", getDeployment(t, c).Status)
+}
