@@ -221,7 +221,7 @@ func Permissions(role string) (Perms, error) {
 		g.pub(bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleWorkloads:
 		// Reads pods, writes the apps buckets; pods are created, adopted and deleted through the store.
-		g.readKV(bus.BucketPods, bus.BucketReplicaSets, bus.BucketDeployments)
+		g.readKV(bus.BucketPods, bus.BucketReplicaSets, bus.BucketDeployments, bus.BucketNamespaces)
 		g.writeKV(bus.BucketReplicaSets, bus.BucketDeployments)
 		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:

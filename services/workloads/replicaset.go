@@ -189,6 +189,13 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 	if !deleting {
 		switch diff := want - len(active) - len(cl.Create); {
 		case diff > 0:
+			open, err := s.namespaceOpen(ctx, ns)
+			if err != nil {
+				return err
+			}
+			if !open {
+				break // its namespace is going: the namespace controller deletes the pods and then this
+			}
 			creates = s.freeNames(rs, byName, cl, min(diff, s.cfg.MaxCreatesPerSync))
 			deadline := now.Add(s.cfg.ClaimTTL).Unix()
 			for _, n := range creates {

@@ -20,6 +20,7 @@ package workloads
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,7 +86,7 @@ type Service struct {
 	dEv  *events.Recorder
 	log  *slog.Logger
 
-	pods, rsKV, dKV jetstream.KeyValue
+	pods, rsKV, dKV, nsKV jetstream.KeyValue
 
 	c     *cache
 	queue *queue
@@ -142,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, b := range []struct {
 		name string
 		dst  *jetstream.KeyValue
-	}{{bus.BucketPods, &s.pods}, {bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}} {
+	}{{bus.BucketPods, &s.pods}, {bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}, {bus.BucketNamespaces, &s.nsKV}} {
 		if *b.dst, err = bus.OpenBucket(ctx, s.conn.JS, b.name); err != nil {
 			return fmt.Errorf("workloads: %w", err)
 		}
@@ -390,4 +391,25 @@ func controllerRefPB(refs []*pb.OwnerReference) *pb.OwnerReference {
 		}
 	}
 	return nil
+}
+
+// namespaceOpen reports whether pods may be created in ns: it exists and is not terminating (the API
+// refuses the same creations, which the store's command path does not check).
+func (s *Service) namespaceOpen(ctx context.Context, ns string) (bool, error) {
+	e, err := s.nsKV.Get(ctx, bus.NodeKey(ns))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get namespace %s: %w", ns, err)
+	}
+	var n struct {
+		Metadata struct {
+			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		return false, fmt.Errorf("namespace %s: %w", ns, errors.Join(bus.ErrMalformed, err))
+	}
+	return n.Metadata.DeletionTimestamp == nil, nil
 }

@@ -191,10 +191,39 @@ func provisionApps(t *testing.T, c *bus.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := bus.ProvisionBuckets(ctx, c.JS, bus.Options{},
-		bus.BucketSpec{Name: bus.BucketReplicaSets, History: 4}, bus.BucketSpec{Name: bus.BucketDeployments, History: 4})
+	err := bus.ProvisionBuckets(ctx, c.JS, bus.Options{}, bus.BucketSpec{Name: bus.BucketReplicaSets, History: 4},
+		bus.BucketSpec{Name: bus.BucketDeployments, History: 4}, bus.BucketSpec{Name: bus.BucketNamespaces, History: 4})
 	if err != nil {
 		t.Fatal(err)
+	}
+	ns, err := c.JS.KeyValue(ctx, bus.BucketNamespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.CreateEncoded(ctx, ns, bus.NodeKey("default"), []byte(`{"metadata":{"name":"default"}}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A ReplicaSet in a terminating namespace creates no pods: the namespace controller is emptying it.
+func TestReplicaSetTerminatingNamespace(t *testing.T) {
+	_, url := bustest.Server(t)
+	c := bustest.Conn(t, url, "test")
+	provisionApps(t, c)
+	ctx := context.Background()
+	ns, err := c.JS.KeyValue(ctx, bus.BucketNamespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Put(ctx, bus.NodeKey("default"), []byte(`{"metadata":{"name":"default","deletionTimestamp":"2026-01-01T00:00:00Z"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	fs := runFakeStore(t, c)
+	startReplicas(t, c, url, 1)
+	putRS(t, c, 3)
+	bustest.Eventually(t, 30*time.Second, func() bool { return rsStatusOf(t, c).ObservedGeneration == 1 }, "ReplicaSet never synced")
+	if n, _, _ := fs.counts(); n != 0 {
+		t.Errorf("%d pods created in a terminating namespace", n)
 	}
 }
 
