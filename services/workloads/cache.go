@@ -30,16 +30,19 @@ type podEntry struct {
 // cache holds the watched buckets. Entries are replaced, never modified, so a reader may keep one
 // after unlocking.
 type cache struct {
-	mu      sync.Mutex
-	pods    map[string]map[string]podEntry // ns -> name -> pod
-	rs      map[string]*rsEntry            // ns/name
-	deploys map[string]*dEntry             // ns/name
+	mu   sync.Mutex
+	pods map[string]map[string]podEntry // ns -> name -> pod
+	// byOwner indexes pods by their controller's uid, orphans by namespace ("orphan/<ns>"), so a sync
+	// reads its own pods, not its namespace's.
+	byOwner map[string]map[string]podEntry
+	rs      map[string]*rsEntry // ns/name
+	deploys map[string]*dEntry  // ns/name
 	// podsRev is the highest pods-bucket revision the cache has applied.
 	podsRev uint64
 }
 
 func newCache() *cache {
-	return &cache{pods: map[string]map[string]podEntry{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{}}
+	return &cache{pods: map[string]map[string]podEntry{}, byOwner: map[string]map[string]podEntry{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{}}
 }
 
 // setPod records a pod (nil: deleted) and returns the pod it replaces.
@@ -52,6 +55,9 @@ func (c *cache) setPod(key, ns string, p *pb.Pod, rev uint64) *pb.Pod {
 	name := key[len(ns)+1:]
 	m := c.pods[ns]
 	old := m[name].pod
+	if old != nil {
+		delete(c.byOwner[ownerIndex(ns, old)], name)
+	}
 	if p == nil {
 		delete(m, name)
 		return old
@@ -60,19 +66,47 @@ func (c *cache) setPod(key, ns string, p *pb.Pod, rev uint64) *pb.Pod {
 		m = map[string]podEntry{}
 		c.pods[ns] = m
 	}
-	m[name] = podEntry{pod: p, rev: rev}
+	e := podEntry{pod: p, rev: rev}
+	m[name] = e
+	idx := ownerIndex(ns, p)
+	if c.byOwner[idx] == nil {
+		c.byOwner[idx] = map[string]podEntry{}
+	}
+	c.byOwner[idx][name] = e
 	return old
 }
 
-// podsOf returns the pods of ns and the pods revision the cache is at.
-func (c *cache) podsOf(ns string) ([]podEntry, uint64) {
+// ownerIndex is a pod's key in byOwner. A controller uid names one object in the whole cluster.
+func ownerIndex(ns string, p *pb.Pod) string {
+	if ref := controllerRefPB(p.GetMetadata().GetOwnerReferences()); ref != nil {
+		return ref.GetUid()
+	}
+	return "orphan/" + ns
+}
+
+// podsFor returns the pods the owner uid controls, and with orphans the orphans of ns; and the pods
+// revision the cache is at.
+func (c *cache) podsFor(ns, uid string, orphans bool) ([]podEntry, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]podEntry, 0, len(c.pods[ns]))
-	for _, p := range c.pods[ns] {
+	out := make([]podEntry, 0, len(c.byOwner[uid]))
+	for _, p := range c.byOwner[uid] {
 		out = append(out, p)
 	}
+	if orphans {
+		for _, p := range c.byOwner["orphan/"+ns] {
+			out = append(out, p)
+		}
+	}
 	return out, c.podsRev
+}
+
+// hasPod reports whether a pod of that name exists in ns.
+func (c *cache) hasPod(ns, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pods[ns][name]
+	return ok
 }
 
 func (c *cache) setRS(key string, r *rsEntry) *rsEntry {
@@ -118,6 +152,7 @@ type queue struct {
 	queued     map[string]bool
 	processing map[string]bool
 	dirty      map[string]bool
+	soon       map[string]bool
 	wake       chan struct{}
 	closed     bool
 }
@@ -139,6 +174,27 @@ func (q *queue) add(key string) {
 	q.queued[key] = true
 	q.pending = append(q.pending, key)
 	q.signal()
+}
+
+// addSoon queues key at the next flush: a burst of pod changes syncs their owner once.
+func (q *queue) addSoon(key string) {
+	q.mu.Lock()
+	if q.soon == nil {
+		q.soon = map[string]bool{}
+	}
+	q.soon[key] = true
+	q.mu.Unlock()
+}
+
+// flush queues what addSoon collected.
+func (q *queue) flush() {
+	q.mu.Lock()
+	soon := q.soon
+	q.soon = nil
+	q.mu.Unlock()
+	for k := range soon {
+		q.add(k)
+	}
 }
 
 func (q *queue) signal() {

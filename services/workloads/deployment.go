@@ -438,10 +438,10 @@ func (x *dsync) recreate(ctx context.Context) error {
 			return err
 		}
 	}
-	pods, _ := x.s.c.podsOf(x.d.Namespace)
-	for _, pe := range pods {
-		for _, r := range x.old {
-			if isOwnedBy(pe.pod, r.obj) && !isTerminalPB(pe.pod) {
+	for _, r := range x.old {
+		pods, _ := x.s.c.podsFor(x.d.Namespace, string(r.obj.UID), false)
+		for _, pe := range pods {
+			if !isTerminalPB(pe.pod) {
 				return nil // the old pods are still going; their changes sync again
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/podbus/podbus/bus"
@@ -137,20 +138,24 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 	}
 	rs := r.obj
 	cl := readClaims(rs)
-	pods, podsRev := s.c.podsOf(ns)
+	deleting := rs.DeletionTimestamp != nil
+	pods, podsRev := s.c.podsFor(ns, string(rs.UID), !deleting)
 	if podsRev < cl.PodsRev {
 		return errRequeue // the claims' writer saw pods this cache has not yet
 	}
 	now := s.cfg.now()
+	sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
+	if err != nil {
+		return nil // the API validates selectors; an invalid one selects nothing
+	}
 	byName := map[string]*pb.Pod{}
 	var owned, adopt, release []*pb.Pod
-	deleting := rs.DeletionTimestamp != nil
 	for _, pe := range pods {
 		p := pe.pod
 		md := p.GetMetadata()
 		byName[md.GetName()] = p
 		ref := controllerRefPB(md.GetOwnerReferences())
-		matches := selects(rs.Spec.Selector, md.GetLabels())
+		matches := !sel.Empty() && sel.Matches(labels.Set(md.GetLabels()))
 		switch {
 		case ref != nil && ref.GetUid() == string(rs.UID):
 			if matches || deleting {
@@ -291,7 +296,7 @@ func (s *Service) freeNames(rs *appsv1.ReplicaSet, byName map[string]*pb.Pod, cl
 	taken := map[string]bool{}
 	for slot := 0; len(out) < n; slot++ {
 		name := podName(rs, slot)
-		if byName[name] != nil || cl.Create[name] != 0 || taken[name] {
+		if byName[name] != nil || cl.Create[name] != 0 || taken[name] || s.c.hasPod(rs.Namespace, name) {
 			continue
 		}
 		taken[name] = true
@@ -345,12 +350,13 @@ func victims(active []*pb.Pod, n int) []*pb.Pod {
 
 func rsStatus(rs *appsv1.ReplicaSet, owned []*pb.Pod, now time.Time) appsv1.ReplicaSetStatus {
 	st := appsv1.ReplicaSetStatus{ObservedGeneration: rs.Generation, Conditions: rs.Status.Conditions}
+	templateLabels := labels.SelectorFromSet(rs.Spec.Template.Labels)
 	for _, p := range owned {
 		if !isActive(p) {
 			continue
 		}
 		st.Replicas++
-		if selects(&metav1.LabelSelector{MatchLabels: rs.Spec.Template.Labels}, p.GetMetadata().GetLabels()) || len(rs.Spec.Template.Labels) == 0 {
+		if templateLabels.Matches(labels.Set(p.GetMetadata().GetLabels())) {
 			st.FullyLabeledReplicas++
 		}
 		if isReady(p) {

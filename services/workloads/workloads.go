@@ -173,6 +173,8 @@ func (s *Service) Run(ctx context.Context) error {
 	loaded := 0
 	resync := time.NewTicker(s.cfg.Resync)
 	defer resync.Stop()
+	flush := time.NewTicker(50 * time.Millisecond)
+	defer flush.Stop()
 	startWorkers := func() {
 		if started || loaded < 3 {
 			return
@@ -214,6 +216,8 @@ func (s *Service) Run(ctx context.Context) error {
 				continue
 			}
 			s.onDeployment(e)
+		case <-flush.C:
+			s.queue.flush()
 		case <-resync.C:
 			if started {
 				s.enqueueAll()
@@ -289,7 +293,7 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 	}
 	old := s.c.setPod(key, ns, p, e.Revision())
 	for _, q := range s.podOwners(ns, old, p) {
-		s.queue.add(q)
+		s.queue.addSoon(q)
 	}
 }
 
