@@ -88,12 +88,14 @@ build:
 ## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), scheduling-basic
 ## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
 ## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd), Kubernetes'
-## scale envelope (5,000 nodes, 150,000 pods, control plane and agents in two processes) and Go benchmarks
+## scale envelope (5,000 nodes, 150,000 pods, control plane and agents in two processes), the workload
+## controllers (100 Deployments × 100 replicas on 500 nodes: created→ready, then a rolling update of all) and Go benchmarks
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
 	$(BIN)/podbus loadtest --scenario envelope --quiet   # 5,000 nodes, 150,000 pods, slices of 10,000
 	$(BIN)/podbus loadtest --scenario scheduling-basic --replicas 1,3 --quiet   # scheduler_perf SchedulingBasic shape
 	$(BIN)/podbus loadtest --runtime containerd
+	$(BIN)/podbus loadtest --scenario deployments --deployments 100 --replicas 100 --nodes 500 --timeout 30m --quiet   # created→ready and a full rolling update
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./sched/... ./services/...
 	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
 

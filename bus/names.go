@@ -106,6 +106,9 @@ const (
 	BucketRoleBindings        = "rolebindings"        // key ObjectKey(ns, name) -> the RoleBinding's JSON
 	BucketClusterRoles        = "clusterroles"        // key NodeKey(name) -> the ClusterRole's JSON
 	BucketClusterRoleBindings = "clusterrolebindings" // key NodeKey(name) -> the ClusterRoleBinding's JSON
+	// apps/v1, written by the API and the workload controllers (internal/workload.Record).
+	BucketReplicaSets = "replicasets" // key ObjectKey(ns, name) -> the ReplicaSet's record
+	BucketDeployments = "deployments" // key ObjectKey(ns, name) -> the Deployment's record
 )
 
 // Durable consumer names. Consumers with the same name are shared by all replicas of a service.

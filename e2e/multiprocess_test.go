@@ -129,6 +129,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		{"status", []string{"status"}},
 		{"nodelifecycle", []string{"nodelifecycle", "--node-eviction-rate", "5"}},
 		{"controllers", []string{"controllers"}},
+		{"workloads", []string{"workloads"}},
 		{"admission", []string{"admission", "--listen", "127.0.0.1:" + strconv.Itoa(apiPort), "--cert-dir", certDir, "--kubeconfig-out", kubeconfig}},
 		{"agent-n1", []string{"agent", "--node", "n1", "--pod-cidr", "10.42.1.0/24", "--cpu", "4", "--memory", "8Gi"}},
 		{"agent-n2", []string{"agent", "--node", "n2", "--pod-cidr", "10.42.2.0/24", "--cpu", "4", "--memory", "8Gi"}},

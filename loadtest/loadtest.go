@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,9 @@ type Config struct {
 	// simulated nodes with (default: this executable).
 	Slice  int
 	Binary string
+	// Deployments: how many, and the replicas of each (--replicas, in the deployments scenario).
+	Deployments        int
+	DeploymentReplicas int
 	// Out: a directory to write every pod's stage times (CSV) and the plots into (out.go); empty: none.
 	Out string
 }
@@ -118,10 +122,11 @@ func ParseFlags(args []string) (Config, error) {
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&c.Verbose, "v", false, "embedded cluster: also print the average handler time per consumer")
 	fs.StringVar(&c.DataDir, "data-dir", "", "where the embedded cluster stores its streams (default: a temporary directory under /dev/shm if it exists)")
-	fs.StringVar(&c.Scenario, "scenario", ScenarioPipeline, "pipeline, scheduling-basic or envelope")
+	fs.StringVar(&c.Scenario, "scenario", ScenarioPipeline, "pipeline, scheduling-basic, envelope or deployments")
 	fs.StringVar(&c.Variant, "variant", VariantBasic, "scheduling-basic: basic, anti-affinity or spread")
 	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
-	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated")
+	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated; deployments: replicas of each Deployment (default 50)")
+	fs.IntVar(&c.Deployments, "deployments", deploymentsDefault, "deployments: Deployments to create and roll")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "scheduling-basic: write a CPU profile of each measured window to this path plus the run's name")
@@ -177,8 +182,25 @@ func ParseFlags(args []string) (Config, error) {
 		if c.Slice <= 0 {
 			return c, fmt.Errorf("--slice %d: want at least 1", c.Slice)
 		}
+	case ScenarioDeployments:
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["nodes"] {
+			c.Nodes = deploymentsNodesDefault
+		}
+		c.DeploymentReplicas = deploymentReplicasDefault
+		if set["replicas"] {
+			n, err := strconv.Atoi(c.Replicas)
+			if err != nil || n < 1 {
+				return c, fmt.Errorf("--replicas %q: the deployments scenario wants one count, at least 1", c.Replicas)
+			}
+			c.DeploymentReplicas = n
+		}
+		if c.Deployments < 1 || c.Runtime != "fake" {
+			return c, fmt.Errorf("--scenario deployments: want --deployments of at least 1 and simulated nodes")
+		}
 	default:
-		return c, fmt.Errorf("--scenario %q: want %s, %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic, ScenarioEnvelope)
+		return c, fmt.Errorf("--scenario %q: want %s, %s, %s or %s", c.Scenario, ScenarioPipeline, ScenarioSchedulingBasic, ScenarioEnvelope, ScenarioDeployments)
 	}
 	if *pools != "" {
 		p, err := nodepool.Load(*pools)
@@ -305,6 +327,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	if cfg.Scenario == ScenarioEnvelope {
 		return runEnvelope(ctx, cfg, w)
+	}
+	if cfg.Scenario == ScenarioDeployments {
+		return runDeployments(ctx, cfg, w)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()

@@ -36,6 +36,7 @@ import (
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
+	"github.com/podbus/podbus/services/workloads"
 )
 
 // Config shapes the cluster.
@@ -305,6 +306,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			}},
 			{"controllers", func(cn *bus.Conn) (runner, error) {
 				return controllers.New(controllers.Config{ID: "controllers-0", Kinds: admission.KindBuckets(), Logger: log}, cn)
+			}},
+			{"workloads", func(cn *bus.Conn) (runner, error) {
+				return workloads.New(workloads.Config{ID: "workloads-0", Logger: log}, cn)
 			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Logger: log, Buckets: admission.NamespacedBuckets()}, cn)

@@ -37,6 +37,7 @@ var commands = []command{
 	{"binder", "the binder: commits scheduling decisions with compare-and-set", runBinder},
 	{"status", "the status service: pod and node status, events, node monitor", runStatus},
 	{"namespaces", "the namespace controller: empties and removes deleted namespaces", runNamespaces},
+	{"workloads", "the ReplicaSet and Deployment controllers: keep workloads' pods at their count, roll Deployments", runWorkloads},
 	{"nodelifecycle", "the node lifecycle controller: taints nodes that are not Ready, evicts pods that do not tolerate it", runNodeLifecycle},
 	{"controllers", "the DaemonSet, disruption (PodDisruptionBudget) and garbage-collector controllers", runControllers},
 	{"agent", "a node agent (kubelet)", runAgent},

@@ -38,6 +38,7 @@ import (
 	"github.com/podbus/podbus/services/scheduler"
 	"github.com/podbus/podbus/services/status"
 	"github.com/podbus/podbus/services/store"
+	"github.com/podbus/podbus/services/workloads"
 )
 
 // common are the flags every service has.
@@ -346,6 +347,20 @@ func runNodeLifecycle(ctx context.Context, args []string) error {
 	}
 	return c.serve(ctx, "nodelifecycle", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
 		return nodelifecycle.New(nodelifecycle.Config{ID: c.id, EvictionRate: *rate, EvictionBurst: *burst}, cn)
+	})
+}
+
+func runWorkloads(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("workloads", flag.ExitOnError)
+	c.register(fs, "workloads")
+	workers := fs.Int("workers", workloads.DefaultWorkers, "objects synced at once")
+	resync := fs.Duration("resync", workloads.DefaultResync, "re-examine every ReplicaSet and Deployment this often")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.serve(ctx, "workloads", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
+		return workloads.New(workloads.Config{ID: c.id, Workers: *workers, Resync: *resync}, cn)
 	})
 }
 

@@ -26,6 +26,7 @@ const (
 	RoleNamespaces  = "namespaces"    // namespace deletion
 	RoleNodeLife    = "nodelifecycle" // node taints and taint evictions
 	RoleControllers = "controllers"   // DaemonSets, disruption budgets' status, garbage collection
+	RoleWorkloads   = "workloads"     // ReplicaSet and Deployment controllers
 	RoleReader      = "reader"        // audit and tools: read-only
 	RoleAuditSeal   = "auditseal"     // the audit sealer: reads AUDIT, appends signed blocks to its own stream
 	// RoleSimAgents is for simulated nodes whose names are not known in advance (compose's scaled
@@ -40,7 +41,7 @@ const (
 
 // ServiceRoles are the roles `up` and `natsauth init` make besides per-node agents.
 var ServiceRoles = []string{RoleAdmin, RoleAdmission, RoleStore, RoleScheduler, RoleBinder, RoleStatus,
-	RoleNamespaces, RoleNodeLife, RoleControllers, RoleReader, RoleAuditSeal}
+	RoleNamespaces, RoleNodeLife, RoleControllers, RoleWorkloads, RoleReader, RoleAuditSeal}
 
 // ErrRole is returned for a role that does not exist or a node that cannot have an agent credential.
 var ErrRole = errors.New("natsauth: unknown role")
@@ -161,10 +162,11 @@ func (g *grants) openBuckets() {
 
 // apiBuckets are the buckets of the API's kinds that are not the pipeline's.
 var apiBuckets = []string{bus.BucketNamespaces, bus.BucketConfigMaps, bus.BucketRoles, bus.BucketRoleBindings,
-	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketSecrets, bus.BucketDaemonSets, bus.BucketPDBs}
+	bus.BucketClusterRoles, bus.BucketClusterRoleBindings, bus.BucketSecrets, bus.BucketDaemonSets, bus.BucketPDBs,
+	bus.BucketReplicaSets, bus.BucketDeployments}
 
 // volumeBuckets are what agents read to fill the pods' configMap and secret volumes.
-var volumeBuckets = []string{bus.BucketConfigMaps, bus.BucketSecrets, bus.BucketDaemonSets, bus.BucketPDBs}
+var volumeBuckets = []string{bus.BucketConfigMaps, bus.BucketSecrets}
 
 // Permissions returns role's permissions; ErrRole for an unknown role.
 func Permissions(role string) (Perms, error) {
@@ -227,6 +229,10 @@ func Permissions(role string) (Perms, error) {
 		// pods go through the store's commands.
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(apiBuckets...)
+	case RoleWorkloads:
+		// Reads pods, writes the apps buckets; pods are created, adopted and deleted through the store.
+		g.readKV(bus.BucketPods, bus.BucketReplicaSets, bus.BucketDeployments, bus.BucketNamespaces)
+		g.writeKV(bus.BucketReplicaSets, bus.BucketDeployments)
 		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)

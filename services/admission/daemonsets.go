@@ -1,9 +1,7 @@
 package admission
 
 import (
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -109,14 +107,7 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 		ten := int32(10)
 		s.RevisionHistoryLimit = &ten
 	}
-	defaultTemplate(&s.Template)
-}
-
-// defaultTemplate applies the pod defaults to a pod template, as kube's defaulting reaches into it.
-func defaultTemplate(t *corev1.PodTemplateSpec) {
-	p := &corev1.Pod{ObjectMeta: t.ObjectMeta, Spec: t.Spec}
-	convert.DefaultPod(p)
-	t.Spec = p.Spec
+	defaultTemplate(&s.Template, d.Namespace)
 }
 
 // validateDaemonSet is apps' validation of a DaemonSet: metadata, a selector matching the template's
@@ -131,8 +122,8 @@ func validateDaemonSet(d *appsv1.DaemonSet) field.ErrorList {
 		ru := d.Spec.UpdateStrategy.RollingUpdate
 		p := spec.Child("updateStrategy", "rollingUpdate")
 		if ru != nil {
-			errs = append(errs, validateIntOrPercent(ru.MaxUnavailable, p.Child("maxUnavailable"))...)
-			errs = append(errs, validateIntOrPercent(ru.MaxSurge, p.Child("maxSurge"))...)
+			errs = append(errs, validateIntOrPercent(ru.MaxUnavailable, p.Child("maxUnavailable"), true)...)
+			errs = append(errs, validateIntOrPercent(ru.MaxSurge, p.Child("maxSurge"), true)...)
 			if isZero(ru.MaxUnavailable) && isZero(ru.MaxSurge) {
 				errs = append(errs, field.Invalid(p.Child("maxUnavailable"), ru.MaxUnavailable.String(), "may not be 0 when maxSurge is 0"))
 			}
@@ -175,29 +166,6 @@ func validateSelectorTemplate(sel *metav1.LabelSelector, t *corev1.PodTemplateSp
 		errs = append(errs, e)
 	}
 	return errs
-}
-
-var percentRE = regexp.MustCompile(`^[0-9]+%$`)
-
-// validateIntOrPercent checks a count or a percentage of pods, as apps' validation does.
-func validateIntOrPercent(v *intstr.IntOrString, p *field.Path) field.ErrorList {
-	switch {
-	case v == nil:
-		return nil
-	case v.Type == intstr.String && !percentRE.MatchString(v.StrVal):
-		return field.ErrorList{field.Invalid(p, v.StrVal, "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')")}
-	case v.Type == intstr.String:
-		if n, _ := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%")); n > 100 {
-			return field.ErrorList{field.Invalid(p, v.StrVal, "must not be greater than 100%")}
-		}
-	case v.IntVal < 0:
-		return field.ErrorList{field.Invalid(p, v.IntVal, "must be greater than or equal to 0")}
-	}
-	return nil
-}
-
-func isZero(v *intstr.IntOrString) bool {
-	return v == nil || (v.Type == intstr.Int && v.IntVal == 0) || (v.Type == intstr.String && v.StrVal == "0%")
 }
 
 // containerCells are the CONTAINERS and IMAGES cells of a pod template.

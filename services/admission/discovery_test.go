@@ -79,6 +79,7 @@ func TestDiscovery(t *testing.T) {
 				"rbac.authorization.k8s.io/roles": "Namespaced/" + crud, "rbac.authorization.k8s.io/rolebindings": "Namespaced/" + crud,
 				"rbac.authorization.k8s.io/clusterroles": "Cluster/" + crud, "rbac.authorization.k8s.io/clusterrolebindings": "Cluster/" + crud,
 				"apps/daemonsets": "Namespaced/" + crud, "policy/poddisruptionbudgets": "Namespaced/" + crud,
+				"apps/replicasets": "Namespaced/" + crud, "apps/deployments": "Namespaced/" + crud,
 			}
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("aggregated /apis (-want +got):\n%s", d)

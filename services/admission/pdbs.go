@@ -68,8 +68,8 @@ func validatePDB(p *policyv1.PodDisruptionBudget) field.ErrorList {
 	if p.Spec.MinAvailable != nil && p.Spec.MaxUnavailable != nil {
 		errs = append(errs, field.Invalid(spec, p.Spec, "minAvailable and maxUnavailable cannot be both set"))
 	}
-	errs = append(errs, validateIntOrPercent(p.Spec.MinAvailable, spec.Child("minAvailable"))...)
-	errs = append(errs, validateIntOrPercent(p.Spec.MaxUnavailable, spec.Child("maxUnavailable"))...)
+	errs = append(errs, validateIntOrPercent(p.Spec.MinAvailable, spec.Child("minAvailable"), true)...)
+	errs = append(errs, validateIntOrPercent(p.Spec.MaxUnavailable, spec.Child("maxUnavailable"), true)...)
 	if p.Spec.Selector != nil {
 		errs = append(errs, metav1validation.ValidateLabelSelector(p.Spec.Selector, metav1validation.LabelSelectorValidationOptions{}, spec.Child("selector"))...)
 	}

@@ -121,6 +121,7 @@ func TestRBACViewInOneNamespace(t *testing.T) {
 		"get,list,watch apps daemonsets,daemonsets/status",
 		"get,list,watch policy poddisruptionbudgets,poddisruptionbudgets/status",
 		"get,list,watch metrics.k8s.io pods,nodes",
+		"get,list,watch apps deployments,replicasets,deployments/scale,replicasets/scale,deployments/status,replicasets/status",
 	}
 	if resp.StatusCode != 201 || rr.Status.Incomplete || len(rr.Status.NonResourceRules) == 0 {
 		t.Errorf("rules review: %d %s", resp.StatusCode, data)
@@ -261,7 +262,7 @@ func TestRBACBootstrap(t *testing.T) {
 		got = append(got, strings.Join(append(r.Resources, r.NonResourceURLs...), ","))
 	}
 	if want := []string{"pods/status,namespaces/status,pods/log", "namespaces", "events", "/ui,/ui/*", "daemonsets,daemonsets/status",
-		"poddisruptionbudgets,poddisruptionbudgets/status", "pods,nodes", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
+		"poddisruptionbudgets,poddisruptionbudgets/status", "pods,nodes", "deployments,replicasets,deployments/scale,replicasets/scale,deployments/status,replicasets/status", "nodes", "pods,configmaps"}; !cmp.Equal(got, want) {
 		t.Errorf("view after bootstrap: %v, want %v", got, want)
 	}
 	if get("/clusterroles/edit", &edit); len(edit.Rules) != 0 {

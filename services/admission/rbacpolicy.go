@@ -52,6 +52,7 @@ func viewRules() []rbacv1.PolicyRule {
 		rule(verbsRead, "apps", "daemonsets", "daemonsets/status"),
 		rule(verbsRead, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
 		rule(verbsRead, "metrics.k8s.io", "pods", "nodes"),
+		rule(verbsRead, "apps", "deployments", "replicasets", "deployments/scale", "replicasets/scale", "deployments/status", "replicasets/status"),
 	}
 }
 
@@ -66,6 +67,7 @@ func editRules() []rbacv1.PolicyRule {
 		rule(verbsWrite, "", "events"),
 		rule(verbsWrite, "apps", "daemonsets"),
 		rule(verbsWrite, "policy", "poddisruptionbudgets"),
+		rule(verbsWrite, "apps", "deployments", "replicasets", "deployments/scale", "replicasets/scale", "deployments/rollback"),
 	)
 }
 

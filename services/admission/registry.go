@@ -195,6 +195,8 @@ func builtinKinds() []*kind {
 		secretKind,
 		daemonSetKind,
 		pdbKind,
+		withHandlers(replicaSetKind, handlers{sub: map[string]handlerFunc{"scale": (*Service).serveScale}}),
+		withHandlers(deploymentKind, handlers{sub: map[string]handlerFunc{"scale": (*Service).serveScale}}),
 		roleKind,
 		clusterRoleKind,
 		roleBindingKind,
