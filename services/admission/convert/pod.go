@@ -99,6 +99,7 @@ func podSpecToPB(s *corev1.PodSpec) *pb.PodSpec {
 	for _, v := range s.Volumes {
 		out.Volumes = append(out.Volumes, &pb.Volume{Name: v.Name, EmptyDir: v.EmptyDir != nil})
 	}
+	podExtrasToPB(s, out)
 	return out
 }
 
@@ -130,6 +131,7 @@ func containerToPB(c *corev1.Container) *pb.Container {
 	for _, m := range c.VolumeMounts {
 		out.VolumeMounts = append(out.VolumeMounts, &pb.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 	}
+	containerExtrasToPB(c, out)
 	return out
 }
 
@@ -375,6 +377,7 @@ func podSpecFromPB(s *pb.PodSpec) corev1.PodSpec {
 		}
 		out.Volumes = append(out.Volumes, vol)
 	}
+	podExtrasFromPB(s, &out)
 	return out
 }
 
@@ -407,6 +410,7 @@ func containerFromPB(c *pb.Container) corev1.Container {
 	for _, m := range c.GetVolumeMounts() {
 		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.GetName(), MountPath: m.GetMountPath(), ReadOnly: m.GetReadOnly()})
 	}
+	containerExtrasFromPB(c, &out)
 	return out
 }
 
