@@ -60,17 +60,21 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 	for _, e := range c.GetEnv() {
 		env = append(env, e.GetName()+"="+e.GetValue())
 	}
+	podOpts, err := r.podSpecOpts(rec, c, imgSpec.Config.User)
+	if err != nil {
+		return "", err
+	}
 	opts := []oci.SpecOpts{
 		oci.WithImageConfig(image),
 		oci.WithProcessArgs(args...),
 		oci.WithEnv(env),
-		oci.WithHostname(rec.Name),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: rec.NetNS}),
 	}
 	if wd := c.GetWorkingDir(); wd != "" {
 		opts = append(opts, oci.WithProcessCwd(wd))
 	}
 	opts = append(opts, resourceOpts(c.GetResources())...)
+	opts = append(opts, podOpts...)
 
 	id := newID()
 	labels := map[string]string{
@@ -264,10 +268,14 @@ func (r *Runtime) reap(ctx context.Context, c containerd.Container, task contain
 	if finished.IsZero() {
 		finished = time.Now()
 	}
-	if _, err := c.SetLabels(ctx, map[string]string{
+	exit := map[string]string{
 		labelExitCode:   strconv.FormatUint(uint64(st.ExitStatus), 10),
 		labelFinishedAt: formatTime(finished),
-	}); err != nil {
+	}
+	if st.ExitStatus != 0 && oomKilled(ctx, task) {
+		exit[labelReason] = reasonOOMKilled
+	}
+	if _, err := c.SetLabels(ctx, exit); err != nil {
 		return fmt.Errorf("record exit of container %s: %w", c.ID(), err)
 	}
 	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
