@@ -67,6 +67,9 @@ type Config struct {
 	// by ±10 % (default 30s; negative: only the check before the pod is first Ready). A failed check is
 	// retried sooner: from a tenth of the interval, doubling.
 	NetworkCheckInterval time.Duration
+	// AllowPrivileged lets pods run privileged containers (--allow-privileged); without it they are
+	// rejected with ReasonPrivilegedDisallowed.
+	AllowPrivileged bool
 	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
 	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
 	Clock func() time.Time
