@@ -12,7 +12,6 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/defaults"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -88,6 +87,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		labelImage:         c.GetImage(),
 		labelImageRef:      image.Name() + "@" + image.Target().Digest.String(),
 		labelLogPath:       r.logPath(rec.PodUID, c.GetName(), attempt),
+		labelTTY:           strconv.FormatBool(c.GetTty()),
 	}
 	_, err = r.client.NewContainer(ctx, id,
 		containerd.WithImage(image),
@@ -166,10 +166,16 @@ func (r *Runtime) StartContainer(ctx context.Context, id agent.ContainerID) (ret
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return fmt.Errorf("start container %s: log dir: %w", id, err)
 	}
-	task, err := c.NewTask(ctx, cio.LogFile(logPath))
+	creator, afterStart, cleanup, err := r.taskIO(logPath, labels[labelTTY] == "true")
 	if err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	task, err := c.NewTask(ctx, creator)
+	if err != nil {
+		cleanup()
 		return fmt.Errorf("start container %s: create task: %w", id, err)
 	}
+	afterStart(task)
 	defer func() {
 		if retErr != nil {
 			cctx, cancel := cleanupContext(ctx)
