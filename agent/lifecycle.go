@@ -45,16 +45,24 @@ func (w *podWorker) runHook(ctx context.Context, kind ProbeKind, c *ctr, id Cont
 	if res.Success {
 		return nil
 	}
+	// The kubelet's messages, which the events carry.
+	action, what := "", ""
 	switch {
 	case h.GetExec() != nil:
-		return fmt.Errorf("Exec lifecycle hook (%s) for Container %q in Pod %q failed - error: %s",
-			strings.Join(h.GetExec().GetCommand(), " "), c.spec.GetName(), w.podRef(), res.Output)
+		action, what = "Exec", strings.Join(h.GetExec().GetCommand(), " ")
 	case h.GetHttpGet() != nil:
-		return fmt.Errorf("HTTP lifecycle hook (%s) for Container %q in Pod %q failed - error: %s",
-			h.GetHttpGet().GetPath(), c.spec.GetName(), w.podRef(), res.Output)
+		action, what = "HTTP", h.GetHttpGet().GetPath()
+	case h.GetTcpSocket() != nil:
+		action, what = "TCP", h.GetTcpSocket().GetPort()
 	}
-	return fmt.Errorf("lifecycle hook for Container %q in Pod %q failed - error: %s", c.spec.GetName(), w.podRef(), res.Output)
+	return hookError(fmt.Sprintf("%s lifecycle hook (%s) for Container %q in Pod %q failed - error: %s",
+		action, what, c.spec.GetName(), w.podRef(), res.Output))
 }
+
+// hookError is a failed hook, its message the kubelet's (which starts with a capital).
+type hookError string
+
+func (e hookError) Error() string { return string(e) }
 
 // postStart runs the container's postStart hook, if any. On failure it records the kubelet's events
 // and kills the container: the caller then sees it exit.
