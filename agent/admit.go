@@ -41,6 +41,9 @@ func parseCapacity(cfg Config) (*resources, error) {
 // new pod's must fit the node's allocatable. It returns the rejection reason and message, or "".
 // Called with a.mu held.
 func (a *Agent) admitLocked(pod *pb.Pod) (reason, message string) {
+	if reason, message := a.admitPrivileged(pod); reason != "" {
+		return reason, message
+	}
 	used := &pb.Resources{}
 	for _, w := range a.pods {
 		if w.active() {

@@ -79,6 +79,9 @@ type Config struct {
 	// EvictionHard holds the hard eviction thresholds (the kubelet's --eviction-hard syntax); ""
 	// is DefaultEvictionHard, "none" is none. Only a runtime that measures (StatsProvider) applies them.
 	EvictionHard string
+	// AllowPrivileged lets pods run privileged containers (--allow-privileged); without it they are
+	// rejected with ReasonPrivilegedDisallowed.
+	AllowPrivileged bool
 	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
 	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
 	Clock func() time.Time

@@ -17,7 +17,8 @@ func (w *podWorker) checkNetworkAsync(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer w.wg.Done()
 		defer close(done)
-		w.checkNetwork(ctx)
+		// With periodic checks off, this is the only one: it checks everything.
+		w.checkNetwork(ctx, w.a.cfg.NetworkCheckInterval >= 0)
 	}()
 	return done
 }
@@ -51,15 +52,16 @@ func (w *podWorker) networkLoop(ctx context.Context) {
 		if !sleep(ctx, delay) {
 			return
 		}
-		if w.checkNetwork(ctx) {
+		if w.checkNetwork(ctx, false) {
 			w.reportRetry(ctx)
 		}
 	}
 }
 
-// checkNetwork runs CNI CHECK on the pod's sandbox and records the outcome. It reports whether there is
-// something to report: readiness changed, or a failure (with its event).
-func (w *podWorker) checkNetwork(ctx context.Context) bool {
+// checkNetwork runs CNI CHECK on the pod's sandbox (only what connectivity rests on when quick, see
+// ConnectivityChecker) and records the outcome. It reports whether there is something to report:
+// readiness changed, or a failure (with its event).
+func (w *podWorker) checkNetwork(ctx context.Context, quick bool) bool {
 	w.mu.Lock()
 	sb := w.sandbox
 	w.mu.Unlock()
@@ -67,7 +69,7 @@ func (w *podWorker) checkNetwork(ctx context.Context) bool {
 		return false
 	}
 	cctx, cancel := context.WithTimeout(ctx, networkCheckTimeout)
-	err := w.a.rt.CheckSandbox(cctx, *sb)
+	err := w.a.sandboxCheck(quick)(cctx, *sb)
 	cancel()
 	if ctx.Err() != nil {
 		return false

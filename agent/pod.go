@@ -93,13 +93,15 @@ func newPodWorker(a *Agent, pod *pb.Pod) *podWorker {
 		startTime: time.Now(),
 	}
 	w.stopCtx, w.stop = context.WithCancel(context.Background())
+	// As the kubelet: with init containers, every container not yet started waits in PodInitializing.
 	waiting := "ContainerCreating"
+	if len(pod.GetSpec().GetInitContainers()) > 0 {
+		waiting = "PodInitializing"
+	}
 	for _, c := range pod.GetSpec().GetInitContainers() {
 		w.init = append(w.init, &ctr{spec: c, init: true, state: waitingState(waiting, "")})
 	}
-	if len(w.init) > 0 {
-		waiting = "PodInitializing"
-	} else {
+	if len(w.init) == 0 {
 		w.initDone = true
 	}
 	for _, c := range pod.GetSpec().GetContainers() {
@@ -474,6 +476,9 @@ func (w *podWorker) startContainer(ctx context.Context, c *ctr) error {
 		return fail("CreateContainerError", "Failed", "Error: no sandbox", errors.New("no sandbox"))
 	}
 	id, err := w.a.rt.CreateContainer(ctx, *sb, c.spec, attempt)
+	if errors.Is(err, ErrContainerConfig) {
+		return fail("CreateContainerConfigError", "Failed", "Error: "+configMessage(err), errors.New(configMessage(err)))
+	}
 	if err != nil {
 		return fail("CreateContainerError", "Failed", "Error: "+err.Error(), err)
 	}
@@ -486,12 +491,16 @@ func (w *podWorker) startContainer(ctx context.Context, c *ctr) error {
 		cancel()
 		return fail("RunContainerError", "Failed", "Error: failed to start container: "+err.Error(), err)
 	}
+	hookErr := w.postStart(ctx, c, id)
 	st, err := w.a.rt.ContainerStatus(ctx, id)
 	if err != nil {
 		st = ContainerStatus{StartedAt: time.Now(), ImageRef: image}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if hookErr != nil {
+		defer func() { c.ready = false }() // killed: the wait that follows sees it exit
+	}
 	w.eventLocked("Normal", "Started", "Started container "+name, fieldPath(c))
 	if c.hasRun {
 		c.restarts++
@@ -576,7 +585,7 @@ func (w *podWorker) terminate(ctx context.Context, grace time.Duration) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := w.a.rt.StopContainer(ctx, c.id, grace); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := w.a.rt.StopContainer(ctx, c.id, w.preStop(ctx, c, c.id, grace)); err != nil && !errors.Is(err, ErrNotFound) {
 				errs[i] = fmt.Errorf("stop container %s of pod %s: %w", c.spec.GetName(), w.key(), err)
 				return
 			}

@@ -151,7 +151,7 @@ func (w *podWorker) kill(ctx context.Context, c *ctr, id ContainerID, probe stri
 	if pr.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(pr.GetTerminationGracePeriodSeconds()) * time.Second
 	}
-	if err := w.a.rt.StopContainer(ctx, id, grace); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := w.a.rt.StopContainer(ctx, id, w.preStop(ctx, c, id, grace)); err != nil && !errors.Is(err, ErrNotFound) {
 		w.a.log.Warn("stop unhealthy container", "pod", w.key(), "container", c.spec.GetName(), "err", err)
 	}
 }

@@ -80,6 +80,8 @@ var (
 	ErrImageNeverPull = errors.New("image not present with pull policy Never")
 	// ErrImagePull: the image could not be pulled.
 	ErrImagePull = errors.New("image pull failed")
+	// ErrContainerConfig: the container's spec cannot be applied (CreateContainerConfigError).
+	ErrContainerConfig = errors.New("container config error")
 )
 
 // ContainerID is the runtime's id of a container.

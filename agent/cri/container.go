@@ -12,7 +12,6 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/defaults"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -60,11 +59,14 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 	for _, e := range c.GetEnv() {
 		env = append(env, e.GetName()+"="+e.GetValue())
 	}
+	podOpts, err := r.podSpecOpts(rec, c, imgSpec.Config.User)
+	if err != nil {
+		return "", err
+	}
 	opts := []oci.SpecOpts{
 		oci.WithImageConfig(image),
 		oci.WithProcessArgs(args...),
 		oci.WithEnv(env),
-		oci.WithHostname(rec.Name),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: rec.NetNS}),
 	}
 	if wd := c.GetWorkingDir(); wd != "" {
@@ -76,6 +78,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		return "", fmt.Errorf("create container %s: %w", c.GetName(), err)
 	}
 	opts = append(opts, oci.WithMounts(mounts))
+	opts = append(opts, podOpts...)
 
 	id := newID()
 	labels := map[string]string{
@@ -89,6 +92,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		labelImage:         c.GetImage(),
 		labelImageRef:      image.Name() + "@" + image.Target().Digest.String(),
 		labelLogPath:       r.logPath(rec.PodUID, c.GetName(), attempt),
+		labelTTY:           strconv.FormatBool(c.GetTty()),
 	}
 	_, err = r.client.NewContainer(ctx, id,
 		containerd.WithImage(image),
@@ -167,10 +171,16 @@ func (r *Runtime) StartContainer(ctx context.Context, id agent.ContainerID) (ret
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return fmt.Errorf("start container %s: log dir: %w", id, err)
 	}
-	task, err := c.NewTask(ctx, cio.LogFile(logPath))
+	creator, afterStart, cleanup, err := r.taskIO(logPath, labels[labelTTY] == "true")
 	if err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	task, err := c.NewTask(ctx, creator)
+	if err != nil {
+		cleanup()
 		return fmt.Errorf("start container %s: create task: %w", id, err)
 	}
+	afterStart(task)
 	defer func() {
 		if retErr != nil {
 			cctx, cancel := cleanupContext(ctx)
@@ -269,10 +279,14 @@ func (r *Runtime) reap(ctx context.Context, c containerd.Container, task contain
 	if finished.IsZero() {
 		finished = time.Now()
 	}
-	if _, err := c.SetLabels(ctx, map[string]string{
+	exit := map[string]string{
 		labelExitCode:   strconv.FormatUint(uint64(st.ExitStatus), 10),
 		labelFinishedAt: formatTime(finished),
-	}); err != nil {
+	}
+	if st.ExitStatus != 0 && oomKilled(ctx, task) {
+		exit[labelReason] = reasonOOMKilled
+	}
+	if _, err := c.SetLabels(ctx, exit); err != nil {
 		return fmt.Errorf("record exit of container %s: %w", c.ID(), err)
 	}
 	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {

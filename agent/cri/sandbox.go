@@ -31,6 +31,7 @@ type sandboxRecord struct {
 	IPs          []string      `json:"ips,omitempty"`
 	PortMappings []portMapping `json:"portMappings,omitempty"`
 	Created      time.Time     `json:"created"`
+	Spec         []byte        `json:"spec,omitempty"` // see podSettings
 }
 
 func (rec *sandboxRecord) sandbox() agent.Sandbox {
@@ -122,7 +123,7 @@ func (r *Runtime) RunSandbox(ctx context.Context, pod *pb.Pod) (_ agent.Sandbox,
 	}()
 	rec := &sandboxRecord{
 		ID: newID(), PodUID: uid, Namespace: md.GetNamespace(), Name: md.GetName(),
-		NetNS: ns.GetPath(), PortMappings: hostPorts(pod), Created: time.Now(),
+		NetNS: ns.GetPath(), PortMappings: hostPorts(pod), Created: time.Now(), Spec: podSettings(pod),
 	}
 	if err := r.saveRecord(rec); err != nil {
 		return agent.Sandbox{}, err
@@ -148,6 +149,14 @@ func (r *Runtime) RunSandbox(ctx context.Context, pod *pb.Pod) (_ agent.Sandbox,
 		}
 	}()
 	rec.IPs = ips
+	defer func() {
+		if retErr != nil {
+			_ = r.removeEtcFiles(uid)
+		}
+	}()
+	if err := r.writeEtcFiles(rec); err != nil {
+		return agent.Sandbox{}, fmt.Errorf("run sandbox for pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+	}
 	if err := r.saveRecord(rec); err != nil {
 		return agent.Sandbox{}, err
 	}
@@ -218,6 +227,9 @@ func (r *Runtime) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 		return fmt.Errorf("remove logs of pod %s: %w", rec.PodUID, err)
 	}
 	if err := r.removeVolumes(rec.PodUID); err != nil {
+		return err
+	}
+	if err := r.removeEtcFiles(rec.PodUID); err != nil {
 		return err
 	}
 	if err := os.Remove(r.recordPath(rec.PodUID)); err != nil && !errors.Is(err, fs.ErrNotExist) {

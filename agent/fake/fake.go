@@ -3,7 +3,7 @@
 //
 //	command+args ending in "exit N"   exits with code N as soon as it started
 //	command+args ending in "sleep N"  runs N seconds (fractions allowed), then exits 0
-//	anything else                     runs until stopped
+//	anything else                     runs until stopped (an init container: exits 0 at once)
 //
 // It is cheap: no goroutine per container (timers only), one mutex, so one process can simulate
 // many nodes full of pods.
@@ -74,12 +74,14 @@ type sandbox struct {
 	sb         agent.Sandbox
 	containers []agent.ContainerID
 	usage      map[string]usageBasis // by container name (usage.go)
+	init       map[string]bool       // names of the pod's init containers
 }
 
 type container struct {
 	st      agent.ContainerStatus
 	sandbox string // pod uid
 	spec    *pb.Container
+	init    bool
 	timer   *time.Timer
 	waiters []chan agent.ContainerStatus
 	log     []string
@@ -137,7 +139,14 @@ func (r *Runtime) RunSandbox(_ context.Context, pod *pb.Pod) (agent.Sandbox, err
 		IPs:       []string{ip.String()},
 		CreatedAt: r.cfg.Now(),
 	}
-	r.sandboxes[md.GetUid()] = &sandbox{sb: sb}
+	s := &sandbox{sb: sb}
+	for _, c := range pod.GetSpec().GetInitContainers() {
+		if s.init == nil {
+			s.init = map[string]bool{}
+		}
+		s.init[c.GetName()] = true
+	}
+	r.sandboxes[md.GetUid()] = s
 	return sb, nil
 }
 
@@ -244,6 +253,7 @@ func (r *Runtime) CreateContainer(_ context.Context, sb agent.Sandbox, c *pb.Con
 	r.containers[id] = &container{
 		sandbox: sb.PodUID,
 		spec:    c,
+		init:    s.init[c.GetName()],
 		st: agent.ContainerStatus{
 			ID: id, Name: c.GetName(), Attempt: attempt, Image: c.GetImage(),
 			ImageRef: "fake://" + c.GetImage(), State: agent.StateCreated, CreatedAt: r.cfg.Now(),
@@ -281,6 +291,8 @@ func (r *Runtime) StartContainer(ctx context.Context, id agent.ContainerID) erro
 		c.timer = time.AfterFunc(0, func() { r.exit(id, b.code) })
 	case b.sleeps:
 		c.timer = time.AfterFunc(b.sleep, func() { r.exit(id, 0) })
+	case c.init:
+		c.timer = time.AfterFunc(0, func() { r.exit(id, 0) }) // an init container's work is done at once
 	}
 	return nil
 }

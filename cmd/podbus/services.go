@@ -380,6 +380,7 @@ func runAgent(ctx context.Context, args []string) error {
 	taints := fs.String("register-with-taints", "", "taints the node registers with (key=value:Effect,key:Effect); later changes by users win")
 	startDelay := fs.Duration("start-delay", 0, "simulated container start time (fake runtime)")
 	hb := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
+	allowPriv := fs.Bool("allow-privileged", false, "run pods with privileged containers (rejected otherwise)")
 	clockFile := fs.String("clock-offset-file", "", "testing: a file holding a duration (-1h, 30s) added to this agent's clock, read at each use (podbus chaos steps it)")
 	address := fs.String("containerd-address", cri.DefaultAddress, "containerd socket (containerd runtime)")
 	namespace := fs.String("containerd-namespace", cri.DefaultNamespace, "containerd namespace of podbus's containers (containerd runtime)")
@@ -446,7 +447,8 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	c.id = *node
 	acfg := agent.Config{Node: *node, PodCIDR: *cidr, CPU: *cpu, Memory: *mem, MaxPods: *maxPods, Labels: lbls, Taints: tnts, HeartbeatInterval: *hb,
-		EvictionHard: *evictionHard, HostIP: *nodeIP, UsageInterval: *usageInterval}
+		EvictionHard: *evictionHard, HostIP: *nodeIP, UsageInterval: *usageInterval,
+		AllowPrivileged: *allowPriv}
 	if *encKey != "" {
 		if acfg.SecretBox, err = secretbox.Load(*encKey); err != nil {
 			return err

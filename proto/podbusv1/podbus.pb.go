@@ -75,7 +75,7 @@ func (x PodCommand_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PodCommand_Op.Descriptor instead.
 func (PodCommand_Op) EnumDescriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{48, 0}
+	return file_podbus_proto_rawDescGZIP(), []int{57, 0}
 }
 
 type ObjectMeta struct {
@@ -562,8 +562,12 @@ type PodSpec struct {
 	EnableServiceLinks            *bool                       `protobuf:"varint,20,opt,name=enable_service_links,json=enableServiceLinks,proto3,oneof" json:"enable_service_links,omitempty"`
 	ImagePullSecrets              []string                    `protobuf:"bytes,21,rep,name=image_pull_secrets,json=imagePullSecrets,proto3" json:"image_pull_secrets,omitempty"`
 	Volumes                       []*Volume                   `protobuf:"bytes,22,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields                 protoimpl.UnknownFields
-	sizeCache                     protoimpl.SizeCache
+	// Numbered from 40 to keep clear of the fields other changes add in between.
+	SecurityContext *PodSecurityContext `protobuf:"bytes,40,opt,name=security_context,json=securityContext,proto3" json:"security_context,omitempty"`
+	HostAliases     []*HostAlias        `protobuf:"bytes,41,rep,name=host_aliases,json=hostAliases,proto3" json:"host_aliases,omitempty"`
+	DnsConfig       *PodDNSConfig       `protobuf:"bytes,42,opt,name=dns_config,json=dnsConfig,proto3" json:"dns_config,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PodSpec) Reset() {
@@ -750,6 +754,599 @@ func (x *PodSpec) GetVolumes() []*Volume {
 	return nil
 }
 
+func (x *PodSpec) GetSecurityContext() *PodSecurityContext {
+	if x != nil {
+		return x.SecurityContext
+	}
+	return nil
+}
+
+func (x *PodSpec) GetHostAliases() []*HostAlias {
+	if x != nil {
+		return x.HostAliases
+	}
+	return nil
+}
+
+func (x *PodSpec) GetDnsConfig() *PodDNSConfig {
+	if x != nil {
+		return x.DnsConfig
+	}
+	return nil
+}
+
+type PodSecurityContext struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RunAsUser          *int64                 `protobuf:"varint,1,opt,name=run_as_user,json=runAsUser,proto3,oneof" json:"run_as_user,omitempty"`
+	RunAsGroup         *int64                 `protobuf:"varint,2,opt,name=run_as_group,json=runAsGroup,proto3,oneof" json:"run_as_group,omitempty"`
+	RunAsNonRoot       *bool                  `protobuf:"varint,3,opt,name=run_as_non_root,json=runAsNonRoot,proto3,oneof" json:"run_as_non_root,omitempty"`
+	SupplementalGroups []int64                `protobuf:"varint,4,rep,packed,name=supplemental_groups,json=supplementalGroups,proto3" json:"supplemental_groups,omitempty"`
+	FsGroup            *int64                 `protobuf:"varint,5,opt,name=fs_group,json=fsGroup,proto3,oneof" json:"fs_group,omitempty"`
+	SeccompProfile     *SeccompProfile        `protobuf:"bytes,6,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PodSecurityContext) Reset() {
+	*x = PodSecurityContext{}
+	mi := &file_podbus_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodSecurityContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodSecurityContext) ProtoMessage() {}
+
+func (x *PodSecurityContext) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodSecurityContext.ProtoReflect.Descriptor instead.
+func (*PodSecurityContext) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PodSecurityContext) GetRunAsUser() int64 {
+	if x != nil && x.RunAsUser != nil {
+		return *x.RunAsUser
+	}
+	return 0
+}
+
+func (x *PodSecurityContext) GetRunAsGroup() int64 {
+	if x != nil && x.RunAsGroup != nil {
+		return *x.RunAsGroup
+	}
+	return 0
+}
+
+func (x *PodSecurityContext) GetRunAsNonRoot() bool {
+	if x != nil && x.RunAsNonRoot != nil {
+		return *x.RunAsNonRoot
+	}
+	return false
+}
+
+func (x *PodSecurityContext) GetSupplementalGroups() []int64 {
+	if x != nil {
+		return x.SupplementalGroups
+	}
+	return nil
+}
+
+func (x *PodSecurityContext) GetFsGroup() int64 {
+	if x != nil && x.FsGroup != nil {
+		return *x.FsGroup
+	}
+	return 0
+}
+
+func (x *PodSecurityContext) GetSeccompProfile() *SeccompProfile {
+	if x != nil {
+		return x.SeccompProfile
+	}
+	return nil
+}
+
+type SecurityContext struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	RunAsUser                *int64                 `protobuf:"varint,1,opt,name=run_as_user,json=runAsUser,proto3,oneof" json:"run_as_user,omitempty"`
+	RunAsGroup               *int64                 `protobuf:"varint,2,opt,name=run_as_group,json=runAsGroup,proto3,oneof" json:"run_as_group,omitempty"`
+	RunAsNonRoot             *bool                  `protobuf:"varint,3,opt,name=run_as_non_root,json=runAsNonRoot,proto3,oneof" json:"run_as_non_root,omitempty"`
+	ReadOnlyRootFilesystem   *bool                  `protobuf:"varint,4,opt,name=read_only_root_filesystem,json=readOnlyRootFilesystem,proto3,oneof" json:"read_only_root_filesystem,omitempty"`
+	Privileged               *bool                  `protobuf:"varint,5,opt,name=privileged,proto3,oneof" json:"privileged,omitempty"`
+	AllowPrivilegeEscalation *bool                  `protobuf:"varint,6,opt,name=allow_privilege_escalation,json=allowPrivilegeEscalation,proto3,oneof" json:"allow_privilege_escalation,omitempty"`
+	Capabilities             *Capabilities          `protobuf:"bytes,7,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	SeccompProfile           *SeccompProfile        `protobuf:"bytes,8,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *SecurityContext) Reset() {
+	*x = SecurityContext{}
+	mi := &file_podbus_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecurityContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecurityContext) ProtoMessage() {}
+
+func (x *SecurityContext) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecurityContext.ProtoReflect.Descriptor instead.
+func (*SecurityContext) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SecurityContext) GetRunAsUser() int64 {
+	if x != nil && x.RunAsUser != nil {
+		return *x.RunAsUser
+	}
+	return 0
+}
+
+func (x *SecurityContext) GetRunAsGroup() int64 {
+	if x != nil && x.RunAsGroup != nil {
+		return *x.RunAsGroup
+	}
+	return 0
+}
+
+func (x *SecurityContext) GetRunAsNonRoot() bool {
+	if x != nil && x.RunAsNonRoot != nil {
+		return *x.RunAsNonRoot
+	}
+	return false
+}
+
+func (x *SecurityContext) GetReadOnlyRootFilesystem() bool {
+	if x != nil && x.ReadOnlyRootFilesystem != nil {
+		return *x.ReadOnlyRootFilesystem
+	}
+	return false
+}
+
+func (x *SecurityContext) GetPrivileged() bool {
+	if x != nil && x.Privileged != nil {
+		return *x.Privileged
+	}
+	return false
+}
+
+func (x *SecurityContext) GetAllowPrivilegeEscalation() bool {
+	if x != nil && x.AllowPrivilegeEscalation != nil {
+		return *x.AllowPrivilegeEscalation
+	}
+	return false
+}
+
+func (x *SecurityContext) GetCapabilities() *Capabilities {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *SecurityContext) GetSeccompProfile() *SeccompProfile {
+	if x != nil {
+		return x.SeccompProfile
+	}
+	return nil
+}
+
+type Capabilities struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Add           []string               `protobuf:"bytes,1,rep,name=add,proto3" json:"add,omitempty"`
+	Drop          []string               `protobuf:"bytes,2,rep,name=drop,proto3" json:"drop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Capabilities) Reset() {
+	*x = Capabilities{}
+	mi := &file_podbus_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Capabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Capabilities) ProtoMessage() {}
+
+func (x *Capabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
+func (*Capabilities) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Capabilities) GetAdd() []string {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *Capabilities) GetDrop() []string {
+	if x != nil {
+		return x.Drop
+	}
+	return nil
+}
+
+type SeccompProfile struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Type             string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"` // RuntimeDefault, Unconfined, Localhost
+	LocalhostProfile string                 `protobuf:"bytes,2,opt,name=localhost_profile,json=localhostProfile,proto3" json:"localhost_profile,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SeccompProfile) Reset() {
+	*x = SeccompProfile{}
+	mi := &file_podbus_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeccompProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeccompProfile) ProtoMessage() {}
+
+func (x *SeccompProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeccompProfile.ProtoReflect.Descriptor instead.
+func (*SeccompProfile) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SeccompProfile) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SeccompProfile) GetLocalhostProfile() string {
+	if x != nil {
+		return x.LocalhostProfile
+	}
+	return ""
+}
+
+type HostAlias struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostnames     []string               `protobuf:"bytes,2,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostAlias) Reset() {
+	*x = HostAlias{}
+	mi := &file_podbus_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAlias) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAlias) ProtoMessage() {}
+
+func (x *HostAlias) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAlias.ProtoReflect.Descriptor instead.
+func (*HostAlias) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HostAlias) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *HostAlias) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
+type PodDNSConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nameservers   []string               `protobuf:"bytes,1,rep,name=nameservers,proto3" json:"nameservers,omitempty"`
+	Searches      []string               `protobuf:"bytes,2,rep,name=searches,proto3" json:"searches,omitempty"`
+	Options       []*PodDNSConfigOption  `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodDNSConfig) Reset() {
+	*x = PodDNSConfig{}
+	mi := &file_podbus_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodDNSConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodDNSConfig) ProtoMessage() {}
+
+func (x *PodDNSConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodDNSConfig.ProtoReflect.Descriptor instead.
+func (*PodDNSConfig) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PodDNSConfig) GetNameservers() []string {
+	if x != nil {
+		return x.Nameservers
+	}
+	return nil
+}
+
+func (x *PodDNSConfig) GetSearches() []string {
+	if x != nil {
+		return x.Searches
+	}
+	return nil
+}
+
+func (x *PodDNSConfig) GetOptions() []*PodDNSConfigOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+type PodDNSConfigOption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         *string                `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodDNSConfigOption) Reset() {
+	*x = PodDNSConfigOption{}
+	mi := &file_podbus_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodDNSConfigOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodDNSConfigOption) ProtoMessage() {}
+
+func (x *PodDNSConfigOption) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodDNSConfigOption.ProtoReflect.Descriptor instead.
+func (*PodDNSConfigOption) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PodDNSConfigOption) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PodDNSConfigOption) GetValue() string {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return ""
+}
+
+type Lifecycle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PostStart     *LifecycleHandler      `protobuf:"bytes,1,opt,name=post_start,json=postStart,proto3" json:"post_start,omitempty"`
+	PreStop       *LifecycleHandler      `protobuf:"bytes,2,opt,name=pre_stop,json=preStop,proto3" json:"pre_stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lifecycle) Reset() {
+	*x = Lifecycle{}
+	mi := &file_podbus_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lifecycle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lifecycle) ProtoMessage() {}
+
+func (x *Lifecycle) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lifecycle.ProtoReflect.Descriptor instead.
+func (*Lifecycle) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Lifecycle) GetPostStart() *LifecycleHandler {
+	if x != nil {
+		return x.PostStart
+	}
+	return nil
+}
+
+func (x *Lifecycle) GetPreStop() *LifecycleHandler {
+	if x != nil {
+		return x.PreStop
+	}
+	return nil
+}
+
+type LifecycleHandler struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Exec          *ExecAction            `protobuf:"bytes,1,opt,name=exec,proto3" json:"exec,omitempty"`
+	HttpGet       *HTTPGetAction         `protobuf:"bytes,2,opt,name=http_get,json=httpGet,proto3" json:"http_get,omitempty"`
+	TcpSocket     *TCPSocketAction       `protobuf:"bytes,3,opt,name=tcp_socket,json=tcpSocket,proto3" json:"tcp_socket,omitempty"`
+	SleepSeconds  *int64                 `protobuf:"varint,4,opt,name=sleep_seconds,json=sleepSeconds,proto3,oneof" json:"sleep_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LifecycleHandler) Reset() {
+	*x = LifecycleHandler{}
+	mi := &file_podbus_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LifecycleHandler) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LifecycleHandler) ProtoMessage() {}
+
+func (x *LifecycleHandler) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LifecycleHandler.ProtoReflect.Descriptor instead.
+func (*LifecycleHandler) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LifecycleHandler) GetExec() *ExecAction {
+	if x != nil {
+		return x.Exec
+	}
+	return nil
+}
+
+func (x *LifecycleHandler) GetHttpGet() *HTTPGetAction {
+	if x != nil {
+		return x.HttpGet
+	}
+	return nil
+}
+
+func (x *LifecycleHandler) GetTcpSocket() *TCPSocketAction {
+	if x != nil {
+		return x.TcpSocket
+	}
+	return nil
+}
+
+func (x *LifecycleHandler) GetSleepSeconds() int64 {
+	if x != nil && x.SleepSeconds != nil {
+		return *x.SleepSeconds
+	}
+	return 0
+}
+
 type Volume struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -763,7 +1360,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_podbus_proto_msgTypes[7]
+	mi := &file_podbus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1372,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[7]
+	mi := &file_podbus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1385,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{7}
+	return file_podbus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Volume) GetName() string {
@@ -831,13 +1428,17 @@ type Container struct {
 	Stdin                    bool                   `protobuf:"varint,15,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	Tty                      bool                   `protobuf:"varint,16,opt,name=tty,proto3" json:"tty,omitempty"`
 	VolumeMounts             []*VolumeMount         `protobuf:"bytes,17,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Numbered from 40 to keep clear of the fields other changes add in between.
+	SecurityContext *SecurityContext `protobuf:"bytes,40,opt,name=security_context,json=securityContext,proto3" json:"security_context,omitempty"`
+	Lifecycle       *Lifecycle       `protobuf:"bytes,41,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
+	StdinOnce       bool             `protobuf:"varint,42,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_podbus_proto_msgTypes[8]
+	mi := &file_podbus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1450,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[8]
+	mi := &file_podbus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1463,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{8}
+	return file_podbus_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Container) GetName() string {
@@ -984,6 +1585,27 @@ func (x *Container) GetVolumeMounts() []*VolumeMount {
 	return nil
 }
 
+func (x *Container) GetSecurityContext() *SecurityContext {
+	if x != nil {
+		return x.SecurityContext
+	}
+	return nil
+}
+
+func (x *Container) GetLifecycle() *Lifecycle {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return nil
+}
+
+func (x *Container) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
 type VolumeMount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -996,7 +1618,7 @@ type VolumeMount struct {
 
 func (x *VolumeMount) Reset() {
 	*x = VolumeMount{}
-	mi := &file_podbus_proto_msgTypes[9]
+	mi := &file_podbus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1630,7 @@ func (x *VolumeMount) String() string {
 func (*VolumeMount) ProtoMessage() {}
 
 func (x *VolumeMount) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[9]
+	mi := &file_podbus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1643,7 @@ func (x *VolumeMount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
 func (*VolumeMount) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{9}
+	return file_podbus_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VolumeMount) GetName() string {
@@ -1065,7 +1687,7 @@ type ContainerPort struct {
 
 func (x *ContainerPort) Reset() {
 	*x = ContainerPort{}
-	mi := &file_podbus_proto_msgTypes[10]
+	mi := &file_podbus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1699,7 @@ func (x *ContainerPort) String() string {
 func (*ContainerPort) ProtoMessage() {}
 
 func (x *ContainerPort) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[10]
+	mi := &file_podbus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1712,7 @@ func (x *ContainerPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerPort.ProtoReflect.Descriptor instead.
 func (*ContainerPort) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{10}
+	return file_podbus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ContainerPort) GetName() string {
@@ -1138,7 +1760,7 @@ type EnvVar struct {
 
 func (x *EnvVar) Reset() {
 	*x = EnvVar{}
-	mi := &file_podbus_proto_msgTypes[11]
+	mi := &file_podbus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1772,7 @@ func (x *EnvVar) String() string {
 func (*EnvVar) ProtoMessage() {}
 
 func (x *EnvVar) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[11]
+	mi := &file_podbus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1785,7 @@ func (x *EnvVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
 func (*EnvVar) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{11}
+	return file_podbus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EnvVar) GetName() string {
@@ -1191,7 +1813,7 @@ type ResourceRequirements struct {
 
 func (x *ResourceRequirements) Reset() {
 	*x = ResourceRequirements{}
-	mi := &file_podbus_proto_msgTypes[12]
+	mi := &file_podbus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1825,7 @@ func (x *ResourceRequirements) String() string {
 func (*ResourceRequirements) ProtoMessage() {}
 
 func (x *ResourceRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[12]
+	mi := &file_podbus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1838,7 @@ func (x *ResourceRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequirements.ProtoReflect.Descriptor instead.
 func (*ResourceRequirements) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{12}
+	return file_podbus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResourceRequirements) GetLimits() map[string]string {
@@ -1250,7 +1872,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_podbus_proto_msgTypes[13]
+	mi := &file_podbus_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1884,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[13]
+	mi := &file_podbus_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1897,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{13}
+	return file_podbus_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Probe) GetExec() *ExecAction {
@@ -1350,7 +1972,7 @@ type ExecAction struct {
 
 func (x *ExecAction) Reset() {
 	*x = ExecAction{}
-	mi := &file_podbus_proto_msgTypes[14]
+	mi := &file_podbus_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1984,7 @@ func (x *ExecAction) String() string {
 func (*ExecAction) ProtoMessage() {}
 
 func (x *ExecAction) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[14]
+	mi := &file_podbus_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1997,7 @@ func (x *ExecAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecAction.ProtoReflect.Descriptor instead.
 func (*ExecAction) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{14}
+	return file_podbus_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecAction) GetCommand() []string {
@@ -1399,7 +2021,7 @@ type HTTPGetAction struct {
 
 func (x *HTTPGetAction) Reset() {
 	*x = HTTPGetAction{}
-	mi := &file_podbus_proto_msgTypes[15]
+	mi := &file_podbus_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +2033,7 @@ func (x *HTTPGetAction) String() string {
 func (*HTTPGetAction) ProtoMessage() {}
 
 func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[15]
+	mi := &file_podbus_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +2046,7 @@ func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPGetAction.ProtoReflect.Descriptor instead.
 func (*HTTPGetAction) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{15}
+	return file_podbus_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HTTPGetAction) GetPath() string {
@@ -1472,7 +2094,7 @@ type HTTPHeader struct {
 
 func (x *HTTPHeader) Reset() {
 	*x = HTTPHeader{}
-	mi := &file_podbus_proto_msgTypes[16]
+	mi := &file_podbus_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +2106,7 @@ func (x *HTTPHeader) String() string {
 func (*HTTPHeader) ProtoMessage() {}
 
 func (x *HTTPHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[16]
+	mi := &file_podbus_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +2119,7 @@ func (x *HTTPHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPHeader.ProtoReflect.Descriptor instead.
 func (*HTTPHeader) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{16}
+	return file_podbus_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HTTPHeader) GetName() string {
@@ -1524,7 +2146,7 @@ type TCPSocketAction struct {
 
 func (x *TCPSocketAction) Reset() {
 	*x = TCPSocketAction{}
-	mi := &file_podbus_proto_msgTypes[17]
+	mi := &file_podbus_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +2158,7 @@ func (x *TCPSocketAction) String() string {
 func (*TCPSocketAction) ProtoMessage() {}
 
 func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[17]
+	mi := &file_podbus_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +2171,7 @@ func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPSocketAction.ProtoReflect.Descriptor instead.
 func (*TCPSocketAction) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{17}
+	return file_podbus_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TCPSocketAction) GetPort() string {
@@ -1579,7 +2201,7 @@ type Toleration struct {
 
 func (x *Toleration) Reset() {
 	*x = Toleration{}
-	mi := &file_podbus_proto_msgTypes[18]
+	mi := &file_podbus_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +2213,7 @@ func (x *Toleration) String() string {
 func (*Toleration) ProtoMessage() {}
 
 func (x *Toleration) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[18]
+	mi := &file_podbus_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +2226,7 @@ func (x *Toleration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
 func (*Toleration) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{18}
+	return file_podbus_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Toleration) GetKey() string {
@@ -1653,7 +2275,7 @@ type Affinity struct {
 
 func (x *Affinity) Reset() {
 	*x = Affinity{}
-	mi := &file_podbus_proto_msgTypes[19]
+	mi := &file_podbus_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +2287,7 @@ func (x *Affinity) String() string {
 func (*Affinity) ProtoMessage() {}
 
 func (x *Affinity) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[19]
+	mi := &file_podbus_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2300,7 @@ func (x *Affinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Affinity.ProtoReflect.Descriptor instead.
 func (*Affinity) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{19}
+	return file_podbus_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Affinity) GetNodeAffinity() *NodeAffinity {
@@ -1712,7 +2334,7 @@ type NodeAffinity struct {
 
 func (x *NodeAffinity) Reset() {
 	*x = NodeAffinity{}
-	mi := &file_podbus_proto_msgTypes[20]
+	mi := &file_podbus_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2346,7 @@ func (x *NodeAffinity) String() string {
 func (*NodeAffinity) ProtoMessage() {}
 
 func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[20]
+	mi := &file_podbus_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2359,7 @@ func (x *NodeAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAffinity.ProtoReflect.Descriptor instead.
 func (*NodeAffinity) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{20}
+	return file_podbus_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeAffinity) GetRequired() *NodeSelector {
@@ -1763,7 +2385,7 @@ type NodeSelector struct {
 
 func (x *NodeSelector) Reset() {
 	*x = NodeSelector{}
-	mi := &file_podbus_proto_msgTypes[21]
+	mi := &file_podbus_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2397,7 @@ func (x *NodeSelector) String() string {
 func (*NodeSelector) ProtoMessage() {}
 
 func (x *NodeSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[21]
+	mi := &file_podbus_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2410,7 @@ func (x *NodeSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelector.ProtoReflect.Descriptor instead.
 func (*NodeSelector) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{21}
+	return file_podbus_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeSelector) GetTerms() []*NodeSelectorTerm {
@@ -1808,7 +2430,7 @@ type NodeSelectorTerm struct {
 
 func (x *NodeSelectorTerm) Reset() {
 	*x = NodeSelectorTerm{}
-	mi := &file_podbus_proto_msgTypes[22]
+	mi := &file_podbus_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2442,7 @@ func (x *NodeSelectorTerm) String() string {
 func (*NodeSelectorTerm) ProtoMessage() {}
 
 func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[22]
+	mi := &file_podbus_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2455,7 @@ func (x *NodeSelectorTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorTerm.ProtoReflect.Descriptor instead.
 func (*NodeSelectorTerm) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{22}
+	return file_podbus_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeSelectorTerm) GetMatchExpressions() []*NodeSelectorRequirement {
@@ -1861,7 +2483,7 @@ type NodeSelectorRequirement struct {
 
 func (x *NodeSelectorRequirement) Reset() {
 	*x = NodeSelectorRequirement{}
-	mi := &file_podbus_proto_msgTypes[23]
+	mi := &file_podbus_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2495,7 @@ func (x *NodeSelectorRequirement) String() string {
 func (*NodeSelectorRequirement) ProtoMessage() {}
 
 func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[23]
+	mi := &file_podbus_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2508,7 @@ func (x *NodeSelectorRequirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSelectorRequirement.ProtoReflect.Descriptor instead.
 func (*NodeSelectorRequirement) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{23}
+	return file_podbus_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeSelectorRequirement) GetKey() string {
@@ -1920,7 +2542,7 @@ type PreferredSchedulingTerm struct {
 
 func (x *PreferredSchedulingTerm) Reset() {
 	*x = PreferredSchedulingTerm{}
-	mi := &file_podbus_proto_msgTypes[24]
+	mi := &file_podbus_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2554,7 @@ func (x *PreferredSchedulingTerm) String() string {
 func (*PreferredSchedulingTerm) ProtoMessage() {}
 
 func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[24]
+	mi := &file_podbus_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2567,7 @@ func (x *PreferredSchedulingTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreferredSchedulingTerm.ProtoReflect.Descriptor instead.
 func (*PreferredSchedulingTerm) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{24}
+	return file_podbus_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PreferredSchedulingTerm) GetWeight() int32 {
@@ -1973,7 +2595,7 @@ type PodAffinity struct {
 
 func (x *PodAffinity) Reset() {
 	*x = PodAffinity{}
-	mi := &file_podbus_proto_msgTypes[25]
+	mi := &file_podbus_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2607,7 @@ func (x *PodAffinity) String() string {
 func (*PodAffinity) ProtoMessage() {}
 
 func (x *PodAffinity) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[25]
+	mi := &file_podbus_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2620,7 @@ func (x *PodAffinity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinity.ProtoReflect.Descriptor instead.
 func (*PodAffinity) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{25}
+	return file_podbus_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PodAffinity) GetRequired() []*PodAffinityTerm {
@@ -2027,7 +2649,7 @@ type PodAffinityTerm struct {
 
 func (x *PodAffinityTerm) Reset() {
 	*x = PodAffinityTerm{}
-	mi := &file_podbus_proto_msgTypes[26]
+	mi := &file_podbus_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2661,7 @@ func (x *PodAffinityTerm) String() string {
 func (*PodAffinityTerm) ProtoMessage() {}
 
 func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[26]
+	mi := &file_podbus_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2674,7 @@ func (x *PodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*PodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{26}
+	return file_podbus_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PodAffinityTerm) GetLabelSelector() *LabelSelector {
@@ -2093,7 +2715,7 @@ type WeightedPodAffinityTerm struct {
 
 func (x *WeightedPodAffinityTerm) Reset() {
 	*x = WeightedPodAffinityTerm{}
-	mi := &file_podbus_proto_msgTypes[27]
+	mi := &file_podbus_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2727,7 @@ func (x *WeightedPodAffinityTerm) String() string {
 func (*WeightedPodAffinityTerm) ProtoMessage() {}
 
 func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[27]
+	mi := &file_podbus_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2740,7 @@ func (x *WeightedPodAffinityTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightedPodAffinityTerm.ProtoReflect.Descriptor instead.
 func (*WeightedPodAffinityTerm) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{27}
+	return file_podbus_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WeightedPodAffinityTerm) GetWeight() int32 {
@@ -2151,7 +2773,7 @@ type TopologySpreadConstraint struct {
 
 func (x *TopologySpreadConstraint) Reset() {
 	*x = TopologySpreadConstraint{}
-	mi := &file_podbus_proto_msgTypes[28]
+	mi := &file_podbus_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2785,7 @@ func (x *TopologySpreadConstraint) String() string {
 func (*TopologySpreadConstraint) ProtoMessage() {}
 
 func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[28]
+	mi := &file_podbus_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2798,7 @@ func (x *TopologySpreadConstraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologySpreadConstraint.ProtoReflect.Descriptor instead.
 func (*TopologySpreadConstraint) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{28}
+	return file_podbus_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TopologySpreadConstraint) GetMaxSkew() int32 {
@@ -2255,7 +2877,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_podbus_proto_msgTypes[29]
+	mi := &file_podbus_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2889,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[29]
+	mi := &file_podbus_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2902,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{29}
+	return file_podbus_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PodStatus) GetPhase() string {
@@ -2381,7 +3003,7 @@ type PodCondition struct {
 
 func (x *PodCondition) Reset() {
 	*x = PodCondition{}
-	mi := &file_podbus_proto_msgTypes[30]
+	mi := &file_podbus_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +3015,7 @@ func (x *PodCondition) String() string {
 func (*PodCondition) ProtoMessage() {}
 
 func (x *PodCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[30]
+	mi := &file_podbus_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +3028,7 @@ func (x *PodCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCondition.ProtoReflect.Descriptor instead.
 func (*PodCondition) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{30}
+	return file_podbus_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PodCondition) GetType() string {
@@ -2468,7 +3090,7 @@ type ContainerStatus struct {
 
 func (x *ContainerStatus) Reset() {
 	*x = ContainerStatus{}
-	mi := &file_podbus_proto_msgTypes[31]
+	mi := &file_podbus_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +3102,7 @@ func (x *ContainerStatus) String() string {
 func (*ContainerStatus) ProtoMessage() {}
 
 func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[31]
+	mi := &file_podbus_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +3115,7 @@ func (x *ContainerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStatus.ProtoReflect.Descriptor instead.
 func (*ContainerStatus) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{31}
+	return file_podbus_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ContainerStatus) GetName() string {
@@ -2571,7 +3193,7 @@ type ContainerState struct {
 
 func (x *ContainerState) Reset() {
 	*x = ContainerState{}
-	mi := &file_podbus_proto_msgTypes[32]
+	mi := &file_podbus_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +3205,7 @@ func (x *ContainerState) String() string {
 func (*ContainerState) ProtoMessage() {}
 
 func (x *ContainerState) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[32]
+	mi := &file_podbus_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +3218,7 @@ func (x *ContainerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerState.ProtoReflect.Descriptor instead.
 func (*ContainerState) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{32}
+	return file_podbus_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ContainerState) GetWaiting() *ContainerStateWaiting {
@@ -2630,7 +3252,7 @@ type ContainerStateWaiting struct {
 
 func (x *ContainerStateWaiting) Reset() {
 	*x = ContainerStateWaiting{}
-	mi := &file_podbus_proto_msgTypes[33]
+	mi := &file_podbus_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +3264,7 @@ func (x *ContainerStateWaiting) String() string {
 func (*ContainerStateWaiting) ProtoMessage() {}
 
 func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[33]
+	mi := &file_podbus_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3277,7 @@ func (x *ContainerStateWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateWaiting.ProtoReflect.Descriptor instead.
 func (*ContainerStateWaiting) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{33}
+	return file_podbus_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ContainerStateWaiting) GetReason() string {
@@ -2681,7 +3303,7 @@ type ContainerStateRunning struct {
 
 func (x *ContainerStateRunning) Reset() {
 	*x = ContainerStateRunning{}
-	mi := &file_podbus_proto_msgTypes[34]
+	mi := &file_podbus_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +3315,7 @@ func (x *ContainerStateRunning) String() string {
 func (*ContainerStateRunning) ProtoMessage() {}
 
 func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[34]
+	mi := &file_podbus_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +3328,7 @@ func (x *ContainerStateRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateRunning.ProtoReflect.Descriptor instead.
 func (*ContainerStateRunning) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{34}
+	return file_podbus_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ContainerStateRunning) GetStartedAt() *timestamppb.Timestamp {
@@ -2731,7 +3353,7 @@ type ContainerStateTerminated struct {
 
 func (x *ContainerStateTerminated) Reset() {
 	*x = ContainerStateTerminated{}
-	mi := &file_podbus_proto_msgTypes[35]
+	mi := &file_podbus_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +3365,7 @@ func (x *ContainerStateTerminated) String() string {
 func (*ContainerStateTerminated) ProtoMessage() {}
 
 func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[35]
+	mi := &file_podbus_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3378,7 @@ func (x *ContainerStateTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerStateTerminated.ProtoReflect.Descriptor instead.
 func (*ContainerStateTerminated) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{35}
+	return file_podbus_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ContainerStateTerminated) GetExitCode() int32 {
@@ -2819,7 +3441,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_podbus_proto_msgTypes[36]
+	mi := &file_podbus_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +3453,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[36]
+	mi := &file_podbus_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +3466,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{36}
+	return file_podbus_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Node) GetMetadata() *ObjectMeta {
@@ -2881,7 +3503,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_podbus_proto_msgTypes[37]
+	mi := &file_podbus_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3515,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[37]
+	mi := &file_podbus_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3528,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{37}
+	return file_podbus_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeSpec) GetPodCidr() string {
@@ -2956,7 +3578,7 @@ type Taint struct {
 
 func (x *Taint) Reset() {
 	*x = Taint{}
-	mi := &file_podbus_proto_msgTypes[38]
+	mi := &file_podbus_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3590,7 @@ func (x *Taint) String() string {
 func (*Taint) ProtoMessage() {}
 
 func (x *Taint) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[38]
+	mi := &file_podbus_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3603,7 @@ func (x *Taint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taint.ProtoReflect.Descriptor instead.
 func (*Taint) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{38}
+	return file_podbus_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Taint) GetKey() string {
@@ -3027,7 +3649,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_podbus_proto_msgTypes[39]
+	mi := &file_podbus_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3661,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[39]
+	mi := &file_podbus_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3674,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{39}
+	return file_podbus_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeStatus) GetCapacity() map[string]string {
@@ -3118,7 +3740,7 @@ type NodeCondition struct {
 
 func (x *NodeCondition) Reset() {
 	*x = NodeCondition{}
-	mi := &file_podbus_proto_msgTypes[40]
+	mi := &file_podbus_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3752,7 @@ func (x *NodeCondition) String() string {
 func (*NodeCondition) ProtoMessage() {}
 
 func (x *NodeCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[40]
+	mi := &file_podbus_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3765,7 @@ func (x *NodeCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCondition.ProtoReflect.Descriptor instead.
 func (*NodeCondition) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{40}
+	return file_podbus_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeCondition) GetType() string {
@@ -3198,7 +3820,7 @@ type NodeAddress struct {
 
 func (x *NodeAddress) Reset() {
 	*x = NodeAddress{}
-	mi := &file_podbus_proto_msgTypes[41]
+	mi := &file_podbus_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3832,7 @@ func (x *NodeAddress) String() string {
 func (*NodeAddress) ProtoMessage() {}
 
 func (x *NodeAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[41]
+	mi := &file_podbus_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3845,7 @@ func (x *NodeAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
 func (*NodeAddress) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{41}
+	return file_podbus_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeAddress) GetType() string {
@@ -3258,7 +3880,7 @@ type NodeSystemInfo struct {
 
 func (x *NodeSystemInfo) Reset() {
 	*x = NodeSystemInfo{}
-	mi := &file_podbus_proto_msgTypes[42]
+	mi := &file_podbus_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3892,7 @@ func (x *NodeSystemInfo) String() string {
 func (*NodeSystemInfo) ProtoMessage() {}
 
 func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[42]
+	mi := &file_podbus_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3905,7 @@ func (x *NodeSystemInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSystemInfo.ProtoReflect.Descriptor instead.
 func (*NodeSystemInfo) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{42}
+	return file_podbus_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeSystemInfo) GetMachineId() string {
@@ -3366,7 +3988,7 @@ type ContainerImage struct {
 
 func (x *ContainerImage) Reset() {
 	*x = ContainerImage{}
-	mi := &file_podbus_proto_msgTypes[43]
+	mi := &file_podbus_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +4000,7 @@ func (x *ContainerImage) String() string {
 func (*ContainerImage) ProtoMessage() {}
 
 func (x *ContainerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[43]
+	mi := &file_podbus_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +4013,7 @@ func (x *ContainerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerImage.ProtoReflect.Descriptor instead.
 func (*ContainerImage) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{43}
+	return file_podbus_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ContainerImage) GetNames() []string {
@@ -3429,7 +4051,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_podbus_proto_msgTypes[44]
+	mi := &file_podbus_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +4063,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[44]
+	mi := &file_podbus_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +4076,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{44}
+	return file_podbus_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Event) GetMetadata() *ObjectMeta {
@@ -3563,7 +4185,7 @@ type ObjectReference struct {
 
 func (x *ObjectReference) Reset() {
 	*x = ObjectReference{}
-	mi := &file_podbus_proto_msgTypes[45]
+	mi := &file_podbus_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +4197,7 @@ func (x *ObjectReference) String() string {
 func (*ObjectReference) ProtoMessage() {}
 
 func (x *ObjectReference) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[45]
+	mi := &file_podbus_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +4210,7 @@ func (x *ObjectReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReference.ProtoReflect.Descriptor instead.
 func (*ObjectReference) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{45}
+	return file_podbus_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ObjectReference) GetKind() string {
@@ -3650,7 +4272,7 @@ type EventSource struct {
 
 func (x *EventSource) Reset() {
 	*x = EventSource{}
-	mi := &file_podbus_proto_msgTypes[46]
+	mi := &file_podbus_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +4284,7 @@ func (x *EventSource) String() string {
 func (*EventSource) ProtoMessage() {}
 
 func (x *EventSource) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[46]
+	mi := &file_podbus_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +4297,7 @@ func (x *EventSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
 func (*EventSource) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{46}
+	return file_podbus_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventSource) GetComponent() string {
@@ -3706,7 +4328,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_podbus_proto_msgTypes[47]
+	mi := &file_podbus_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +4340,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[47]
+	mi := &file_podbus_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +4353,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{47}
+	return file_podbus_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Resources) GetMilliCpu() int64 {
@@ -3792,7 +4414,7 @@ type PodCommand struct {
 
 func (x *PodCommand) Reset() {
 	*x = PodCommand{}
-	mi := &file_podbus_proto_msgTypes[48]
+	mi := &file_podbus_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +4426,7 @@ func (x *PodCommand) String() string {
 func (*PodCommand) ProtoMessage() {}
 
 func (x *PodCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[48]
+	mi := &file_podbus_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +4439,7 @@ func (x *PodCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodCommand.ProtoReflect.Descriptor instead.
 func (*PodCommand) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{48}
+	return file_podbus_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PodCommand) GetOp() PodCommand_Op {
@@ -3882,7 +4504,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_podbus_proto_msgTypes[49]
+	mi := &file_podbus_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3894,7 +4516,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[49]
+	mi := &file_podbus_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3907,7 +4529,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{49}
+	return file_podbus_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CommandResult) GetCode() int32 {
@@ -3957,7 +4579,7 @@ type PendingPod struct {
 
 func (x *PendingPod) Reset() {
 	*x = PendingPod{}
-	mi := &file_podbus_proto_msgTypes[50]
+	mi := &file_podbus_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4591,7 @@ func (x *PendingPod) String() string {
 func (*PendingPod) ProtoMessage() {}
 
 func (x *PendingPod) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[50]
+	mi := &file_podbus_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4604,7 @@ func (x *PendingPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingPod.ProtoReflect.Descriptor instead.
 func (*PendingPod) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{50}
+	return file_podbus_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PendingPod) GetPod() *Pod {
@@ -4037,7 +4659,7 @@ type SchedulingDecision struct {
 
 func (x *SchedulingDecision) Reset() {
 	*x = SchedulingDecision{}
-	mi := &file_podbus_proto_msgTypes[51]
+	mi := &file_podbus_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4671,7 @@ func (x *SchedulingDecision) String() string {
 func (*SchedulingDecision) ProtoMessage() {}
 
 func (x *SchedulingDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[51]
+	mi := &file_podbus_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4684,7 @@ func (x *SchedulingDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingDecision.ProtoReflect.Descriptor instead.
 func (*SchedulingDecision) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{51}
+	return file_podbus_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SchedulingDecision) GetUid() string {
@@ -4196,7 +4818,7 @@ type PreemptionVictim struct {
 
 func (x *PreemptionVictim) Reset() {
 	*x = PreemptionVictim{}
-	mi := &file_podbus_proto_msgTypes[52]
+	mi := &file_podbus_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4830,7 @@ func (x *PreemptionVictim) String() string {
 func (*PreemptionVictim) ProtoMessage() {}
 
 func (x *PreemptionVictim) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[52]
+	mi := &file_podbus_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4843,7 @@ func (x *PreemptionVictim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreemptionVictim.ProtoReflect.Descriptor instead.
 func (*PreemptionVictim) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{52}
+	return file_podbus_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PreemptionVictim) GetUid() string {
@@ -4264,7 +4886,7 @@ type PodBinding struct {
 
 func (x *PodBinding) Reset() {
 	*x = PodBinding{}
-	mi := &file_podbus_proto_msgTypes[53]
+	mi := &file_podbus_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4898,7 @@ func (x *PodBinding) String() string {
 func (*PodBinding) ProtoMessage() {}
 
 func (x *PodBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[53]
+	mi := &file_podbus_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4911,7 @@ func (x *PodBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodBinding.ProtoReflect.Descriptor instead.
 func (*PodBinding) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{53}
+	return file_podbus_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PodBinding) GetPod() *Pod {
@@ -4329,7 +4951,7 @@ type PodTermination struct {
 
 func (x *PodTermination) Reset() {
 	*x = PodTermination{}
-	mi := &file_podbus_proto_msgTypes[54]
+	mi := &file_podbus_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4963,7 @@ func (x *PodTermination) String() string {
 func (*PodTermination) ProtoMessage() {}
 
 func (x *PodTermination) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[54]
+	mi := &file_podbus_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4976,7 @@ func (x *PodTermination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodTermination.ProtoReflect.Descriptor instead.
 func (*PodTermination) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{54}
+	return file_podbus_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PodTermination) GetUid() string {
@@ -4421,7 +5043,7 @@ type PodDeleted struct {
 
 func (x *PodDeleted) Reset() {
 	*x = PodDeleted{}
-	mi := &file_podbus_proto_msgTypes[55]
+	mi := &file_podbus_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +5055,7 @@ func (x *PodDeleted) String() string {
 func (*PodDeleted) ProtoMessage() {}
 
 func (x *PodDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[55]
+	mi := &file_podbus_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +5068,7 @@ func (x *PodDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodDeleted.ProtoReflect.Descriptor instead.
 func (*PodDeleted) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{55}
+	return file_podbus_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PodDeleted) GetUid() string {
@@ -4498,7 +5120,7 @@ type EventNote struct {
 
 func (x *EventNote) Reset() {
 	*x = EventNote{}
-	mi := &file_podbus_proto_msgTypes[56]
+	mi := &file_podbus_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +5132,7 @@ func (x *EventNote) String() string {
 func (*EventNote) ProtoMessage() {}
 
 func (x *EventNote) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[56]
+	mi := &file_podbus_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +5145,7 @@ func (x *EventNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventNote.ProtoReflect.Descriptor instead.
 func (*EventNote) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{56}
+	return file_podbus_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *EventNote) GetType() string {
@@ -4579,7 +5201,7 @@ type PodStatusReport struct {
 
 func (x *PodStatusReport) Reset() {
 	*x = PodStatusReport{}
-	mi := &file_podbus_proto_msgTypes[57]
+	mi := &file_podbus_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +5213,7 @@ func (x *PodStatusReport) String() string {
 func (*PodStatusReport) ProtoMessage() {}
 
 func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[57]
+	mi := &file_podbus_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +5226,7 @@ func (x *PodStatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatusReport.ProtoReflect.Descriptor instead.
 func (*PodStatusReport) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{57}
+	return file_podbus_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PodStatusReport) GetUid() string {
@@ -4675,7 +5297,7 @@ type NodeHeartbeat struct {
 
 func (x *NodeHeartbeat) Reset() {
 	*x = NodeHeartbeat{}
-	mi := &file_podbus_proto_msgTypes[58]
+	mi := &file_podbus_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +5309,7 @@ func (x *NodeHeartbeat) String() string {
 func (*NodeHeartbeat) ProtoMessage() {}
 
 func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[58]
+	mi := &file_podbus_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +5322,7 @@ func (x *NodeHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHeartbeat.ProtoReflect.Descriptor instead.
 func (*NodeHeartbeat) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{58}
+	return file_podbus_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeHeartbeat) GetNode() *Node {
@@ -4742,7 +5364,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_podbus_proto_msgTypes[59]
+	mi := &file_podbus_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4754,7 +5376,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[59]
+	mi := &file_podbus_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4767,7 +5389,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{59}
+	return file_podbus_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeAllocation) GetNode() string {
@@ -4825,7 +5447,7 @@ type PodAllocation struct {
 
 func (x *PodAllocation) Reset() {
 	*x = PodAllocation{}
-	mi := &file_podbus_proto_msgTypes[60]
+	mi := &file_podbus_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4837,7 +5459,7 @@ func (x *PodAllocation) String() string {
 func (*PodAllocation) ProtoMessage() {}
 
 func (x *PodAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[60]
+	mi := &file_podbus_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4850,7 +5472,7 @@ func (x *PodAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAllocation.ProtoReflect.Descriptor instead.
 func (*PodAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{60}
+	return file_podbus_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PodAllocation) GetNamespace() string {
@@ -4949,7 +5571,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_podbus_proto_msgTypes[61]
+	mi := &file_podbus_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4961,7 +5583,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[61]
+	mi := &file_podbus_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4974,7 +5596,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{61}
+	return file_podbus_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Batch) GetEntries() []*BatchEntry {
@@ -4995,7 +5617,7 @@ type BatchEntry struct {
 
 func (x *BatchEntry) Reset() {
 	*x = BatchEntry{}
-	mi := &file_podbus_proto_msgTypes[62]
+	mi := &file_podbus_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5007,7 +5629,7 @@ func (x *BatchEntry) String() string {
 func (*BatchEntry) ProtoMessage() {}
 
 func (x *BatchEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[62]
+	mi := &file_podbus_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5020,7 +5642,7 @@ func (x *BatchEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchEntry.ProtoReflect.Descriptor instead.
 func (*BatchEntry) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{62}
+	return file_podbus_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BatchEntry) GetData() []byte {
@@ -5099,7 +5721,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x0ecorrelation_id\x18\x01 \x01(\tR\rcorrelationId\x12\x1d\n" +
 	"\n" +
 	"report_seq\x18\x02 \x01(\x04R\treportSeq\x12+\n" +
-	"\x11schedule_attempts\x18\x03 \x01(\x05R\x10scheduleAttempts\"\xf4\t\n" +
+	"\x11schedule_attempts\x18\x03 \x01(\x05R\x10scheduleAttempts\"\xaf\v\n" +
 	"\aPodSpec\x124\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x14.podbus.v1.ContainerR\n" +
@@ -5126,18 +5748,80 @@ const file_podbus_proto_rawDesc = "" +
 	"\x1btopology_spread_constraints\x18\x13 \x03(\v2#.podbus.v1.TopologySpreadConstraintR\x19topologySpreadConstraints\x125\n" +
 	"\x14enable_service_links\x18\x14 \x01(\bH\x03R\x12enableServiceLinks\x88\x01\x01\x12,\n" +
 	"\x12image_pull_secrets\x18\x15 \x03(\tR\x10imagePullSecrets\x12+\n" +
-	"\avolumes\x18\x16 \x03(\v2\x11.podbus.v1.VolumeR\avolumes\x1a?\n" +
+	"\avolumes\x18\x16 \x03(\v2\x11.podbus.v1.VolumeR\avolumes\x12H\n" +
+	"\x10security_context\x18( \x01(\v2\x1d.podbus.v1.PodSecurityContextR\x0fsecurityContext\x127\n" +
+	"\fhost_aliases\x18) \x03(\v2\x14.podbus.v1.HostAliasR\vhostAliases\x126\n" +
+	"\n" +
+	"dns_config\x18* \x01(\v2\x17.podbus.v1.PodDNSConfigR\tdnsConfig\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B#\n" +
 	"!_termination_grace_period_secondsB\x1a\n" +
 	"\x18_active_deadline_secondsB\v\n" +
 	"\t_priorityB\x17\n" +
-	"\x15_enable_service_links\"Q\n" +
+	"\x15_enable_service_links\"\xe3\x02\n" +
+	"\x12PodSecurityContext\x12#\n" +
+	"\vrun_as_user\x18\x01 \x01(\x03H\x00R\trunAsUser\x88\x01\x01\x12%\n" +
+	"\frun_as_group\x18\x02 \x01(\x03H\x01R\n" +
+	"runAsGroup\x88\x01\x01\x12*\n" +
+	"\x0frun_as_non_root\x18\x03 \x01(\bH\x02R\frunAsNonRoot\x88\x01\x01\x12/\n" +
+	"\x13supplemental_groups\x18\x04 \x03(\x03R\x12supplementalGroups\x12\x1e\n" +
+	"\bfs_group\x18\x05 \x01(\x03H\x03R\afsGroup\x88\x01\x01\x12B\n" +
+	"\x0fseccomp_profile\x18\x06 \x01(\v2\x19.podbus.v1.SeccompProfileR\x0eseccompProfileB\x0e\n" +
+	"\f_run_as_userB\x0f\n" +
+	"\r_run_as_groupB\x12\n" +
+	"\x10_run_as_non_rootB\v\n" +
+	"\t_fs_group\"\xb3\x04\n" +
+	"\x0fSecurityContext\x12#\n" +
+	"\vrun_as_user\x18\x01 \x01(\x03H\x00R\trunAsUser\x88\x01\x01\x12%\n" +
+	"\frun_as_group\x18\x02 \x01(\x03H\x01R\n" +
+	"runAsGroup\x88\x01\x01\x12*\n" +
+	"\x0frun_as_non_root\x18\x03 \x01(\bH\x02R\frunAsNonRoot\x88\x01\x01\x12>\n" +
+	"\x19read_only_root_filesystem\x18\x04 \x01(\bH\x03R\x16readOnlyRootFilesystem\x88\x01\x01\x12#\n" +
+	"\n" +
+	"privileged\x18\x05 \x01(\bH\x04R\n" +
+	"privileged\x88\x01\x01\x12A\n" +
+	"\x1aallow_privilege_escalation\x18\x06 \x01(\bH\x05R\x18allowPrivilegeEscalation\x88\x01\x01\x12;\n" +
+	"\fcapabilities\x18\a \x01(\v2\x17.podbus.v1.CapabilitiesR\fcapabilities\x12B\n" +
+	"\x0fseccomp_profile\x18\b \x01(\v2\x19.podbus.v1.SeccompProfileR\x0eseccompProfileB\x0e\n" +
+	"\f_run_as_userB\x0f\n" +
+	"\r_run_as_groupB\x12\n" +
+	"\x10_run_as_non_rootB\x1c\n" +
+	"\x1a_read_only_root_filesystemB\r\n" +
+	"\v_privilegedB\x1d\n" +
+	"\x1b_allow_privilege_escalation\"4\n" +
+	"\fCapabilities\x12\x10\n" +
+	"\x03add\x18\x01 \x03(\tR\x03add\x12\x12\n" +
+	"\x04drop\x18\x02 \x03(\tR\x04drop\"Q\n" +
+	"\x0eSeccompProfile\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12+\n" +
+	"\x11localhost_profile\x18\x02 \x01(\tR\x10localhostProfile\"9\n" +
+	"\tHostAlias\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1c\n" +
+	"\thostnames\x18\x02 \x03(\tR\thostnames\"\x85\x01\n" +
+	"\fPodDNSConfig\x12 \n" +
+	"\vnameservers\x18\x01 \x03(\tR\vnameservers\x12\x1a\n" +
+	"\bsearches\x18\x02 \x03(\tR\bsearches\x127\n" +
+	"\aoptions\x18\x03 \x03(\v2\x1d.podbus.v1.PodDNSConfigOptionR\aoptions\"M\n" +
+	"\x12PodDNSConfigOption\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"\x7f\n" +
+	"\tLifecycle\x12:\n" +
+	"\n" +
+	"post_start\x18\x01 \x01(\v2\x1b.podbus.v1.LifecycleHandlerR\tpostStart\x126\n" +
+	"\bpre_stop\x18\x02 \x01(\v2\x1b.podbus.v1.LifecycleHandlerR\apreStop\"\xe9\x01\n" +
+	"\x10LifecycleHandler\x12)\n" +
+	"\x04exec\x18\x01 \x01(\v2\x15.podbus.v1.ExecActionR\x04exec\x123\n" +
+	"\bhttp_get\x18\x02 \x01(\v2\x18.podbus.v1.HTTPGetActionR\ahttpGet\x129\n" +
+	"\n" +
+	"tcp_socket\x18\x03 \x01(\v2\x1a.podbus.v1.TCPSocketActionR\ttcpSocket\x12(\n" +
+	"\rsleep_seconds\x18\x04 \x01(\x03H\x00R\fsleepSeconds\x88\x01\x01B\x10\n" +
+	"\x0e_sleep_seconds\"Q\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tempty_dir\x18\x02 \x01(\bR\bemptyDir\x12\x16\n" +
-	"\x06source\x18\x03 \x01(\fR\x06source\"\xcc\x05\n" +
+	"\x06source\x18\x03 \x01(\fR\x06source\"\xe6\x06\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5157,7 +5841,11 @@ const file_podbus_proto_rawDesc = "" +
 	"\x11image_pull_policy\x18\x0e \x01(\tR\x0fimagePullPolicy\x12\x14\n" +
 	"\x05stdin\x18\x0f \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03tty\x18\x10 \x01(\bR\x03tty\x12;\n" +
-	"\rvolume_mounts\x18\x11 \x03(\v2\x16.podbus.v1.VolumeMountR\fvolumeMounts\"x\n" +
+	"\rvolume_mounts\x18\x11 \x03(\v2\x16.podbus.v1.VolumeMountR\fvolumeMounts\x12E\n" +
+	"\x10security_context\x18( \x01(\v2\x1a.podbus.v1.SecurityContextR\x0fsecurityContext\x122\n" +
+	"\tlifecycle\x18) \x01(\v2\x14.podbus.v1.LifecycleR\tlifecycle\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18* \x01(\bR\tstdinOnce\"x\n" +
 	"\vVolumeMount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -5567,7 +6255,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -5577,192 +6265,215 @@ var file_podbus_proto_goTypes = []any{
 	(*Pod)(nil),                      // 5: podbus.v1.Pod
 	(*PodInternal)(nil),              // 6: podbus.v1.PodInternal
 	(*PodSpec)(nil),                  // 7: podbus.v1.PodSpec
-	(*Volume)(nil),                   // 8: podbus.v1.Volume
-	(*Container)(nil),                // 9: podbus.v1.Container
-	(*VolumeMount)(nil),              // 10: podbus.v1.VolumeMount
-	(*ContainerPort)(nil),            // 11: podbus.v1.ContainerPort
-	(*EnvVar)(nil),                   // 12: podbus.v1.EnvVar
-	(*ResourceRequirements)(nil),     // 13: podbus.v1.ResourceRequirements
-	(*Probe)(nil),                    // 14: podbus.v1.Probe
-	(*ExecAction)(nil),               // 15: podbus.v1.ExecAction
-	(*HTTPGetAction)(nil),            // 16: podbus.v1.HTTPGetAction
-	(*HTTPHeader)(nil),               // 17: podbus.v1.HTTPHeader
-	(*TCPSocketAction)(nil),          // 18: podbus.v1.TCPSocketAction
-	(*Toleration)(nil),               // 19: podbus.v1.Toleration
-	(*Affinity)(nil),                 // 20: podbus.v1.Affinity
-	(*NodeAffinity)(nil),             // 21: podbus.v1.NodeAffinity
-	(*NodeSelector)(nil),             // 22: podbus.v1.NodeSelector
-	(*NodeSelectorTerm)(nil),         // 23: podbus.v1.NodeSelectorTerm
-	(*NodeSelectorRequirement)(nil),  // 24: podbus.v1.NodeSelectorRequirement
-	(*PreferredSchedulingTerm)(nil),  // 25: podbus.v1.PreferredSchedulingTerm
-	(*PodAffinity)(nil),              // 26: podbus.v1.PodAffinity
-	(*PodAffinityTerm)(nil),          // 27: podbus.v1.PodAffinityTerm
-	(*WeightedPodAffinityTerm)(nil),  // 28: podbus.v1.WeightedPodAffinityTerm
-	(*TopologySpreadConstraint)(nil), // 29: podbus.v1.TopologySpreadConstraint
-	(*PodStatus)(nil),                // 30: podbus.v1.PodStatus
-	(*PodCondition)(nil),             // 31: podbus.v1.PodCondition
-	(*ContainerStatus)(nil),          // 32: podbus.v1.ContainerStatus
-	(*ContainerState)(nil),           // 33: podbus.v1.ContainerState
-	(*ContainerStateWaiting)(nil),    // 34: podbus.v1.ContainerStateWaiting
-	(*ContainerStateRunning)(nil),    // 35: podbus.v1.ContainerStateRunning
-	(*ContainerStateTerminated)(nil), // 36: podbus.v1.ContainerStateTerminated
-	(*Node)(nil),                     // 37: podbus.v1.Node
-	(*NodeSpec)(nil),                 // 38: podbus.v1.NodeSpec
-	(*Taint)(nil),                    // 39: podbus.v1.Taint
-	(*NodeStatus)(nil),               // 40: podbus.v1.NodeStatus
-	(*NodeCondition)(nil),            // 41: podbus.v1.NodeCondition
-	(*NodeAddress)(nil),              // 42: podbus.v1.NodeAddress
-	(*NodeSystemInfo)(nil),           // 43: podbus.v1.NodeSystemInfo
-	(*ContainerImage)(nil),           // 44: podbus.v1.ContainerImage
-	(*Event)(nil),                    // 45: podbus.v1.Event
-	(*ObjectReference)(nil),          // 46: podbus.v1.ObjectReference
-	(*EventSource)(nil),              // 47: podbus.v1.EventSource
-	(*Resources)(nil),                // 48: podbus.v1.Resources
-	(*PodCommand)(nil),               // 49: podbus.v1.PodCommand
-	(*CommandResult)(nil),            // 50: podbus.v1.CommandResult
-	(*PendingPod)(nil),               // 51: podbus.v1.PendingPod
-	(*SchedulingDecision)(nil),       // 52: podbus.v1.SchedulingDecision
-	(*PreemptionVictim)(nil),         // 53: podbus.v1.PreemptionVictim
-	(*PodBinding)(nil),               // 54: podbus.v1.PodBinding
-	(*PodTermination)(nil),           // 55: podbus.v1.PodTermination
-	(*PodDeleted)(nil),               // 56: podbus.v1.PodDeleted
-	(*EventNote)(nil),                // 57: podbus.v1.EventNote
-	(*PodStatusReport)(nil),          // 58: podbus.v1.PodStatusReport
-	(*NodeHeartbeat)(nil),            // 59: podbus.v1.NodeHeartbeat
-	(*NodeAllocation)(nil),           // 60: podbus.v1.NodeAllocation
-	(*PodAllocation)(nil),            // 61: podbus.v1.PodAllocation
-	(*Batch)(nil),                    // 62: podbus.v1.Batch
-	(*BatchEntry)(nil),               // 63: podbus.v1.BatchEntry
-	nil,                              // 64: podbus.v1.ObjectMeta.LabelsEntry
-	nil,                              // 65: podbus.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 66: podbus.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 67: podbus.v1.PodSpec.NodeSelectorEntry
-	nil,                              // 68: podbus.v1.ResourceRequirements.LimitsEntry
-	nil,                              // 69: podbus.v1.ResourceRequirements.RequestsEntry
-	nil,                              // 70: podbus.v1.NodeStatus.CapacityEntry
-	nil,                              // 71: podbus.v1.NodeStatus.AllocatableEntry
-	nil,                              // 72: podbus.v1.Resources.ScalarEntry
-	nil,                              // 73: podbus.v1.SchedulingDecision.ReasonsEntry
-	nil,                              // 74: podbus.v1.NodeAllocation.PodsEntry
-	nil,                              // 75: podbus.v1.NodeAllocation.NominatedEntry
-	nil,                              // 76: podbus.v1.PodAllocation.LabelsEntry
-	nil,                              // 77: podbus.v1.BatchEntry.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 78: google.protobuf.Timestamp
+	(*PodSecurityContext)(nil),       // 8: podbus.v1.PodSecurityContext
+	(*SecurityContext)(nil),          // 9: podbus.v1.SecurityContext
+	(*Capabilities)(nil),             // 10: podbus.v1.Capabilities
+	(*SeccompProfile)(nil),           // 11: podbus.v1.SeccompProfile
+	(*HostAlias)(nil),                // 12: podbus.v1.HostAlias
+	(*PodDNSConfig)(nil),             // 13: podbus.v1.PodDNSConfig
+	(*PodDNSConfigOption)(nil),       // 14: podbus.v1.PodDNSConfigOption
+	(*Lifecycle)(nil),                // 15: podbus.v1.Lifecycle
+	(*LifecycleHandler)(nil),         // 16: podbus.v1.LifecycleHandler
+	(*Volume)(nil),                   // 17: podbus.v1.Volume
+	(*Container)(nil),                // 18: podbus.v1.Container
+	(*VolumeMount)(nil),              // 19: podbus.v1.VolumeMount
+	(*ContainerPort)(nil),            // 20: podbus.v1.ContainerPort
+	(*EnvVar)(nil),                   // 21: podbus.v1.EnvVar
+	(*ResourceRequirements)(nil),     // 22: podbus.v1.ResourceRequirements
+	(*Probe)(nil),                    // 23: podbus.v1.Probe
+	(*ExecAction)(nil),               // 24: podbus.v1.ExecAction
+	(*HTTPGetAction)(nil),            // 25: podbus.v1.HTTPGetAction
+	(*HTTPHeader)(nil),               // 26: podbus.v1.HTTPHeader
+	(*TCPSocketAction)(nil),          // 27: podbus.v1.TCPSocketAction
+	(*Toleration)(nil),               // 28: podbus.v1.Toleration
+	(*Affinity)(nil),                 // 29: podbus.v1.Affinity
+	(*NodeAffinity)(nil),             // 30: podbus.v1.NodeAffinity
+	(*NodeSelector)(nil),             // 31: podbus.v1.NodeSelector
+	(*NodeSelectorTerm)(nil),         // 32: podbus.v1.NodeSelectorTerm
+	(*NodeSelectorRequirement)(nil),  // 33: podbus.v1.NodeSelectorRequirement
+	(*PreferredSchedulingTerm)(nil),  // 34: podbus.v1.PreferredSchedulingTerm
+	(*PodAffinity)(nil),              // 35: podbus.v1.PodAffinity
+	(*PodAffinityTerm)(nil),          // 36: podbus.v1.PodAffinityTerm
+	(*WeightedPodAffinityTerm)(nil),  // 37: podbus.v1.WeightedPodAffinityTerm
+	(*TopologySpreadConstraint)(nil), // 38: podbus.v1.TopologySpreadConstraint
+	(*PodStatus)(nil),                // 39: podbus.v1.PodStatus
+	(*PodCondition)(nil),             // 40: podbus.v1.PodCondition
+	(*ContainerStatus)(nil),          // 41: podbus.v1.ContainerStatus
+	(*ContainerState)(nil),           // 42: podbus.v1.ContainerState
+	(*ContainerStateWaiting)(nil),    // 43: podbus.v1.ContainerStateWaiting
+	(*ContainerStateRunning)(nil),    // 44: podbus.v1.ContainerStateRunning
+	(*ContainerStateTerminated)(nil), // 45: podbus.v1.ContainerStateTerminated
+	(*Node)(nil),                     // 46: podbus.v1.Node
+	(*NodeSpec)(nil),                 // 47: podbus.v1.NodeSpec
+	(*Taint)(nil),                    // 48: podbus.v1.Taint
+	(*NodeStatus)(nil),               // 49: podbus.v1.NodeStatus
+	(*NodeCondition)(nil),            // 50: podbus.v1.NodeCondition
+	(*NodeAddress)(nil),              // 51: podbus.v1.NodeAddress
+	(*NodeSystemInfo)(nil),           // 52: podbus.v1.NodeSystemInfo
+	(*ContainerImage)(nil),           // 53: podbus.v1.ContainerImage
+	(*Event)(nil),                    // 54: podbus.v1.Event
+	(*ObjectReference)(nil),          // 55: podbus.v1.ObjectReference
+	(*EventSource)(nil),              // 56: podbus.v1.EventSource
+	(*Resources)(nil),                // 57: podbus.v1.Resources
+	(*PodCommand)(nil),               // 58: podbus.v1.PodCommand
+	(*CommandResult)(nil),            // 59: podbus.v1.CommandResult
+	(*PendingPod)(nil),               // 60: podbus.v1.PendingPod
+	(*SchedulingDecision)(nil),       // 61: podbus.v1.SchedulingDecision
+	(*PreemptionVictim)(nil),         // 62: podbus.v1.PreemptionVictim
+	(*PodBinding)(nil),               // 63: podbus.v1.PodBinding
+	(*PodTermination)(nil),           // 64: podbus.v1.PodTermination
+	(*PodDeleted)(nil),               // 65: podbus.v1.PodDeleted
+	(*EventNote)(nil),                // 66: podbus.v1.EventNote
+	(*PodStatusReport)(nil),          // 67: podbus.v1.PodStatusReport
+	(*NodeHeartbeat)(nil),            // 68: podbus.v1.NodeHeartbeat
+	(*NodeAllocation)(nil),           // 69: podbus.v1.NodeAllocation
+	(*PodAllocation)(nil),            // 70: podbus.v1.PodAllocation
+	(*Batch)(nil),                    // 71: podbus.v1.Batch
+	(*BatchEntry)(nil),               // 72: podbus.v1.BatchEntry
+	nil,                              // 73: podbus.v1.ObjectMeta.LabelsEntry
+	nil,                              // 74: podbus.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 75: podbus.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 76: podbus.v1.PodSpec.NodeSelectorEntry
+	nil,                              // 77: podbus.v1.ResourceRequirements.LimitsEntry
+	nil,                              // 78: podbus.v1.ResourceRequirements.RequestsEntry
+	nil,                              // 79: podbus.v1.NodeStatus.CapacityEntry
+	nil,                              // 80: podbus.v1.NodeStatus.AllocatableEntry
+	nil,                              // 81: podbus.v1.Resources.ScalarEntry
+	nil,                              // 82: podbus.v1.SchedulingDecision.ReasonsEntry
+	nil,                              // 83: podbus.v1.NodeAllocation.PodsEntry
+	nil,                              // 84: podbus.v1.NodeAllocation.NominatedEntry
+	nil,                              // 85: podbus.v1.PodAllocation.LabelsEntry
+	nil,                              // 86: podbus.v1.BatchEntry.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 87: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	64,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	65,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	78,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	78,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	74,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	87,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	87,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	66,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	75,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
 	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
 	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
 	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
-	30,  // 9: podbus.v1.Pod.status:type_name -> podbus.v1.PodStatus
+	39,  // 9: podbus.v1.Pod.status:type_name -> podbus.v1.PodStatus
 	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
-	9,   // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
-	9,   // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	67,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
-	20,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
-	19,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
-	29,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
-	8,   // 17: podbus.v1.PodSpec.volumes:type_name -> podbus.v1.Volume
-	11,  // 18: podbus.v1.Container.ports:type_name -> podbus.v1.ContainerPort
-	12,  // 19: podbus.v1.Container.env:type_name -> podbus.v1.EnvVar
-	13,  // 20: podbus.v1.Container.resources:type_name -> podbus.v1.ResourceRequirements
-	14,  // 21: podbus.v1.Container.liveness_probe:type_name -> podbus.v1.Probe
-	14,  // 22: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
-	14,  // 23: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
-	10,  // 24: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
-	68,  // 25: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	69,  // 26: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
-	15,  // 27: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
-	16,  // 28: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
-	18,  // 29: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
-	17,  // 30: podbus.v1.HTTPGetAction.http_headers:type_name -> podbus.v1.HTTPHeader
-	21,  // 31: podbus.v1.Affinity.node_affinity:type_name -> podbus.v1.NodeAffinity
-	26,  // 32: podbus.v1.Affinity.pod_affinity:type_name -> podbus.v1.PodAffinity
-	26,  // 33: podbus.v1.Affinity.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	22,  // 34: podbus.v1.NodeAffinity.required:type_name -> podbus.v1.NodeSelector
-	25,  // 35: podbus.v1.NodeAffinity.preferred:type_name -> podbus.v1.PreferredSchedulingTerm
-	23,  // 36: podbus.v1.NodeSelector.terms:type_name -> podbus.v1.NodeSelectorTerm
-	24,  // 37: podbus.v1.NodeSelectorTerm.match_expressions:type_name -> podbus.v1.NodeSelectorRequirement
-	24,  // 38: podbus.v1.NodeSelectorTerm.match_fields:type_name -> podbus.v1.NodeSelectorRequirement
-	23,  // 39: podbus.v1.PreferredSchedulingTerm.preference:type_name -> podbus.v1.NodeSelectorTerm
-	27,  // 40: podbus.v1.PodAffinity.required:type_name -> podbus.v1.PodAffinityTerm
-	28,  // 41: podbus.v1.PodAffinity.preferred:type_name -> podbus.v1.WeightedPodAffinityTerm
-	3,   // 42: podbus.v1.PodAffinityTerm.label_selector:type_name -> podbus.v1.LabelSelector
-	3,   // 43: podbus.v1.PodAffinityTerm.namespace_selector:type_name -> podbus.v1.LabelSelector
-	27,  // 44: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
-	3,   // 45: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
-	31,  // 46: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	78,  // 47: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
-	32,  // 48: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
-	32,  // 49: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	78,  // 50: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	78,  // 51: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	33,  // 52: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
-	33,  // 53: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
-	34,  // 54: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
-	35,  // 55: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
-	36,  // 56: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	78,  // 57: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	78,  // 58: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	78,  // 59: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
-	1,   // 60: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
-	38,  // 61: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
-	40,  // 62: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
-	39,  // 63: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	78,  // 64: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	70,  // 65: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	71,  // 66: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
-	41,  // 67: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
-	42,  // 68: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
-	43,  // 69: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
-	44,  // 70: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	78,  // 71: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	78,  // 72: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,   // 73: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
-	46,  // 74: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
-	47,  // 75: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	78,  // 76: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	78,  // 77: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	78,  // 78: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	72,  // 79: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
-	0,   // 80: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
-	5,   // 81: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
-	5,   // 82: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
-	5,   // 83: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	73,  // 84: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
-	48,  // 85: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	78,  // 86: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
-	53,  // 87: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
-	5,   // 88: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
-	5,   // 89: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	78,  // 90: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	78,  // 91: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
-	30,  // 92: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
-	57,  // 93: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
-	37,  // 94: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	78,  // 95: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	74,  // 96: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	48,  // 97: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	75,  // 98: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
-	48,  // 99: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	76,  // 100: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
-	26,  // 101: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
-	26,  // 102: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	78,  // 103: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	63,  // 104: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
-	77,  // 105: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
-	61,  // 106: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	61,  // 107: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	108, // [108:108] is the sub-list for method output_type
-	108, // [108:108] is the sub-list for method input_type
-	108, // [108:108] is the sub-list for extension type_name
-	108, // [108:108] is the sub-list for extension extendee
-	0,   // [0:108] is the sub-list for field type_name
+	18,  // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
+	18,  // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
+	76,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	29,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
+	28,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
+	38,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
+	17,  // 17: podbus.v1.PodSpec.volumes:type_name -> podbus.v1.Volume
+	8,   // 18: podbus.v1.PodSpec.security_context:type_name -> podbus.v1.PodSecurityContext
+	12,  // 19: podbus.v1.PodSpec.host_aliases:type_name -> podbus.v1.HostAlias
+	13,  // 20: podbus.v1.PodSpec.dns_config:type_name -> podbus.v1.PodDNSConfig
+	11,  // 21: podbus.v1.PodSecurityContext.seccomp_profile:type_name -> podbus.v1.SeccompProfile
+	10,  // 22: podbus.v1.SecurityContext.capabilities:type_name -> podbus.v1.Capabilities
+	11,  // 23: podbus.v1.SecurityContext.seccomp_profile:type_name -> podbus.v1.SeccompProfile
+	14,  // 24: podbus.v1.PodDNSConfig.options:type_name -> podbus.v1.PodDNSConfigOption
+	16,  // 25: podbus.v1.Lifecycle.post_start:type_name -> podbus.v1.LifecycleHandler
+	16,  // 26: podbus.v1.Lifecycle.pre_stop:type_name -> podbus.v1.LifecycleHandler
+	24,  // 27: podbus.v1.LifecycleHandler.exec:type_name -> podbus.v1.ExecAction
+	25,  // 28: podbus.v1.LifecycleHandler.http_get:type_name -> podbus.v1.HTTPGetAction
+	27,  // 29: podbus.v1.LifecycleHandler.tcp_socket:type_name -> podbus.v1.TCPSocketAction
+	20,  // 30: podbus.v1.Container.ports:type_name -> podbus.v1.ContainerPort
+	21,  // 31: podbus.v1.Container.env:type_name -> podbus.v1.EnvVar
+	22,  // 32: podbus.v1.Container.resources:type_name -> podbus.v1.ResourceRequirements
+	23,  // 33: podbus.v1.Container.liveness_probe:type_name -> podbus.v1.Probe
+	23,  // 34: podbus.v1.Container.readiness_probe:type_name -> podbus.v1.Probe
+	23,  // 35: podbus.v1.Container.startup_probe:type_name -> podbus.v1.Probe
+	19,  // 36: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
+	9,   // 37: podbus.v1.Container.security_context:type_name -> podbus.v1.SecurityContext
+	15,  // 38: podbus.v1.Container.lifecycle:type_name -> podbus.v1.Lifecycle
+	77,  // 39: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	78,  // 40: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	24,  // 41: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
+	25,  // 42: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
+	27,  // 43: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
+	26,  // 44: podbus.v1.HTTPGetAction.http_headers:type_name -> podbus.v1.HTTPHeader
+	30,  // 45: podbus.v1.Affinity.node_affinity:type_name -> podbus.v1.NodeAffinity
+	35,  // 46: podbus.v1.Affinity.pod_affinity:type_name -> podbus.v1.PodAffinity
+	35,  // 47: podbus.v1.Affinity.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	31,  // 48: podbus.v1.NodeAffinity.required:type_name -> podbus.v1.NodeSelector
+	34,  // 49: podbus.v1.NodeAffinity.preferred:type_name -> podbus.v1.PreferredSchedulingTerm
+	32,  // 50: podbus.v1.NodeSelector.terms:type_name -> podbus.v1.NodeSelectorTerm
+	33,  // 51: podbus.v1.NodeSelectorTerm.match_expressions:type_name -> podbus.v1.NodeSelectorRequirement
+	33,  // 52: podbus.v1.NodeSelectorTerm.match_fields:type_name -> podbus.v1.NodeSelectorRequirement
+	32,  // 53: podbus.v1.PreferredSchedulingTerm.preference:type_name -> podbus.v1.NodeSelectorTerm
+	36,  // 54: podbus.v1.PodAffinity.required:type_name -> podbus.v1.PodAffinityTerm
+	37,  // 55: podbus.v1.PodAffinity.preferred:type_name -> podbus.v1.WeightedPodAffinityTerm
+	3,   // 56: podbus.v1.PodAffinityTerm.label_selector:type_name -> podbus.v1.LabelSelector
+	3,   // 57: podbus.v1.PodAffinityTerm.namespace_selector:type_name -> podbus.v1.LabelSelector
+	36,  // 58: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
+	3,   // 59: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
+	40,  // 60: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
+	87,  // 61: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	41,  // 62: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
+	41,  // 63: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
+	87,  // 64: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	87,  // 65: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	42,  // 66: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
+	42,  // 67: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
+	43,  // 68: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
+	44,  // 69: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
+	45,  // 70: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
+	87,  // 71: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	87,  // 72: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	87,  // 73: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	1,   // 74: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
+	47,  // 75: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
+	49,  // 76: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
+	48,  // 77: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
+	87,  // 78: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	79,  // 79: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	80,  // 80: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	50,  // 81: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
+	51,  // 82: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
+	52,  // 83: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
+	53,  // 84: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
+	87,  // 85: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	87,  // 86: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,   // 87: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
+	55,  // 88: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
+	56,  // 89: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
+	87,  // 90: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	87,  // 91: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	87,  // 92: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	81,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	0,   // 94: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
+	5,   // 95: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
+	5,   // 96: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
+	5,   // 97: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
+	82,  // 98: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	57,  // 99: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
+	87,  // 100: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	62,  // 101: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
+	5,   // 102: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
+	5,   // 103: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
+	87,  // 104: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	87,  // 105: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	39,  // 106: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
+	66,  // 107: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
+	46,  // 108: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
+	87,  // 109: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	83,  // 110: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	57,  // 111: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	84,  // 112: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	57,  // 113: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	85,  // 114: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	35,  // 115: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	35,  // 116: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	87,  // 117: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	72,  // 118: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
+	86,  // 119: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
+	70,  // 120: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	70,  // 121: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	122, // [122:122] is the sub-list for method output_type
+	122, // [122:122] is the sub-list for method input_type
+	122, // [122:122] is the sub-list for extension type_name
+	122, // [122:122] is the sub-list for extension extendee
+	0,   // [0:122] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -5773,18 +6484,22 @@ func file_podbus_proto_init() {
 	file_podbus_proto_msgTypes[0].OneofWrappers = []any{}
 	file_podbus_proto_msgTypes[1].OneofWrappers = []any{}
 	file_podbus_proto_msgTypes[6].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[7].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[8].OneofWrappers = []any{}
 	file_podbus_proto_msgTypes[13].OneofWrappers = []any{}
-	file_podbus_proto_msgTypes[18].OneofWrappers = []any{}
-	file_podbus_proto_msgTypes[28].OneofWrappers = []any{}
-	file_podbus_proto_msgTypes[31].OneofWrappers = []any{}
-	file_podbus_proto_msgTypes[48].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[15].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[22].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[27].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[37].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[40].OneofWrappers = []any{}
+	file_podbus_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   77,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

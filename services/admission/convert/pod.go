@@ -99,6 +99,7 @@ func podSpecToPB(s *corev1.PodSpec) *pb.PodSpec {
 	for _, v := range s.Volumes {
 		out.Volumes = append(out.Volumes, volumeToPB(v))
 	}
+	podExtrasToPB(s, out)
 	return out
 }
 
@@ -130,6 +131,7 @@ func containerToPB(c *corev1.Container) *pb.Container {
 	for _, m := range c.VolumeMounts {
 		out.VolumeMounts = append(out.VolumeMounts, &pb.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly, SubPath: m.SubPath})
 	}
+	containerExtrasToPB(c, out)
 	return out
 }
 
@@ -371,6 +373,7 @@ func podSpecFromPB(s *pb.PodSpec) corev1.PodSpec {
 	for _, v := range s.GetVolumes() {
 		out.Volumes = append(out.Volumes, VolumeFromPB(v))
 	}
+	podExtrasFromPB(s, &out)
 	return out
 }
 
@@ -403,6 +406,7 @@ func containerFromPB(c *pb.Container) corev1.Container {
 	for _, m := range c.GetVolumeMounts() {
 		out.VolumeMounts = append(out.VolumeMounts, corev1.VolumeMount{Name: m.GetName(), MountPath: m.GetMountPath(), ReadOnly: m.GetReadOnly(), SubPath: m.GetSubPath()})
 	}
+	containerExtrasFromPB(c, &out)
 	return out
 }
 

@@ -145,9 +145,9 @@ func TestPodToPBWarnings(t *testing.T) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
 		}, nil},
 		{"security contexts", func(p *corev1.Pod) {
-			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1))}
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
-		}, []string{"spec.containers[0].securityContext: " + unsupported, "spec.securityContext: " + unsupported}},
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1)), SELinuxOptions: &corev1.SELinuxOptions{User: "u"}}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true), ProcMount: ptr(corev1.UnmaskedProcMount)}
+		}, []string{"spec.containers[0].securityContext.procMount: " + unsupported, "spec.securityContext.seLinuxOptions: " + unsupported}},
 		{"lifecycle, envFrom, subPath", func(p *corev1.Pod) {
 			c := &p.Spec.Containers[0]
 			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"x"}}}}
@@ -155,7 +155,6 @@ func TestPodToPBWarnings(t *testing.T) {
 			c.VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/v", SubPath: "s"}}
 		}, []string{
 			"spec.containers[0].envFrom: " + unsupported,
-			"spec.containers[0].lifecycle: " + unsupported,
 		}},
 		{"grpc probe", func(p *corev1.Pod) {
 			p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9}}}
@@ -166,7 +165,6 @@ func TestPodToPBWarnings(t *testing.T) {
 			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "g"}}
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}}
 		}, []string{
-			"spec.dnsConfig: " + unsupported,
 			"spec.ephemeralContainers: " + unsupported,
 			"spec.hostPID: " + unsupported,
 			"spec.schedulingGates: " + unsupported,
