@@ -29,7 +29,7 @@ import (
 	"github.com/podbus/podbus/loadtest"
 	"github.com/podbus/podbus/sched/config"
 	"github.com/podbus/podbus/services/admission"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 	"github.com/podbus/podbus/services/auditseal"
 	"github.com/podbus/podbus/services/binder"
 	"github.com/podbus/podbus/services/controllers"

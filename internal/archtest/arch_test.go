@@ -55,13 +55,9 @@ func listPackages(t *testing.T) map[string]pkg {
 
 func rel(path string) string { return strings.TrimPrefix(strings.TrimPrefix(path, module), "/") }
 
-// service is the service a package belongs to ("services/binder" for services/binder/x), or "". The
-// API's conversions (services/admission/convert) are a library: controllers make pods from templates.
+// service is the service a package belongs to ("services/binder" for services/binder/x), or "".
 func service(path string) string {
 	p := strings.Split(rel(path), "/")
-	if rel(path) == "services/admission/convert" {
-		return ""
-	}
 	if len(p) >= 2 && p[0] == "services" {
 		return p[0] + "/" + p[1]
 	}

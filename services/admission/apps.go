@@ -26,7 +26,7 @@ import (
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/workload"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 // apps/v1 ReplicaSets and Deployments: kinds on the generic handlers, kept in their own buckets with

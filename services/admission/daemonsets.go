@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 // DaemonSets are kept in their bucket by the generic handlers; the controllers service

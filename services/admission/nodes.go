@@ -12,7 +12,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 // Nodes have no pipeline: the generic handlers write the nodes bucket with compare-and-set on the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/secretbox"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 // Secrets are kept sealed in their bucket (secretbox: AES-GCM, the storage key as additional data) with

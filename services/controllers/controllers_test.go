@@ -15,7 +15,7 @@ import (
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 func node(name string, labels map[string]string, taints ...*pb.Taint) *pb.Node {

@@ -25,7 +25,7 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
 	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
-	"github.com/podbus/podbus/services/admission/convert"
+	"github.com/podbus/podbus/internal/convert"
 )
 
 // The DaemonSet controller, as kube's: for every DaemonSet, one pod per node that should run it.
