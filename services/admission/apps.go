@@ -23,10 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/convert"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/workload"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/internal/convert"
 )
 
 // apps/v1 ReplicaSets and Deployments: kinds on the generic handlers, kept in their own buckets with

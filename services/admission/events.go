@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podbus/podbus/bus"
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/internal/convert"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Events come from the EVENTS stream. An event may be stored alone on its subject or as an entry of its

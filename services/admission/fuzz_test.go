@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/internal/convert"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // The fuzz targets cover what a client's bytes reach before anything is stored: body decoding, the

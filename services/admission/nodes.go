@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podbus/podbus/bus"
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/internal/convert"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Nodes have no pipeline: the generic handlers write the nodes bucket with compare-and-set on the

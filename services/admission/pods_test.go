@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/internal/convert"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 func TestErrors(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/secretbox"
 	"github.com/podbus/podbus/internal/convert"
+	"github.com/podbus/podbus/internal/secretbox"
 )
 
 // Secrets are kept sealed in their bucket (secretbox: AES-GCM, the storage key as additional data) with

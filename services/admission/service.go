@@ -41,8 +41,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
-	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/internal/convert"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Defaults.

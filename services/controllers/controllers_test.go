@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/podbus/podbus/internal/convert"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
-	"github.com/podbus/podbus/internal/convert"
 )
 
 func node(name string, labels map[string]string, taints ...*pb.Taint) *pb.Node {

@@ -20,12 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/convert"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
 	"github.com/podbus/podbus/sched/plugins/nodeaffinity"
-	"github.com/podbus/podbus/internal/convert"
 )
 
 // The DaemonSet controller, as kube's: for every DaemonSet, one pod per node that should run it.
