@@ -29,15 +29,9 @@ func (r *Runtime) connectivityNet() *libcni.NetworkConfigList {
 
 // CheckSandboxConnectivity implements agent.ConnectivityChecker: CNI CHECK of the bridge and its IPAM.
 func (r *Runtime) CheckSandboxConnectivity(ctx context.Context, sb agent.Sandbox) error {
-	rec, err := r.loadRecord(sb.PodUID)
+	rec, err := r.startedRecord(sb)
 	if err != nil {
 		return err
-	}
-	if rec.ID != sb.ID {
-		return fmt.Errorf("sandbox %s of pod %s: %w", sb.ID, sb.PodUID, agent.ErrNotFound)
-	}
-	if len(rec.IPs) == 0 {
-		return fmt.Errorf("sandbox %s has no IP: its start did not complete", sb.ID)
 	}
 	if _, err := os.Stat(rec.NetNS); err != nil {
 		return fmt.Errorf("netns of sandbox %s: %w", rec.ID, err)

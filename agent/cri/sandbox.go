@@ -181,17 +181,26 @@ func hostPorts(pod *pb.Pod) []portMapping {
 	return out
 }
 
-// CheckSandbox implements agent.SandboxManager (CNI CHECK).
-func (r *Runtime) CheckSandbox(ctx context.Context, sb agent.Sandbox) error {
+// startedRecord is sb's record, if sb is the pod's current sandbox and its start completed.
+func (r *Runtime) startedRecord(sb agent.Sandbox) (*sandboxRecord, error) {
 	rec, err := r.loadRecord(sb.PodUID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if rec.ID != sb.ID {
-		return fmt.Errorf("sandbox %s of pod %s: %w", sb.ID, sb.PodUID, agent.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s of pod %s: %w", sb.ID, sb.PodUID, agent.ErrNotFound)
 	}
 	if len(rec.IPs) == 0 {
-		return fmt.Errorf("sandbox %s has no IP: its start did not complete", sb.ID)
+		return nil, fmt.Errorf("sandbox %s has no IP: its start did not complete", sb.ID)
+	}
+	return rec, nil
+}
+
+// CheckSandbox implements agent.SandboxManager (CNI CHECK).
+func (r *Runtime) CheckSandbox(ctx context.Context, sb agent.Sandbox) error {
+	rec, err := r.startedRecord(sb)
+	if err != nil {
+		return err
 	}
 	return r.checkNetwork(ctx, rec)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,19 +39,12 @@ const (
 )
 
 func (s *Service) getDeployment(ctx context.Context, ns, name string) (*dEntry, error) {
-	e, err := s.dKV.Get(ctx, bus.ObjectKey(ns, name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, bus.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get deployment %s/%s: %w", ns, name, err)
-	}
 	d := &appsv1.Deployment{}
-	t, err := workload.Decode(e.Value(), d)
+	t, rev, err := getObject(ctx, s.dKV, "deployment", ns, name, d)
 	if err != nil {
 		return nil, err
 	}
-	return &dEntry{obj: d, template: t, rev: e.Revision()}, nil
+	return &dEntry{obj: d, template: t, rev: rev}, nil
 }
 
 // dsync is one sync of a Deployment: what it read, and the ReplicaSets as it changes them.

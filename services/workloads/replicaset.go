@@ -103,19 +103,29 @@ func isAvailable(p *pb.Pod, minReady int32, now time.Time) bool {
 
 // getRS reads a ReplicaSet from the bucket; bus.ErrNotFound when it is gone.
 func (s *Service) getRS(ctx context.Context, ns, name string) (*rsEntry, error) {
-	e, err := s.rsKV.Get(ctx, bus.ObjectKey(ns, name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, bus.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get replicaset %s/%s: %w", ns, name, err)
-	}
 	rs := &appsv1.ReplicaSet{}
-	t, err := workload.Decode(e.Value(), rs)
+	t, rev, err := getObject(ctx, s.rsKV, "replicaset", ns, name, rs)
 	if err != nil {
 		return nil, err
 	}
-	return &rsEntry{obj: rs, template: t, rev: e.Revision()}, nil
+	return &rsEntry{obj: rs, template: t, rev: rev}, nil
+}
+
+// getObject reads ns/name of a workload bucket into obj, returning its pod template and revision;
+// bus.ErrNotFound when it is gone.
+func getObject(ctx context.Context, kv jetstream.KeyValue, what, ns, name string, obj any) (*pb.Pod, uint64, error) {
+	e, err := kv.Get(ctx, bus.ObjectKey(ns, name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, bus.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s %s/%s: %w", what, ns, name, err)
+	}
+	t, err := workload.Decode(e.Value(), obj)
+	if err != nil {
+		return nil, 0, err
+	}
+	return t, e.Revision(), nil
 }
 
 // writeRS stores rs over revision rev (compare-and-set).
