@@ -136,6 +136,9 @@ func (s *Service) watchView(ctx context.Context) error {
 			return nil
 		case e, ok := <-nodesW.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
 				return fmt.Errorf("binder: nodes watch closed")
 			}
 			if e == nil {
@@ -145,6 +148,9 @@ func (s *Service) watchView(ctx context.Context) error {
 			}
 		case e, ok := <-allocW.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
 				return fmt.Errorf("binder: alloc watch closed")
 			}
 			if e == nil {

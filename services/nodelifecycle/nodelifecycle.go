@@ -161,6 +161,9 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		case e, ok := <-nw.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
 				return fmt.Errorf("nodelifecycle: node watch ended")
 			}
 			if e != nil {
@@ -168,6 +171,9 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case e, ok := <-pw.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
 				return fmt.Errorf("nodelifecycle: pod watch ended")
 			}
 			if e != nil {
