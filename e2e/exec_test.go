@@ -20,7 +20,7 @@ import (
 	"github.com/podbus/podbus/internal/pki"
 )
 
-// TestContainerdExec drives kubectl exec, exec -i, exec -it, attach and port-forward through the API
+// TestContainerdExec drives kubectl exec, exec -i, exec -it, attach (-i, -it) and port-forward through the API
 // and NATS to a real pod, with the default kubectl (WebSocket) and an SPDY-era one (1.29), and checks
 // that a user bound to view is refused both.
 func TestContainerdExec(t *testing.T) {
@@ -54,9 +54,37 @@ spec:
   - name: box
     image: %[2]s/podbus/busybox:latest
     command: ["sh", "-c", "while true; do echo tick; sleep 1; done"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: in}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  restartPolicy: Never
+  containers:
+  - name: in
+    image: %[2]s/podbus/busybox:latest
+    command: ["sh", "-c", "read line; echo got:$line"]
+    stdin: true
+    stdinOnce: true
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: tin}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  restartPolicy: Never
+  containers:
+  - name: tin
+    image: %[2]s/podbus/busybox:latest
+    command: ["sh", "-c", "read line; test -t 0 && echo tty-got:$line"]
+    stdin: true
+    stdinOnce: true
+    tty: true
 `, pinned(n.name), reg)))
-	waitPod(t, conn, "web", 60*time.Second, "Ready", isReady)
-	waitPod(t, conn, "box", 60*time.Second, "Ready", isReady)
+	for _, name := range []string{"web", "box", "in", "tin"} {
+		waitPod(t, conn, name, 60*time.Second, "Ready", isReady)
+	}
 
 	kubectls := []kube{admin}
 	old := kube{t: t, kubeconfig: cl.Kubeconfig, bin: filepath.Join(kubectlMinorsDir, "kubectl.1.29")}
@@ -108,6 +136,28 @@ spec:
 		})
 	}
 
+	// attach -i writes to the main process's stdin; stdinOnce closes it after, so read returns and
+	// the container ends, which ends the attach.
+	out, err := kubectlStdin(admin, "hello\n", "attach", "-i", "in")
+	if err != nil {
+		t.Errorf("attach -i: %v\n%q", err, out)
+	}
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		logs, _ := admin.run("logs", "in")
+		return strings.Contains(logs, "got:hello")
+	}, "the container read what attach -i sent")
+	if _, err := exec.LookPath("script"); err == nil {
+		line := fmt.Sprintf("%s --kubeconfig %s attach -it tin", admin.path(), admin.kubeconfig)
+		out, err := commandStdin(t, "hi\n", "script", "-qec", line, "/dev/null")
+		if err != nil {
+			t.Errorf("attach -it: %v\n%q", err, out)
+		}
+		bustest.Eventually(t, 30*time.Second, func() bool {
+			logs, _ := admin.run("logs", "tin")
+			return strings.Contains(logs, "tty-got:hi")
+		}, "the tty container read what attach -it sent")
+	}
+
 	// A user bound to view may read the pods but neither exec nor port-forward.
 	bob := userKube(t, cl, dataDir, "bob")
 	admin.must("create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob")
@@ -115,7 +165,7 @@ spec:
 		_, err := bob.run("get", "pod", "box")
 		return err == nil
 	}, "bob reads pods")
-	out, err := bob.run("exec", "box", "--", "true")
+	out, err = bob.run("exec", "box", "--", "true")
 	if err == nil || !strings.Contains(out, `User "bob" cannot create resource "pods/exec" in API group "" in the namespace "default"`) {
 		t.Errorf("exec as a viewer: %v\n%s", err, out)
 	}
