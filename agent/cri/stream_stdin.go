@@ -91,10 +91,15 @@ func (s stdinIO) Config() cio.Config {
 	return c
 }
 
+// stdinCloser is the task, told to close the shim's end of stdin.
+type stdinCloser interface {
+	CloseIO(ctx context.Context, opts ...containerd.IOCloserOpts) error
+}
+
 // attachStdin copies in to container id's stdin until in ends or ctx ends. The returned done is
 // to be called when the attach ends: with stdinOnce it closes the shim's end too, so the process
 // reads the end of its input, as the kubelet does after the first attach.
-func (r *Runtime) attachStdin(ctx context.Context, id, mode string, task containerd.Task, in io.Reader) (done func(), err error) {
+func (r *Runtime) attachStdin(ctx context.Context, id, mode string, task stdinCloser, in io.Reader) (done func(), err error) {
 	if mode == "" {
 		return nil, ErrAttachStdin
 	}
