@@ -20,7 +20,7 @@ import (
 	"github.com/podbus/podbus/internal/pki"
 )
 
-// TestContainerdExec drives kubectl exec, exec -i, exec -it, attach and port-forward through the API
+// TestContainerdExec drives kubectl exec, exec -i, exec -it, attach (-i, -it) and port-forward through the API
 // and NATS to a real pod, with the default kubectl (WebSocket) and an SPDY-era one (1.29), and checks
 // that a user bound to view is refused both.
 func TestContainerdExec(t *testing.T) {
@@ -54,9 +54,35 @@ spec:
   - name: box
     image: %[2]s/podbus/busybox:latest
     command: ["sh", "-c", "while true; do echo tick; sleep 1; done"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: in}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  containers:
+  - name: in
+    image: %[2]s/podbus/busybox:latest
+    command: ["sh", "-c", "read line; echo got:$line; exec sleep 3600"]
+    stdin: true
+    stdinOnce: true
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: tin}
+spec:
+%[1]s  terminationGracePeriodSeconds: 1
+  containers:
+  - name: tin
+    image: %[2]s/podbus/busybox:latest
+    command: ["sh", "-c", "read line; test -t 0 && echo tty-got:$line; exec sleep 3600"]
+    stdin: true
+    stdinOnce: true
+    tty: true
 `, pinned(n.name), reg)))
-	waitPod(t, conn, "web", 60*time.Second, "Ready", isReady)
-	waitPod(t, conn, "box", 60*time.Second, "Ready", isReady)
+	for _, name := range []string{"web", "box", "in", "tin"} {
+		waitPod(t, conn, name, 60*time.Second, "Ready", isReady)
+	}
 
 	kubectls := []kube{admin}
 	old := kube{t: t, kubeconfig: cl.Kubeconfig, bin: filepath.Join(kubectlMinorsDir, "kubectl.1.29")}
@@ -106,6 +132,19 @@ spec:
 				}
 			}
 		})
+	}
+
+	// attach -i writes to the main process's stdin (stdinOnce closes it after the first attach).
+	attachAnswers(t, admin, "in", "got:hello", admin.path(), []string{"--kubeconfig", admin.kubeconfig, "attach", "-i", "in"},
+		func(chan struct{}) io.Reader { return strings.NewReader("hello\n") })
+	// attach -it under script(1)'s pty. Its stdin stays open until the container has answered: at its
+	// end script hangs up kubectl, and stdinOnce then hangs up the container's console, as in kube.
+	if _, err := exec.LookPath("script"); err == nil {
+		line := fmt.Sprintf("%s --kubeconfig %s attach -it tin", admin.path(), admin.kubeconfig)
+		attachAnswers(t, admin, "tin", "tty-got:hi", "script", []string{"-qec", line, "/dev/null"},
+			func(answered chan struct{}) io.Reader {
+				return io.MultiReader(strings.NewReader("hi\n"), eofAfter(answered))
+			})
 	}
 
 	// A user bound to view may read the pods but neither exec nor port-forward.
@@ -212,5 +251,42 @@ func portForward(t *testing.T, k kube, target string, port int) (addr string, st
 		stop()
 		t.Fatalf("kubectl port-forward %s printed no local port", target)
 		return "", nil
+	}
+}
+
+// eofAfter is a reader that ends when done is closed.
+type eofAfter chan struct{}
+
+func (e eofAfter) Read([]byte) (int, error) {
+	<-e
+	return 0, io.EOF
+}
+
+// attachAnswers runs name args (a kubectl attach to pod) with stdin(answered) until pod's log shows want,
+// then stops it: the attach itself lasts as long as the container.
+func attachAnswers(t *testing.T, k kube, pod, want, name string, args []string, stdin func(answered chan struct{}) io.Reader) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	answered := make(chan struct{})
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = stdin(answered)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logs string
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs, want) && time.Now().Before(deadline) {
+		logs, _ = k.run("logs", pod)
+		time.Sleep(500 * time.Millisecond)
+	}
+	close(answered)
+	cancel()
+	_ = cmd.Wait()
+	if !strings.Contains(logs, want) {
+		t.Errorf("%s %s: no %q in the log of %s: %q; it printed %q", name, strings.Join(args, " "), want, pod, logs, out.String())
 	}
 }

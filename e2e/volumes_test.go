@@ -44,7 +44,7 @@ func (n realNode) startVolumeAgent(t *testing.T, natsURL string, box *secretbox.
 	})
 }
 
-// TestContainerdVolumes: a real pod reads a ConfigMap, a Secret, an emptyDir (on disk, in memory, by
+// TestContainerdVolumes: a real pod reads (kubectl exec … cat) a ConfigMap, a Secret, an emptyDir (on disk, in memory, by
 // subPath, read-only) and downwardAPI files; a ConfigMap change reaches its file within the sync period;
 // a pod naming a missing ConfigMap stays ContainerCreating with FailedMount; filling an emptyDir past
 // its sizeLimit evicts the pod. The Secret is sealed in its bucket and absent from AUDIT and events.
@@ -84,7 +84,7 @@ spec:
   - name: c
     image: %[2]s
     resources: {limits: {cpu: 100m, memory: 32Mi}}
-    command: ["sh", "-c", "echo x > /scratch/f; while true; do echo \"G=$(cat /etc/cfg/greeting) P=$(cat /etc/sec/password) N=$(cat /etc/info/name) L=$(cat /etc/info/labels) S=$(cat /scratch/f) SUB=$(cat /greeting.txt) M=$(df -k /mem | tail -1 | awk '{print $2}') $(touch /ro/x 2>/dev/null && echo RW || echo RO)\"; sleep 1; done"]
+    command: ["sh", "-c", "echo x > /scratch/f; sleep 3600"]
     volumeMounts:
     - {name: cfg, mountPath: /etc/cfg}
     - {name: cfg, mountPath: /greeting.txt, subPath: greeting}
@@ -129,26 +129,44 @@ spec:
 `, pinned(n.name), box1)
 	k.must("apply", "-f", writeFile(t, "vols.yaml", manifest))
 
-	logsHave := func(what string, limit time.Duration) {
+	// execHas polls until the command run by kubectl exec in vols prints want.
+	execHas := func(what string, cmd []string, want string, limit time.Duration) {
 		t.Helper()
 		var out string
+		var err error
 		deadline := time.Now().Add(limit)
 		for time.Now().Before(deadline) {
-			out, _ = k.run("logs", "vols", "--tail", "1")
-			if strings.Contains(out, what) {
+			out, err = k.run(append([]string{"exec", "vols", "--"}, cmd...)...)
+			if err == nil && strings.TrimSpace(out) == want {
 				return
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
-		t.Fatalf("kubectl logs vols: no %q after %s; last:\n%s", what, limit, out)
+		t.Errorf("%s: kubectl exec vols -- %s: want %q after %s, got %v\n%q", what, strings.Join(cmd, " "), want, limit, err, out)
 	}
 	waitPod(t, conn, "vols", 60*time.Second, "Running", func(p *pb.Pod) bool { return p.GetStatus().GetPhase() == "Running" })
-	logsHave(`G=hello P=hunter2 N=vols L=app="vols" S=x SUB=hello M=1024 RO`, 30*time.Second)
+	for _, c := range []struct {
+		what string
+		cmd  []string
+		want string
+	}{
+		{"emptyDir", []string{"cat", "/scratch/f"}, "x"},
+		{"configMap", []string{"cat", "/etc/cfg/greeting"}, "hello"},
+		{"configMap by subPath", []string{"cat", "/greeting.txt"}, "hello"},
+		{"secret", []string{"cat", "/etc/sec/password"}, "hunter2"},
+		{"downwardAPI name", []string{"cat", "/etc/info/name"}, "vols"},
+		{"downwardAPI labels", []string{"cat", "/etc/info/labels"}, `app="vols"`},
+		{"emptyDir in memory, sizeLimit", []string{"sh", "-c", "df -k /mem | tail -1 | awk '{print $2}'"}, "1024"},
+		{"readOnly mount", []string{"sh", "-c", "touch /ro/x 2>/dev/null && echo RW || echo RO"}, "RO"},
+	} {
+		execHas(c.what, c.cmd, c.want, 30*time.Second)
+	}
 
 	// A ConfigMap change reaches the file within the sync period (10s), the subPath mount keeping its
 	// first content as in kube.
 	k.must("patch", "configmap", "cfg", "--type=merge", "-p", `{"data":{"greeting":"bonjour"}}`)
-	logsHave("G=bonjour", 40*time.Second)
+	execHas("updated configMap", []string{"cat", "/etc/cfg/greeting"}, "bonjour", 40*time.Second)
+	execHas("configMap by subPath after the update", []string{"cat", "/greeting.txt"}, "hello", 5*time.Second)
 
 	// A missing ConfigMap: ContainerCreating with FailedMount events, as kube.
 	if out := k.must("get", "pod", "pending"); !strings.Contains(out, "ContainerCreating") {

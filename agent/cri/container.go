@@ -93,6 +93,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, sb agent.Sandbox, c *pb.C
 		labelImageRef:      image.Name() + "@" + image.Target().Digest.String(),
 		labelLogPath:       r.logPath(rec.PodUID, c.GetName(), attempt),
 		labelTTY:           strconv.FormatBool(c.GetTty()),
+		labelStdin:         stdinMode(c),
 	}
 	_, err = r.client.NewContainer(ctx, id,
 		containerd.WithImage(image),
@@ -173,6 +174,10 @@ func (r *Runtime) StartContainer(ctx context.Context, id agent.ContainerID) (ret
 	}
 	creator, afterStart, cleanup, err := r.taskIO(logPath, labels[labelTTY] == "true")
 	if err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	if creator, err = r.stdinCreator(string(id), labels[labelStdin], creator); err != nil {
+		cleanup()
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
 	task, err := c.NewTask(ctx, creator)
@@ -320,6 +325,7 @@ func (r *Runtime) remove(ctx context.Context, c containerd.Container) error {
 	if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove container %s: %w", c.ID(), err)
 	}
+	r.removeStdin(c.ID())
 	return nil
 }
 

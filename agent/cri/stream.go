@@ -131,16 +131,14 @@ func resizeLoop(ctx context.Context, proc containerd.Process, sizes <-chan podst
 // attachPoll is how often an attached client's output is read from the container's log.
 const attachPoll = 100 * time.Millisecond
 
-// ErrAttachStdin: the container's main process has no stdin kept open to attach to.
-var ErrAttachStdin = errors.New("attaching stdin is not supported: the container's output goes to its log file and its stdin is not kept open")
+// ErrAttachStdin: the container's spec does not ask for stdin, so there is none to attach to.
+var ErrAttachStdin = errors.New("attaching stdin: the container's spec does not set stdin: true")
 
-// AttachStream implements agent.Streamer for output: the container's main process writes to its log
-// file (the shim holds no pipe the agent could share), so attaching follows that file from its end until
-// the container exits or ctx ends.
+// AttachStream implements agent.Streamer: the container's main process writes to its log file (the
+// shim appends to it, so logging goes on while the agent is down), so its output is followed from the
+// file's end until the container exits or ctx ends; stdin, when the spec asks for it, is written to the
+// FIFO the task was created with (stream_stdin.go).
 func (r *Runtime) AttachStream(ctx context.Context, id agent.ContainerID, s podstream.Streams) error {
-	if s.Stdin != nil {
-		return ErrAttachStdin
-	}
 	c, err := r.load(ctx, id, "attach to")
 	if err != nil {
 		return err
@@ -148,6 +146,9 @@ func (r *Runtime) AttachStream(ctx context.Context, id agent.ContainerID, s pods
 	labels, err := c.Labels(ctx)
 	if err != nil {
 		return fmt.Errorf("attach to %s: %w", id, err)
+	}
+	if s.Stdin != nil && labels[labelStdin] == "" {
+		return fmt.Errorf("attach to %s: %w", id, ErrAttachStdin)
 	}
 	task, err := c.Task(ctx, nil)
 	if err != nil {
@@ -164,6 +165,17 @@ func (r *Runtime) AttachStream(ctx context.Context, id agent.ContainerID, s pods
 	defer func() { _ = f.Close() }()
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		return fmt.Errorf("attach to %s: %w", id, err)
+	}
+	// Input only once the output is followed: what the process answers is after this point.
+	if s.Stdin != nil {
+		done, err := r.attachStdin(ctx, string(id), labels[labelStdin], task, s.Stdin)
+		if err != nil {
+			return fmt.Errorf("attach to %s: %w", id, err)
+		}
+		defer done()
+	}
+	if s.TTY && s.Resize != nil {
+		go resizeLoop(ctx, task, s.Resize)
 	}
 	out := s.Stdout
 	if out == nil {
