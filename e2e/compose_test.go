@@ -37,7 +37,7 @@ const (
 	composeBatch   = 300
 	// composeServices are the containers besides the agents with one scheduler: three NATS nodes,
 	// admission, store, scheduler, binder, status, namespaces, nodelifecycle, controllers, workloads and auditseal.
-	composeServices = 12
+	composeServices = 13
 	// composeApplyLimit bounds one kubectl apply of a batch: kubectl sends its requests one at a time,
 	// each a quorum round trip or two at R3, so a loaded machine needs more than run's minute.
 	composeApplyLimit = 3 * time.Minute
@@ -328,7 +328,8 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	// 1. Up: 3 NATS nodes, admission, store, binder, status, namespaces, nodelifecycle, workloads, one scheduler, 5 agents.
+	// 1. Up: 3 NATS nodes, admission, store, binder, status, namespaces, nodelifecycle, controllers, workloads,
+	// auditseal, one scheduler, 5 agents.
 	start = time.Now()
 	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=1", "--scale", fmt.Sprintf("agent=%d", composeAgents))
 	c.waitHealthy(composeServices+composeAgents, 3*time.Minute)
