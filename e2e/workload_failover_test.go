@@ -203,3 +203,63 @@ func TestWorkloadFailover(t *testing.T) {
 		}
 	})
 }
+
+// kubectl drain of a node carrying pods of a 30-replica Deployment whose PodDisruptionBudget wants 29
+// available evicts them one at a time: the other evictions are refused with 429 (in drain's output) and
+// retried, the Deployment never has fewer than 29 Ready pods (every state of the pods bucket, watched),
+// and the drain completes with the replacements Ready on the other nodes.
+func TestDrainThirtyReplicasBudget(t *testing.T) {
+	needKubectl(t)
+	cl, conn := startCluster(t, up.Config{Nodes: 5, StartDelay: 20 * time.Millisecond})
+	k := kube{t: t, kubeconfig: cl.Kubeconfig}
+	pc := watchPods(t, conn, "web")
+	dep := strings.Replace(deploymentYAML("web", "example.local/app:1", "30"), "    spec:\n", "    spec:\n      terminationGracePeriodSeconds: 1\n", 1)
+	k.must("apply", "-f", writeFile(t, "web.yaml", dep+`---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web}
+spec:
+  minAvailable: 29
+  selector: {matchLabels: {app: web}}
+`))
+	k.must("rollout", "status", "deployment/web", "--timeout=60s")
+	k.must("wait", "--for=jsonpath={.status.disruptionsAllowed}=1", "pdb/web", "--timeout=30s")
+	var onNode int
+	for _, st := range podStates(k, "web") {
+		if st[0] == "node-1" {
+			onNode++
+		}
+	}
+	if onNode < 2 {
+		t.Fatalf("%d pods on node-1, want at least 2 to see the budget hold one back", onNode)
+	}
+
+	pc.arm()
+	began := time.Now()
+	out := k.must("drain", "node-1", "--timeout=80s")
+	took := time.Since(began)
+	if !strings.Contains(out, "Cannot evict pod as it would violate the pod's disruption budget") {
+		t.Errorf("drain never waited for the budget:\n%s", out)
+	}
+	if n := strings.Count(out, " evicted"); n != onNode {
+		t.Errorf("drain evicted %d pods, want %d:\n%s", n, onNode, out)
+	}
+	minReady, maxActive := pc.result()
+	t.Logf("drain of %d pods took %v: fewest Ready %d, most pods %d", onNode, took.Round(time.Millisecond), minReady, maxActive)
+	if minReady < 29 {
+		t.Errorf("during the drain %d pods were Ready at the fewest, want >= 29", minReady)
+	}
+	k.must("wait", "--for=condition=Available", "deployment/web", "--timeout=30s")
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		web := podStates(k, "web")
+		if len(web) != 30 {
+			return false
+		}
+		for _, st := range web {
+			if st[0] == "node-1" || st[0] == "" || st[1] != "True" {
+				return false
+			}
+		}
+		return true
+	}, "the Deployment's pods are not all Ready off node-1: %v", podStates(k, "web"))
+}
