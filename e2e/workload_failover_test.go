@@ -207,7 +207,8 @@ func TestWorkloadFailover(t *testing.T) {
 // kubectl drain of a node carrying pods of a 30-replica Deployment whose PodDisruptionBudget wants 29
 // available evicts them one at a time: the other evictions are refused with 429 (in drain's output) and
 // retried, the Deployment never has fewer than 29 Ready pods (every state of the pods bucket, watched),
-// and the drain completes with the replacements Ready on the other nodes.
+// and the drain completes with the replacements Ready on the other nodes; a drained pod's audit
+// timeline says it was deleted for an eviction.
 func TestDrainThirtyReplicasBudget(t *testing.T) {
 	needKubectl(t)
 	cl, conn := startCluster(t, up.Config{Nodes: 5, StartDelay: 20 * time.Millisecond})
@@ -225,9 +226,11 @@ spec:
 	k.must("rollout", "status", "deployment/web", "--timeout=60s")
 	k.must("wait", "--for=jsonpath={.status.disruptionsAllowed}=1", "pdb/web", "--timeout=30s")
 	var onNode int
-	for _, st := range podStates(k, "web") {
+	var drained string
+	for name, st := range podStates(k, "web") {
 		if st[0] == "node-1" {
 			onNode++
+			drained = name
 		}
 	}
 	if onNode < 2 {
@@ -248,6 +251,17 @@ spec:
 	t.Logf("drain of %d pods took %v: fewest Ready %d, most pods %d", onNode, took.Round(time.Millisecond), minReady, maxActive)
 	if minReady < 29 {
 		t.Errorf("during the drain %d pods were Ready at the fewest, want >= 29", minReady)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	incs, err := audit.Timeline(ctx, conn.JS, audit.TimelineOptions{Namespace: "default", Name: drained})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tl strings.Builder
+	_ = audit.WriteTimeline(&tl, incs)
+	if !strings.Contains(tl.String(), "delete requested by user") || !strings.Contains(tl.String(), ": Eviction") {
+		t.Errorf("the timeline of drained pod %s does not say it was evicted:\n%s", drained, tl.String())
 	}
 	k.must("wait", "--for=condition=Available", "deployment/web", "--timeout=30s")
 	bustest.Eventually(t, 30*time.Second, func() bool {
