@@ -10,6 +10,7 @@ import (
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/audit"
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/natsauth"
@@ -200,6 +201,20 @@ func TestWorkloadFailover(t *testing.T) {
 		}
 		if res.Nodes != 4 {
 			t.Errorf("verify compared %d pods and %d nodes", res.Pods, res.Nodes)
+		}
+		// The log also holds the workload objects' writes (who changed the Deployment), not Secrets'.
+		counts := map[string]int{}
+		err = audit.Scan(ctx, conn.JS, audit.ScanOptions{Filters: []string{bus.SubjKV(bus.BucketDeployments) + ">",
+			bus.SubjKV(bus.BucketReplicaSets) + ">", bus.SubjKV(bus.BucketDaemonSets) + ">"}}, func(r *audit.Record) error {
+			b, _, _ := r.Bucket()
+			counts[b]++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts[bus.BucketDeployments] == 0 || counts[bus.BucketReplicaSets] == 0 || counts[bus.BucketDaemonSets] == 0 {
+			t.Errorf("workload records in the audit log: %v", counts)
 		}
 	})
 }
