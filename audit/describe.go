@@ -46,6 +46,9 @@ func step(r *Record, prev *pb.Pod) (Step, *pb.Pod) {
 			st.Kind = op + " requested"
 		}
 		st.What = fmt.Sprintf("%s by user %s", st.Kind, user)
+		if o := controllerOf(m.GetPod()); o != nil {
+			st.What += fmt.Sprintf(" for %s/%s", o.GetKind(), o.GetName())
+		}
 		if r := m.GetReason(); r != "" {
 			st.What += ": " + r
 		}
@@ -87,6 +90,17 @@ func step(r *Record, prev *pb.Pod) (Step, *pb.Pod) {
 		st.What = "heartbeat of " + m.GetNode().GetMetadata().GetName()
 	}
 	return st, nil
+}
+
+// controllerOf is the owner reference of p marked as its controller, if any: who a controller's
+// command was for.
+func controllerOf(p *pb.Pod) *pb.OwnerReference {
+	for _, o := range p.GetMetadata().GetOwnerReferences() {
+		if o.GetController() {
+			return o
+		}
+	}
+	return nil
 }
 
 func podPhase(s *pb.PodStatus) string {

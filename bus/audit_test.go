@@ -86,3 +86,37 @@ func TestAuditStream(t *testing.T) {
 		t.Errorf("AUDIT has %d messages after the refused deletes, want 4", n)
 	}
 }
+
+// AUDIT keeps the writes of the workload kinds' buckets it is provisioned with, never a Secret's.
+func TestAuditSourcesWorkloadBuckets(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o := bus.Options{Buckets: []bus.BucketSpec{{Name: bus.BucketReplicaSets}, {Name: bus.BucketSecrets}, {Name: bus.BucketDaemonSets}}}
+	if err := bus.Provision(ctx, c.JS, o); err != nil {
+		t.Fatal(err)
+	}
+	srcs := map[string]bool{}
+	for _, s := range bus.AuditConfig(o).Sources {
+		srcs[s.Name] = true
+	}
+	if !srcs[bus.KVStream(bus.BucketReplicaSets)] || !srcs[bus.KVStream(bus.BucketDaemonSets)] ||
+		srcs[bus.KVStream(bus.BucketSecrets)] || srcs[bus.KVStream(bus.BucketDeployments)] {
+		t.Errorf("AUDIT sources %v: want the replicasets and daemonsets buckets, not secrets nor the unprovisioned deployments", srcs)
+	}
+	for _, b := range []string{bus.BucketReplicaSets, bus.BucketSecrets} {
+		kv, err := c.JS.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, "default.x", []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		return len(bustest.Messages(t, c, bus.StreamAudit, bus.SubjKV(bus.BucketReplicaSets)+">")) == 1
+	}, "AUDIT lacks the ReplicaSet's write")
+	if n := len(bustest.Messages(t, c, bus.StreamAudit, bus.SubjKV(bus.BucketSecrets)+">")); n != 0 {
+		t.Errorf("AUDIT has %d Secret records", n)
+	}
+}

@@ -27,7 +27,7 @@ const (
 	StreamHeartbeats = "HEARTBEATS" // node.>: node heartbeats
 	StreamEvents     = "EVENTS"     // event.>: Kubernetes events
 	StreamDead       = "DEAD"       // dead.>: messages that could not be handled, parked for inspection
-	// StreamAudit sources PODS, STATUS, EVENTS, DEAD and the streams of the pods and nodes buckets:
+	// StreamAudit sources PODS, STATUS, EVENTS, DEAD and the streams of the pods, nodes and workload buckets:
 	// every state change, kept with its original subject and headers, never deleted or purged.
 	StreamAudit = "AUDIT"
 	// StreamAuditSeal holds the audit sealer's signed blocks: each covers a contiguous range of AUDIT

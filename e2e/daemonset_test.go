@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podbus/podbus/agent"
-	"github.com/podbus/podbus/agent/fake"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/natsauth"
@@ -32,30 +30,8 @@ spec:
 // more than once, and is called at cleanup.
 func simAgent(t *testing.T, cl *up.Cluster, node, cidr string, hb time.Duration) (start func() (stop func())) {
 	t.Helper()
-	rt, err := fake.New(fake.Config{PodCIDR: cidr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := natsConn(t, cl, natsauth.AgentRole(node), node+"-agent", nil)
-	return func() func() {
-		a, err := agent.New(agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: hb}, conn, rt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("agent %s: %v", node, err)
-			}
-		}()
-		var once sync.Once
-		stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
-		t.Cleanup(stop)
-		return stop
-	}
+	start, _ = simAgentRuntime(t, cl, node, cidr, hb)
+	return start
 }
 
 // podsOn lists name=node of the pods labelled app=<app>.

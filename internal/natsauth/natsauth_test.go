@@ -183,3 +183,18 @@ func mustRead(t *testing.T, path string) Credential {
 	}
 	return c
 }
+
+// The roles of the services that create and delete pods may send the store's pod commands.
+func TestPodCommandRoles(t *testing.T) {
+	for _, role := range []string{RoleAdmission, RoleControllers, RoleWorkloads} {
+		p, err := Permissions(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range []string{bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete} {
+			if !slices.ContainsFunc(p.PubAllow, func(s string) bool { return s == subj || s == bus.SubjPodCommands }) {
+				t.Errorf("%s may not publish %s (allowed %v)", role, subj, p.PubAllow)
+			}
+		}
+	}
+}

@@ -248,4 +248,6 @@ const (
 	TaintNodeNotReady          = "node.kubernetes.io/not-ready"
 	TaintNodeUnreachable       = "node.kubernetes.io/unreachable"
 	ReasonTaintManagerEviction = "TaintManagerEviction"
+	// ReasonEviction is the deletion reason of a pod evicted through the eviction subresource.
+	ReasonEviction = "Eviction"
 )

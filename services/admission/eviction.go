@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -64,7 +65,7 @@ func (s *Service) evictPod(w http.ResponseWriter, r *http.Request, req request) 
 		writeStatus(w, err)
 		return
 	}
-	if _, err := s.deletePodWith(r.Context(), req, opts); err != nil {
+	if _, err := s.deletePodWith(r.Context(), req, opts, podutil.ReasonEviction); err != nil {
 		writeStatus(w, err)
 		return
 	}

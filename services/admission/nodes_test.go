@@ -193,7 +193,7 @@ func TestNodeWrites(t *testing.T) {
 	}
 }
 
-// An eviction (what kubectl drain sends) is a graceful delete with the eviction's options.
+// An eviction (what kubectl drain sends) is a graceful delete with the eviction's options and reason.
 func TestEviction(t *testing.T) {
 	e := start(t, nil, false)
 	e.mustCreate("p")
@@ -204,7 +204,7 @@ func TestEviction(t *testing.T) {
 		t.Fatalf("eviction = %d %s", resp.StatusCode, data)
 	}
 	cmd, _ := e.store.lastCommand()
-	if cmd.GetOp() != pb.PodCommand_OP_DELETE || cmd.GetGracePeriodSeconds() != 5 {
+	if cmd.GetOp() != pb.PodCommand_OP_DELETE || cmd.GetGracePeriodSeconds() != 5 || cmd.GetReason() != "Eviction" {
 		t.Errorf("delete command %v", cmd)
 	}
 	for _, tt := range []struct {

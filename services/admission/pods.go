@@ -335,7 +335,7 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 		}
 		opts.GracePeriodSeconds = &n
 	}
-	out, err := s.deletePodWith(r.Context(), req, opts)
+	out, err := s.deletePodWith(r.Context(), req, opts, "")
 	if err != nil {
 		writeStatus(w, err)
 		return
@@ -343,9 +343,10 @@ func (s *Service) deletePod(w http.ResponseWriter, r *http.Request, req request)
 	writeObject(w, http.StatusOK, req, podKind, out)
 }
 
-// deletePodWith checks the delete options and preconditions and sends the delete command; it returns
-// the pod as the store left it.
-func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.DeleteOptions) (runtime.Object, error) {
+// deletePodWith checks the delete options and preconditions and sends the delete command, with reason
+// (the eviction's, for the DisruptionTarget condition and the audit log) if any; it returns the pod as
+// the store left it.
+func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.DeleteOptions, reason string) (runtime.Object, error) {
 	if opts.GracePeriodSeconds != nil && *opts.GracePeriodSeconds < 0 {
 		return nil, apierrors.NewInvalid(gkPod, req.name, nil)
 	}
@@ -363,6 +364,7 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 		Pod:                &pb.Pod{Metadata: &pb.ObjectMeta{Name: req.name, Namespace: req.ns, Uid: stored.GetMetadata().GetUid()}},
 		GracePeriodSeconds: opts.GracePeriodSeconds,
 		User:               req.user.Name,
+		Reason:             reason,
 	}
 	if pre := opts.Preconditions; pre != nil {
 		if pre.UID != nil {

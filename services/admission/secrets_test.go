@@ -81,7 +81,7 @@ func TestSecretWrites(t *testing.T) {
 // TestSecretsOutOfAudit: the AUDIT stream, kept forever, does not source the secrets bucket, so its
 // records never hold a Secret, sealed or not.
 func TestSecretsOutOfAudit(t *testing.T) {
-	for _, src := range bus.AuditConfig(bus.Options{}).Sources {
+	for _, src := range bus.AuditConfig(bus.Options{Buckets: Buckets()}).Sources {
 		if src.Name == bus.KVStream(bus.BucketSecrets) {
 			t.Fatalf("AUDIT sources %s", src.Name)
 		}

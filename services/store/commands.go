@@ -268,11 +268,13 @@ const (
 	condDisruptionTarget        = "DisruptionTarget"
 	reasonPreemptionByScheduler = "PreemptionByScheduler"
 	reasonDeletionByTaint       = "DeletionByTaintManager"
+	reasonEvictionByAPI         = "EvictionByEvictionAPI"
 )
 
 // markDisruption sets DisruptionTarget=True on a pod deleted for a preemption (PreemptionByScheduler,
 // as kube-scheduler does before it deletes a victim) or evicted by a NoExecute taint
-// (DeletionByTaintManager, as kube's taint-eviction controller does).
+// (DeletionByTaintManager, as kube's taint-eviction controller does) or through the eviction
+// subresource (EvictionByEvictionAPI, as kube-apiserver's eviction does).
 func (s *Service) markDisruption(pod *pb.Pod, reason string) {
 	var c *pb.PodCondition
 	switch reason {
@@ -282,6 +284,9 @@ func (s *Service) markDisruption(pod *pb.Pod, reason string) {
 	case podutil.ReasonTaintManagerEviction:
 		c = &pb.PodCondition{Type: condDisruptionTarget, Status: podutil.True, Reason: reasonDeletionByTaint,
 			Message: "Taint manager: deleting due to NoExecute taint"}
+	case podutil.ReasonEviction:
+		c = &pb.PodCondition{Type: condDisruptionTarget, Status: podutil.True, Reason: reasonEvictionByAPI,
+			Message: "Eviction API: evicting"}
 	default:
 		return
 	}

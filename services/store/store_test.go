@@ -610,6 +610,24 @@ func TestDeleteTaintEviction(t *testing.T) {
 	}
 }
 
+// A delete with reason Eviction (the eviction subresource's) sets DisruptionTarget/EvictionByEvictionAPI.
+func TestDeleteAPIEviction(t *testing.T) {
+	h := start(t)
+	h.put(pod("u1", bound("n1"), graceSpec(7)))
+	cmd := &pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}},
+		PreconditionUid: "u1", Reason: podutil.ReasonEviction}
+	if got := h.send(cmd); got.GetCode() != 200 {
+		t.Fatalf("code = %d (%s)", got.GetCode(), got.GetMessage())
+	}
+	stored, _, err := h.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := podutil.PodCondition(stored, "DisruptionTarget"); c.GetStatus() != "True" || c.GetReason() != "EvictionByEvictionAPI" {
+		t.Errorf("DisruptionTarget = %v", c)
+	}
+}
+
 // Commands sent together (admission's group commit) are stored as fewer messages, and the store's
 // pending messages for them too; each pod still gets its answer and exactly one pending entry.
 func TestConcurrentCreatesShareStoredMessages(t *testing.T) {
