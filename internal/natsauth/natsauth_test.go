@@ -183,3 +183,23 @@ func mustRead(t *testing.T, path string) Credential {
 	}
 	return c
 }
+
+// The controllers that make pods send them to the store: a role dropping the pod commands stops them
+// without any error but a permissions violation in the server's log.
+func TestPodControllersMayCommandPods(t *testing.T) {
+	for _, role := range []string{RoleControllers, RoleWorkloads, RoleNodeLife} {
+		p, err := Permissions(role)
+		if err != nil {
+			t.Fatalf("%s: %v", role, err)
+		}
+		want := []string{bus.SubjPodDelete, bus.SubjAllEvents}
+		if role != RoleNodeLife {
+			want = append(want, bus.SubjPodCreate, bus.SubjPodUpdate)
+		}
+		for _, s := range want {
+			if !slices.Contains(p.PubAllow, s) {
+				t.Errorf("%s may not publish %s", role, s)
+			}
+		}
+	}
+}
