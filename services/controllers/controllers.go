@@ -166,6 +166,9 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-ended:
+			if ctx.Err() != nil {
+				return nil // stopped while the watch was closing
+			}
 			return err
 		case c := <-changes:
 			if c.entry == nil {
@@ -204,6 +207,9 @@ func forward(ctx context.Context, w jetstream.KeyWatcher, kb *bus.KindBucket, ou
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return // stopped: the watch closes with the context
+				}
 				ended <- fmt.Errorf("%w: %s", errWatchEnded, kb.Bucket)
 				return
 			}

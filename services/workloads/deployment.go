@@ -153,16 +153,24 @@ func replicas(r *rsEntry) int32 {
 }
 
 // total is the pods the Deployment's ReplicaSets may have: each one's replicas, or the pods it still
-// has while their deletion is on its way (kube counts replicas alone, so its pods may exceed maxSurge
-// for a moment; counting both keeps them within it).
+// has while their deletion is on its way plus those it claimed to create (kube counts replicas alone,
+// so its pods may exceed maxSurge for a moment; counting all keeps them within it).
 func (x *dsync) total() int32 {
 	var n int32
 	for _, r := range append([]*rsEntry{x.newRS}, x.old...) {
 		if r != nil {
-			n += max(replicas(r), r.obj.Status.Replicas)
+			n += mayHave(r)
 		}
 	}
 	return n
+}
+
+// mayHave is the most pods r can have: its replicas, or the pods its status counted plus the creations
+// claimed with that status. A replica that claimed creations (replacements of deleted pods) at a higher
+// replicas still sends them after the Deployment lowers it; the ReplicaSet deletes the extra ones only
+// once it sees them, so until then they count.
+func mayHave(r *rsEntry) int32 {
+	return max(replicas(r), r.obj.Status.Replicas+int32(len(readClaims(r.obj).Create)))
 }
 
 // fenceposts are maxSurge and maxUnavailable in pods, as kube's ResolveFenceposts.

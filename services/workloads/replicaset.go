@@ -58,9 +58,6 @@ func readClaims(rs *appsv1.ReplicaSet) claims {
 func (c claims) empty() bool { return len(c.Create) == 0 && len(c.Delete) == 0 }
 
 func (c claims) annotation() string {
-	if c.empty() {
-		return ""
-	}
 	data, _ := json.Marshal(c)
 	return string(data)
 }
@@ -148,6 +145,7 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 	}
 	rs := r.obj
 	cl := readClaims(rs)
+	hadClaims := !cl.empty()
 	deleting := rs.DeletionTimestamp != nil
 	pods, podsRev := s.c.podsFor(ns, string(rs.UID), !deleting)
 	if podsRev < cl.PodsRev {
@@ -227,8 +225,9 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 	status := rsStatus(rs, owned, now)
 	next := rs.DeepCopy()
 	next.Status = status
-	setAnnotation(&next.ObjectMeta, AnnotationExpected, "")
-	if !cl.empty() {
+	if !cl.empty() || hadClaims {
+		// Cleared claims keep the revision that saw them done: a replica whose cache is older would
+		// take a pod it has not seen yet for one to create, or a deleted one for one to delete.
 		cl.PodsRev = podsRev
 		setAnnotation(&next.ObjectMeta, AnnotationExpected, cl.annotation())
 	}

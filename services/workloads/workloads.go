@@ -137,6 +137,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 // Ready is closed once the caches hold every bucket's current state.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
+// errWatchEnded: a bucket's watch stopped while running; Run returns it.
+var errWatchEnded = errors.New("workloads: watch ended")
+
 // Run runs the controllers until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	var err error
@@ -195,21 +198,42 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			s.queue.close()
 			return nil
-		case e := <-pw.Updates():
+		case e, ok := <-pw.Updates():
+			if !ok {
+				s.queue.close()
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
+				return fmt.Errorf("%w: pods", errWatchEnded)
+			}
 			if e == nil {
 				loaded++
 				startWorkers()
 				continue
 			}
 			s.onPod(e)
-		case e := <-rw.Updates():
+		case e, ok := <-rw.Updates():
+			if !ok {
+				s.queue.close()
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
+				return fmt.Errorf("%w: replicasets", errWatchEnded)
+			}
 			if e == nil {
 				loaded++
 				startWorkers()
 				continue
 			}
 			s.onReplicaSet(e)
-		case e := <-dw.Updates():
+		case e, ok := <-dw.Updates():
+			if !ok {
+				s.queue.close()
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
+				return fmt.Errorf("%w: deployments", errWatchEnded)
+			}
 			if e == nil {
 				loaded++
 				startWorkers()
