@@ -81,19 +81,25 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 }
 
 // AuditConfig is the AUDIT stream: it sources every pipeline stream (HEARTBEATS excepted: a node's
-// status changes reach the nodes bucket, which is sourced) and the streams of the pods and nodes
-// buckets. The alloc bucket is left out: it is the binder's ledger, rebuilt from the pods' bindings and
-// deletions alone, and each of its records holds every pod of its node, so a log kept forever would
-// grow with the square of the pods per node, and copying it would cost CPU on every binding. Sourced
-// messages keep their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus
-// Nats-Stream-Source naming the origin stream and sequence. DenyDelete and DenyPurge make the log
-// append-only through the API. No de-duplication window: every sourced message is kept, even one whose
-// message id repeats after the origin's two-minute window.
+// status changes reach the nodes bucket, which is sourced), the streams of the pods and nodes
+// buckets, and those of the ReplicaSets and Deployments buckets when o provisions them. The alloc
+// bucket is left out: it is the binder's ledger, rebuilt from the pods' bindings and deletions alone,
+// and each of its records holds every pod of its node, so a log kept forever would grow with the
+// square of the pods per node, and copying it would cost CPU on every binding. Sourced messages keep
+// their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus Nats-Stream-Source naming
+// the origin stream and sequence. DenyDelete and DenyPurge make the log append-only through the API.
+// No de-duplication window: every sourced message is kept, even one whose message id repeats after
+// the origin's two-minute window.
 func AuditConfig(o Options) jetstream.StreamConfig {
 	var sources []*jetstream.StreamSource
 	for _, name := range []string{StreamPods, StreamStatus, StreamEvents, StreamDead,
 		KVStream(BucketPods), KVStream(BucketNodes)} {
 		sources = append(sources, &jetstream.StreamSource{Name: name})
+	}
+	for _, b := range o.Buckets {
+		if slices.Contains(auditedBuckets, b.Name) {
+			sources = append(sources, &jetstream.StreamSource{Name: KVStream(b.Name)})
+		}
 	}
 	return jetstream.StreamConfig{
 		Name:        StreamAudit,
@@ -108,6 +114,10 @@ func AuditConfig(o Options) jetstream.StreamConfig {
 		DenyPurge:   true,
 	}
 }
+
+// auditedBuckets are API buckets AUDIT sources when provisioned with them: the workload controllers'
+// objects, so that a history checker can hold Deployments to their rollout bounds revision by revision.
+var auditedBuckets = []string{BucketReplicaSets, BucketDeployments}
 
 // AuditSealConfig is the AUDITSEAL stream: the sealer's blocks (SubjAuditSeal), kept as long as the log
 // and append-only through the API like it.
