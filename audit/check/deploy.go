@@ -236,7 +236,7 @@ func (d *deployments) surges() []Violation {
 				}
 			}
 			if applied < 0 {
-				continue // no record of the Deployment yet: judged by the lookahead below
+				continue // no record of the Deployment yet (a history begun mid-way): not judged
 			}
 			bound := dh.versions[applied].bound
 			if !ev.added {

@@ -229,6 +229,7 @@ func Permissions(role string) (Perms, error) {
 		// pods go through the store's commands.
 		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
 		g.writeKV(apiBuckets...)
+		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleWorkloads:
 		// Reads pods, writes the apps buckets; pods are created, adopted and deleted through the store.
 		g.readKV(bus.BucketPods, bus.BucketReplicaSets, bus.BucketDeployments, bus.BucketNamespaces)

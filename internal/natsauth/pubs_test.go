@@ -1,0 +1,32 @@
+package natsauth
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/podbus/podbus/bus"
+)
+
+// The controllers that act on pods hold the store's commands and events: the garbage collector
+// deletes a deleted Deployment's pods and the DaemonSet controller creates and deletes its own.
+func TestPodControllersPublishCommands(t *testing.T) {
+	for _, tt := range []struct {
+		role     string
+		subjects []string
+	}{
+		{RoleControllers, []string{bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, "event.default.web"}},
+		{RoleWorkloads, []string{bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, "event.default.web"}},
+		{RoleNodeLife, []string{bus.SubjPodDelete}},
+		{RoleNamespaces, []string{bus.SubjPodDelete}},
+	} {
+		p, err := Permissions(tt.role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range tt.subjects {
+			if !slices.ContainsFunc(p.PubAllow, func(f string) bool { return bus.SubjectMatches(f, s) }) {
+				t.Errorf("%s may not publish %s", tt.role, s)
+			}
+		}
+	}
+}
