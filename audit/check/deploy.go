@@ -51,6 +51,7 @@ type deployEvent struct {
 	uid   string
 	rs    string
 	rev   uint64
+	perRS string // the active pods of each ReplicaSet then, for the report
 	// version is the index in versions of the Deployment record in force (-1: none seen yet).
 	version int
 }
@@ -63,6 +64,7 @@ type deployHist struct {
 	last     *appsv1.Deployment // nil once deleted
 	gone     bool               // deleted, or marked for deletion
 	active   int
+	perRS    map[string]int // active pods by ReplicaSet name
 }
 
 // podOwner is what a stored pod counts on: the Deployment whose ReplicaSet controls it.
@@ -89,7 +91,7 @@ func newDeployments() *deployments {
 func (d *deployments) hist(key string) *deployHist {
 	dh := d.byKey[key]
 	if dh == nil {
-		dh = &deployHist{key: key}
+		dh = &deployHist{key: key, perRS: map[string]int{}}
 		d.byKey[key] = dh
 	}
 	return dh
@@ -133,7 +135,7 @@ func (d *deployments) applyDeployment(r *audit.Record, key string) {
 	}
 	if dh.gone && dh.last == nil {
 		// A new Deployment of the same name: a new history.
-		*dh = deployHist{key: dh.key, active: dh.active}
+		*dh = deployHist{key: dh.key, active: dh.active, perRS: dh.perRS}
 	}
 	dh.last = dep
 	dh.gone = dep.DeletionTimestamp != nil
@@ -202,14 +204,16 @@ func (d *deployments) applyPod(r *audit.Record, key string, rev uint64, p *pb.Po
 	if prev.active {
 		dh := d.hist(prev.deploy)
 		dh.active--
+		dh.perRS[prev.rs]--
 		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: r.Time, count: dh.active, version: len(dh.versions) - 1})
 	}
 	if cur.active {
 		dh := d.hist(cur.deploy)
 		dh.active++
+		dh.perRS[cur.rs]++
 		ns, name, _ := bus.SplitPodKey(key)
 		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: r.Time, count: dh.active, added: true,
-			pod: ns + "/" + name, uid: p.GetMetadata().GetUid(), rs: cur.rs, rev: rev, version: len(dh.versions) - 1})
+			pod: ns + "/" + name, uid: p.GetMetadata().GetUid(), rs: cur.rs, rev: rev, version: len(dh.versions) - 1, perRS: dh.rsCounts()})
 	}
 }
 
@@ -252,11 +256,23 @@ func (d *deployments) surges() []Violation {
 				continue
 			}
 			out = append(out, Violation{Kind: KindSurge, Deployment: k, Pod: ev.pod, UID: ev.uid, Revision: ev.rev, Seq: ev.seq,
-				Detail: fmt.Sprintf("%d pods of its ReplicaSets (this one of %s) at Deployment revision %q, above replicas + maxSurge = %d",
-					ev.count, ev.rs, dh.versions[applied].revision, allowance)})
+				Detail: fmt.Sprintf("%d pods of its ReplicaSets (this one of %s; %s) at Deployment revision %q, above replicas + maxSurge = %d",
+					ev.count, ev.rs, ev.perRS, dh.versions[applied].revision, allowance)})
 		}
 	}
 	return out
+}
+
+// rsCounts lists the active pods by ReplicaSet.
+func (dh *deployHist) rsCounts() string {
+	var parts []string
+	for rs, n := range dh.perRS {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", rs, n))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 // lateBound: a Deployment record from versions[from:] copied within sourceLag of ev allows its count.
