@@ -28,6 +28,10 @@ const (
 	KindOrphan = "orphan"
 )
 
+// claimHold is how long after a scale-down pods decided before it may still appear: a ReplicaSet's
+// claim on pods to create lasts 20 s (docs/design.md, "Workload controllers"), plus sourceLag.
+const claimHold = 20*time.Second + sourceLag
+
 // sourceLag is how much later than a pod record a Deployment's change may reach the audit log: AUDIT
 // merges the pods and the deployments buckets' streams, each sourced on its own, so a scale-up can be
 // copied after the pods it made room for.
@@ -218,8 +222,8 @@ func (d *deployments) applyPod(r *audit.Record, key string, rev uint64, p *pb.Po
 }
 
 // surges judges every pod a Deployment gained against replicas + maxSurge. After a scale-down the
-// older, larger bound holds until the pods come down to the new one, since ReplicaSets scaled before
-// the change may still be creating theirs; a Deployment record copied to the log up to sourceLag after
+// older, larger bound holds until the pods come down to the new one and claimHold has passed, since
+// ReplicaSets scaled before the change may still be creating theirs; a Deployment record copied to the log up to sourceLag after
 // a pod's counts from that pod on.
 func (d *deployments) surges() []Violation {
 	var out []Violation
@@ -231,28 +235,30 @@ func (d *deployments) surges() []Violation {
 	for _, k := range keys {
 		dh := d.byKey[k]
 		allowance, applied := -1, -1
+		var lowered time.Time // the last scale-down
+		settle := func(ev deployEvent, bound int) {
+			if ev.count <= bound && !ev.time.Before(lowered.Add(claimHold)) {
+				allowance = bound
+			}
+		}
 		for _, ev := range dh.events {
 			for ; applied < ev.version; applied++ {
-				b := dh.versions[applied+1].bound
-				allowance = max(allowance, b)
-				if ev.count-boolInt(ev.added) <= b {
-					allowance = b // the pods were within the new bound before this event
+				v := dh.versions[applied+1]
+				if v.bound < allowance {
+					lowered = v.time
 				}
+				allowance = max(allowance, v.bound)
 			}
 			if applied < 0 {
 				continue // no record of the Deployment yet (a history begun mid-way): not judged
 			}
 			bound := dh.versions[applied].bound
 			if !ev.added {
-				if ev.count <= bound {
-					allowance = bound
-				}
+				settle(ev, bound)
 				continue
 			}
 			if ev.count <= allowance || d.lateBound(dh, applied+1, ev) {
-				if ev.count <= bound {
-					allowance = bound
-				}
+				settle(ev, bound)
 				continue
 			}
 			out = append(out, Violation{Kind: KindSurge, Deployment: k, Pod: ev.pod, UID: ev.uid, Revision: ev.rev, Seq: ev.seq,
@@ -286,13 +292,6 @@ func (d *deployments) lateBound(dh *deployHist, from int, ev deployEvent) bool {
 		}
 	}
 	return false
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // endState checks each Deployment at the end: a live one has exactly spec.replicas pods, all Ready and

@@ -122,6 +122,14 @@ func TestDeployments(t *testing.T) {
 			want: []want{{KindSurge, "default/web", "default/g", 14}},
 		},
 		{
+			name: "a pod claimed before a scale-down lands after the others came down",
+			steps: []step{at(0, deploy(4, "v1", "1")), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, podRec("d", pod("ud", "1", owned("h1")))),
+				at(6*time.Second, deploy(1, "v1", "1")), at(7*time.Second, podDel("a")), at(8*time.Second, podDel("b")),
+				at(9*time.Second, podRec("e", pod("ue", "1", owned("h1"))))}, // 3 > 1 + 1: decided at 4 replicas
+		},
+		{
 			name: "a scale-up copied into the log just after its pods",
 			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
 				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
