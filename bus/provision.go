@@ -82,13 +82,14 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 
 // AuditConfig is the AUDIT stream: it sources every pipeline stream (HEARTBEATS excepted: a node's
 // status changes reach the nodes bucket, which is sourced), the streams of the pods and nodes buckets
-// and those of the workload kinds' buckets among o.Buckets (auditedAPIBuckets). The alloc bucket is left out: it is the binder's ledger, rebuilt from the pods' bindings and
-// deletions alone, and each of its records holds every pod of its node, so a log kept forever would
-// grow with the square of the pods per node, and copying it would cost CPU on every binding. Sourced
-// messages keep their subject ("pod.scheduled", "$KV.pods.default.web") and headers, plus
-// Nats-Stream-Source naming the origin stream and sequence. DenyDelete and DenyPurge make the log
-// append-only through the API. No de-duplication window: every sourced message is kept, even one whose
-// message id repeats after the origin's two-minute window.
+// and those of the workload kinds' buckets among o.Buckets (auditedAPIBuckets). The alloc bucket is
+// left out: it is the binder's ledger, rebuilt from the pods' bindings and deletions alone, and each of
+// its records holds every pod of its node, so a log kept forever would grow with the square of the
+// pods per node, and copying it would cost CPU on every binding. Sourced messages keep their subject
+// ("pod.scheduled", "$KV.pods.default.web") and headers, plus Nats-Stream-Source naming the origin
+// stream and sequence. DenyDelete and DenyPurge make the log append-only through the API. No
+// de-duplication window: every sourced message is kept, even one whose message id repeats after the
+// origin's two-minute window.
 func AuditConfig(o Options) jetstream.StreamConfig {
 	var sources []*jetstream.StreamSource
 	for _, name := range append([]string{StreamPods, StreamStatus, StreamEvents, StreamDead,

@@ -4,7 +4,8 @@
 // revision, and everything settled once the faults stop.
 //
 //	3 × podbus nats (cluster, R3 streams, TLS, a credential per role) ◀── store, 2 schedulers, 2 binders,
-//	  └─ routes through the harness's proxies                               status, admission, 3 agents
+//	  └─ routes through the harness's proxies                  status, 2 workloads, 2 controllers,
+//	                                                           admission, 3 agents
 //	        ▲                                          ▲
 //	        └──── faults (seeded): kill -9 + restart, SIGSTOP/SIGCONT, NATS node killed or stopped, NATS
 //	              node partitioned, NATS store full (root: a tmpfs), agent clock stepped
@@ -57,14 +58,17 @@ type Config struct {
 
 // Report is what a run did and found.
 type Report struct {
-	Seed       int64
-	Duration   time.Duration
-	Faults     map[string]int // by kind
-	Created    int            // 201s
-	Updated    int            // updates answered 200
-	Deleted    int            // deletes answered 200
-	Crashes    int            // processes that exited without a fault
-	Violations []check.Violation
+	Seed     int64
+	Duration time.Duration
+	Faults   map[string]int // by kind
+	Created  int            // 201s
+	Updated  int            // updates answered 200
+	Deleted  int            // deletes answered 200
+	// Deployments: creates answered 201, scales and rolls (template changes) answered 200, deletes
+	// answered 200.
+	DeploysCreated, DeploysScaled, DeploysRolled, DeploysDeleted int
+	Crashes                                                      int // processes that exited without a fault
+	Violations                                                   []check.Violation
 	// Quiescence is the time from the end of the last fault to the first clean check; -1 when the run
 	// never settled within Config.Settle.
 	Quiescence time.Duration
@@ -144,8 +148,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	h.resumeAll()
 	lastFault := fl.lastEnd()
-	h.logf("workload and faults stopped: %d created, %d updated, %d deleted, faults %v; waiting for the system to settle",
-		wl.created, wl.updated, wl.deleted, fl.counts)
+	h.logf("workload and faults stopped: %d created, %d updated, %d deleted, deployments %d created, %d scaled, %d rolled, %d deleted, faults %v; waiting for the system to settle",
+		wl.created, wl.updated, wl.deleted, wl.deploysCreated, wl.deploysScaled, wl.deploysRolled, wl.deploysDeleted, fl.counts)
 
 	ops, err := wl.ops()
 	if err != nil {
@@ -183,6 +187,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	rep.Faults, rep.Created, rep.Updated, rep.Deleted = fl.counts, wl.created, wl.updated, wl.deleted
+	rep.DeploysCreated, rep.DeploysScaled, rep.DeploysRolled, rep.DeploysDeleted = wl.deploysCreated, wl.deploysScaled, wl.deploysRolled, wl.deploysDeleted
 	rep.Violations, rep.Records = res.Violations, res.Records
 	rep.Crashes = h.crashes()
 	if rep.Quiescence < 0 {
@@ -211,6 +216,10 @@ func WriteReport(w io.Writer, r Report) error {
 	fmt.Fprintf(tw, "pods created (201)\t%d\n", r.Created)
 	fmt.Fprintf(tw, "pods updated (200)\t%d\n", r.Updated)
 	fmt.Fprintf(tw, "pods deleted (200)\t%d\n", r.Deleted)
+	fmt.Fprintf(tw, "deployments created (201)\t%d\n", r.DeploysCreated)
+	fmt.Fprintf(tw, "deployments scaled (200)\t%d\n", r.DeploysScaled)
+	fmt.Fprintf(tw, "deployments rolled (200)\t%d\n", r.DeploysRolled)
+	fmt.Fprintf(tw, "deployments deleted (200)\t%d\n", r.DeploysDeleted)
 	fmt.Fprintf(tw, "audit records checked\t%d\n", r.Records)
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
 	if r.Quiescence >= 0 {
@@ -233,7 +242,7 @@ func WriteReport(w io.Writer, r Report) error {
 type harness struct {
 	cfg      Config
 	nats     []*proc
-	services []*proc // store, schedulers, binders, status, admission
+	services []*proc // store, schedulers, binders, status, workload controllers, controllers, admission
 	agents   []*proc
 	clocks   []string // the agents' clock offset files
 	natsURLs []string
@@ -360,6 +369,10 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 		{"binder-a", natsauth.RoleBinder, []string{"binder"}},
 		{"binder-b", natsauth.RoleBinder, []string{"binder"}},
 		{"status", natsauth.RoleStatus, []string{"status"}},
+		{"workloads-a", natsauth.RoleWorkloads, []string{"workloads"}},
+		{"workloads-b", natsauth.RoleWorkloads, []string{"workloads"}},
+		{"controllers-a", natsauth.RoleControllers, []string{"controllers"}},
+		{"controllers-b", natsauth.RoleControllers, []string{"controllers"}},
 		{"admission", natsauth.RoleAdmission, []string{"admission", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--insecure-http"}},
 	} {
 		h.services = append(h.services, h.newProc(s.name, append(s.args, common(s.name, s.role)...)...))

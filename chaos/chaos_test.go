@@ -49,4 +49,7 @@ func TestChaosFixedSeed(t *testing.T) {
 	if rep.Created == 0 || rep.Updated == 0 || rep.Deleted == 0 {
 		t.Errorf("workload: %d created, %d updated, %d deleted", rep.Created, rep.Updated, rep.Deleted)
 	}
+	if rep.DeploysCreated == 0 || rep.DeploysRolled == 0 {
+		t.Errorf("workload: %d deployments created, %d rolled", rep.DeploysCreated, rep.DeploysRolled)
+	}
 }

@@ -28,6 +28,10 @@ type workload struct {
 	live                      []*livePod // pods created (201) and not deleted yet
 	n                         int
 	created, deleted, updated int
+
+	deploys                                                      []*liveDeploy // Deployments created and not deleted yet
+	nd                                                           int
+	deploysCreated, deploysScaled, deploysRolled, deploysDeleted int
 }
 
 // livePod is a pod of the workload and the generation of its last update request.
@@ -48,8 +52,8 @@ func newWorkload(h *harness, cfg Config, path string) (*workload, error) {
 func (w *workload) close() { _ = w.f.Close() }
 
 // action is one kind of request of the workload, drawn with its weight once the pod count allows it.
-// Deployments (being built on another branch) join here: an action that creates, scales or deletes
-// one, logging check.WorkloadOp lines the checker then holds to their promises.
+// The Deployment actions log check.WorkloadOp lines too; the checker holds Deployments to their
+// promises from the history itself.
 type action struct {
 	weight int
 	run    func(context.Context)
@@ -60,6 +64,10 @@ func (w *workload) actions() []action {
 		{3, w.create},
 		{2, w.update},
 		{3, w.delete},
+		{1, w.deployCreate},
+		{1, w.deployScale},
+		{1, w.deployRoll},
+		{1, w.deployDelete},
 	}
 }
 

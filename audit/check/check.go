@@ -17,6 +17,13 @@
 //   - not-ready: a pod neither Ready nor in a terminal phase (Succeeded, Failed);
 //   - terminating: a pod still being deleted;
 //   - dead-letter: a message parked on dead.>.
+//
+// Deployments (deploy.go), from the ReplicaSets and Deployments buckets' records and the pods':
+//   - surge: a Deployment gaining a pod while its pods (all its ReplicaSets', neither terminating nor
+//     terminal) exceed replicas + maxSurge (over the whole history);
+//   - rollout: at the end, a Deployment without exactly spec.replicas Ready pods of its current
+//     template, or with pods of older ReplicaSets;
+//   - orphan: at the end, a ReplicaSet or pod of a deleted Deployment left behind.
 package check
 
 import (
@@ -62,18 +69,26 @@ const (
 
 // Violation is one broken promise.
 type Violation struct {
-	Kind     string
-	Pod      string // namespace/name ("" for a dead letter of no pod)
-	UID      string
-	Node     string
-	Revision uint64 // the pods-bucket revision where it shows (0: none, see Seq)
-	Seq      uint64 // the audit record (or DEAD message) where it shows
-	Detail   string
+	Kind string
+	Pod  string // namespace/name ("" for a dead letter of no pod)
+	// Deployment is the namespace/name of the Deployment a surge, rollout or orphan is about.
+	Deployment string
+	UID        string
+	Node       string
+	Revision   uint64 // the pods-bucket revision where it shows (0: none, see Seq)
+	Seq        uint64 // the audit record (or DEAD message) where it shows
+	Detail     string
 }
 
 func (v Violation) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s pod=%s", v.Kind, v.Pod)
+	b.WriteString(v.Kind)
+	if v.Deployment != "" {
+		fmt.Fprintf(&b, " deployment=%s", v.Deployment)
+	}
+	if v.Pod != "" || v.Deployment == "" {
+		fmt.Fprintf(&b, " pod=%s", v.Pod)
+	}
 	if v.UID != "" {
 		fmt.Fprintf(&b, " uid=%s", v.UID)
 	}
@@ -143,7 +158,8 @@ func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	h := newHistory()
 	var res Result
 	err := audit.Scan(ctx, js, audit.ScanOptions{Stream: o.Stream,
-		Filters: []string{bus.SubjKV(bus.BucketPods) + ">", bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodBoundAll, bus.SubjPodDelete}},
+		Filters: []string{bus.SubjKV(bus.BucketPods) + ">", bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodBoundAll, bus.SubjPodDelete,
+			bus.SubjKV(bus.BucketReplicaSets) + ">", bus.SubjKV(bus.BucketDeployments) + ">"}},
 		func(r *audit.Record) error {
 			res.Records++
 			return h.apply(r)
@@ -152,7 +168,7 @@ func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	res.Pods, res.Deleted = len(h.uids), h.deleted
-	vs := h.violations
+	vs := append(h.violations, h.deploys.surges()...)
 	for _, op := range o.Workload {
 		if op.Op == "update" && op.Code == 200 {
 			vs = append(vs, h.checkUpdate(op)...)
@@ -169,6 +185,7 @@ func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}
 	if o.EndState {
 		vs = append(vs, h.endState()...)
+		vs = append(vs, h.deploys.endState(h)...)
 		dead, err := deadLetters(ctx, js)
 		if err != nil {
 			return res, err
@@ -208,11 +225,12 @@ type history struct {
 	bound      map[string]string // uid -> node of its first pod.bound
 	deleted    int
 	violations []Violation
+	deploys    *deployments
 }
 
 func newHistory() *history {
 	return &history{uids: map[string]*incarnation{}, keys: map[string]*stored{}, allocs: map[string]*pb.Resources{},
-		used: map[string]*pb.Resources{}, bound: map[string]string{}}
+		used: map[string]*pb.Resources{}, bound: map[string]string{}, deploys: newDeployments()}
 }
 
 func (h *history) add(v Violation) { h.violations = append(h.violations, v) }
@@ -225,6 +243,10 @@ func (h *history) apply(r *audit.Record) error {
 			return h.applyPod(r, key, rev)
 		case bus.BucketNodes:
 			return h.applyNode(r, key)
+		case bus.BucketDeployments:
+			h.deploys.applyDeployment(r, key)
+		case bus.BucketReplicaSets:
+			h.deploys.applyReplicaSet(r, key, rev)
 		}
 		return nil
 	}
@@ -294,6 +316,7 @@ func (h *history) applyPod(r *audit.Record, key string, rev uint64) error {
 			return nil
 		}
 	}
+	h.deploys.applyPod(r, key, rev, p)
 	uid := p.GetMetadata().GetUid()
 	if prev != nil && prev.uid != uid {
 		// The incarnation at key is gone (deleted, or replaced without a delete record in between).

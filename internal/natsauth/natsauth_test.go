@@ -183,23 +183,3 @@ func mustRead(t *testing.T, path string) Credential {
 	}
 	return c
 }
-
-// The services that create and delete pods send them to the store: a role that lost the pod commands
-// stops them without any error but a permissions violation in the server's log.
-func TestPodCommandRoles(t *testing.T) {
-	for _, role := range []string{RoleAdmission, RoleControllers, RoleWorkloads, RoleNodeLife} {
-		p, err := Permissions(role)
-		if err != nil {
-			t.Fatalf("%s: %v", role, err)
-		}
-		want := []string{bus.SubjPodDelete, bus.SubjAllEvents}
-		if role != RoleNodeLife {
-			want = append(want, bus.SubjPodCreate, bus.SubjPodUpdate)
-		}
-		for _, subj := range want {
-			if !slices.ContainsFunc(p.PubAllow, func(s string) bool { return s == subj || s == bus.SubjPodCommands }) {
-				t.Errorf("%s may not publish %s (allowed %v)", role, subj, p.PubAllow)
-			}
-		}
-	}
-}
