@@ -58,7 +58,6 @@ func TestDaemonSetFollowsNodes(t *testing.T) {
 	// Two more controller replicas besides up's: still one pod per node.
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, id := range []string{"controllers-1", "controllers-2"} {
 		s, err := controllers.New(controllers.Config{ID: id, Kinds: admission.KindBuckets()}, natsConn(t, cl, natsauth.RoleControllers, id, nil))
 		if err != nil {
@@ -72,6 +71,9 @@ func TestDaemonSetFollowsNodes(t *testing.T) {
 			}
 		}()
 	}
+	// Registered after the replicas' connections, so it runs before they close: a replica stopped
+	// by its context returns nil, one whose connection went first would not.
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	k.must("wait", "--for=condition=Ready", "node/node-1", "node/node-2", "--timeout=60s")
 	k.must("apply", "-f", writeFile(t, "ds.yaml", daemonSetYAML))
 	k.must("rollout", "status", "ds/logs", "--timeout=60s")

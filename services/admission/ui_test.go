@@ -19,6 +19,12 @@ func TestUIBehindRBAC(t *testing.T) {
 	if resp, body := e.do("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create binding: %d %s", resp.StatusCode, body)
 	}
+	// The authorizer takes the binding in from its watch cache, a moment after the create's answer.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, _ := e.do("GET", "/ui/", "", hdrTestUser+": viv"); resp.StatusCode == http.StatusOK || time.Now().After(deadline) {
+			break
+		}
+	}
 	tests := []struct {
 		name, path string
 		headers    []string
