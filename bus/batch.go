@@ -186,11 +186,12 @@ func packBatch(subject, actor string, group []*batchItem) *nats.Msg {
 }
 
 // BatchMsgID is the de-duplication id of a batch on subject whose entries have the message ids ids, in
-// order; "" when one of them has none (such an entry could not be de-duplicated alone either).
+// any order: the same messages grouped again by concurrent workers may queue in another order; "" when
+// one of them has none (such an entry could not be de-duplicated alone either).
 func BatchMsgID(subject string, ids []string) string {
 	h := sha256.New()
 	h.Write([]byte(subject))
-	for _, id := range ids {
+	for _, id := range slices.Sorted(slices.Values(ids)) {
 		if id == "" {
 			return ""
 		}

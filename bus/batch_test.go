@@ -475,7 +475,7 @@ func TestBatchMsgID(t *testing.T) {
 		same, none bool
 	}{
 		{name: "same entries", a: []string{"x", "y"}, b: []string{"x", "y"}, same: true},
-		{name: "order matters", a: []string{"x", "y"}, b: []string{"y", "x"}},
+		{name: "order does not matter", a: []string{"x", "y"}, b: []string{"y", "x"}, same: true},
 		{name: "no split ambiguity", a: []string{"xy", "z"}, b: []string{"x", "yz"}},
 		{name: "an entry without id", a: []string{"x", ""}, b: []string{"x", ""}, none: true},
 	}
