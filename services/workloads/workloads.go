@@ -88,9 +88,10 @@ type Service struct {
 
 	pods, rsKV, dKV, nsKV jetstream.KeyValue
 
-	c     *cache
-	queue *queue
-	ready chan struct{}
+	c         *cache
+	queue     *queue
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // New checks the configuration; Run opens the buckets.
@@ -140,8 +141,28 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // errWatchEnded: a bucket's watch stopped while running; Run returns it.
 var errWatchEnded = errors.New("workloads: watch ended")
 
-// Run runs the controllers until ctx ends.
+// Run runs the controllers until ctx ends. A bucket's watch that ends while running (its ordered
+// consumer given up by the client) is opened again with fresh caches, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
+	for {
+		err := s.run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, errWatchEnded) {
+			return err
+		}
+		s.log.Warn("a watch ended; watching again", "err", err)
+		s.c, s.queue = newCache(), newQueue()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) run(ctx context.Context) error {
 	var err error
 	for _, b := range []struct {
 		name string
@@ -183,7 +204,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return
 		}
 		started = true
-		close(s.ready)
+		s.readyOnce.Do(func() { close(s.ready) })
 		s.enqueueAll()
 		for range s.cfg.Workers {
 			wg.Add(1)
