@@ -14,8 +14,13 @@ run:
 ## test: lint, then every test (end-to-end ones and the reduced scale envelope, loadtest/envelope_test.go, included), a short fuzzing run, then the docker-compose deployment test
 test: lint unit fuzz compose-test
 
+# The two-minute chaos run and the reduced envelope load the machine on their own: they run after the
+# other packages, one at a time, so that neither starves the other or a test with deadlines.
+HEAVY := TestChaosFixedSeed|TestEnvelopeReduced
 unit:
-	$(GO) test $(GOTESTFLAGS) ./...
+	$(GO) test $(GOTESTFLAGS) -skip '^($(HEAVY))$$' ./...
+	$(GO) test $(GOTESTFLAGS) -run '^TestEnvelopeReduced$$' ./loadtest
+	$(GO) test $(GOTESTFLAGS) -run '^TestChaosFixedSeed$$' ./chaos
 
 # Fuzz targets as package:target; `go test -fuzz` takes one target at a time.
 FUZZ_TARGETS := \

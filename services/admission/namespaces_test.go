@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -90,6 +91,15 @@ func TestNamespaceLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 || ns.Status.Phase != corev1.NamespaceTerminating || ns.DeletionTimestamp == nil ||
 		!cmp.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{"kubernetes"}) {
 		t.Errorf("delete: %d %s", resp.StatusCode, data)
+	}
+	// Admission reads namespaces from its watch cache, which takes the deletion in a moment after the
+	// answer; a read at resourceVersion 0 is served from that cache.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, data := e.do("GET", "/api/v1/namespaces/team-a?resourceVersion=0", "")
+		cached := corev1.Namespace{}
+		if json.Unmarshal(data, &cached) == nil && cached.Status.Phase == corev1.NamespaceTerminating {
+			break
+		}
 	}
 	if resp, data := e.do("DELETE", "/api/v1/namespaces/team-a", ""); resp.StatusCode != 409 {
 		t.Errorf("second delete: %d %s", resp.StatusCode, data)
