@@ -216,15 +216,9 @@ func (w *podWorker) runSandbox(ctx context.Context) bool {
 			return false
 		}
 		w.a.log.Warn("create pod sandbox failed", "pod", w.key(), "err", err)
-		w.mu.Lock()
-		w.eventLocked("Warning", "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error(), "")
-		w.mu.Unlock()
-		w.reportRetry(ctx)
-		w.markStarted()
-		if !sleep(ctx, delay) {
+		if !w.backOff(ctx, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error(), &delay) {
 			return false
 		}
-		delay = min(2*delay, w.a.cfg.BackoffMax)
 	}
 }
 
@@ -769,4 +763,19 @@ func podGrace(p *pb.Pod) time.Duration {
 		return time.Duration(p.GetSpec().GetTerminationGracePeriodSeconds()) * time.Second
 	}
 	return 30 * time.Second
+}
+
+// backOff records a Warning event reason with msg, reports the pod still waiting, and sleeps delay,
+// which it then doubles up to BackoffMax; false when ctx ended meanwhile.
+func (w *podWorker) backOff(ctx context.Context, reason, msg string, delay *time.Duration) bool {
+	w.mu.Lock()
+	w.eventLocked("Warning", reason, msg, "")
+	w.mu.Unlock()
+	w.reportRetry(ctx)
+	w.markStarted()
+	if !sleep(ctx, *delay) {
+		return false
+	}
+	*delay = min(2**delay, w.a.cfg.BackoffMax)
+	return true
 }

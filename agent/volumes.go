@@ -85,15 +85,9 @@ func (w *podWorker) mountVolumes(ctx context.Context) bool {
 			return false
 		}
 		w.a.log.Warn("mount volumes failed", "pod", w.key(), "err", err)
-		w.mu.Lock()
-		w.eventLocked("Warning", "FailedMount", "MountVolume.SetUp failed: "+err.Error(), "")
-		w.mu.Unlock()
-		w.reportRetry(ctx)
-		w.markStarted()
-		if !sleep(ctx, delay) {
+		if !w.backOff(ctx, "FailedMount", "MountVolume.SetUp failed: "+err.Error(), &delay) {
 			return false
 		}
-		delay = min(2*delay, w.a.cfg.BackoffMax)
 	}
 }
 
