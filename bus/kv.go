@@ -78,6 +78,20 @@ func UpdateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data 
 	return newRev, nil
 }
 
+// StoreRevision is the bucket's latest revision: its stream's last sequence. A cache that has applied
+// this revision holds every write committed before the call (a read barrier).
+func StoreRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("status of bucket %s: %w", kv.Bucket(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("status of bucket %s: unexpected %T", kv.Bucket(), st)
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
 // Delete removes key only if its revision is still rev; ErrConflict otherwise.
 func Delete(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64) error {
 	err := kv.Delete(ctx, key, jetstream.LastRevision(rev))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,7 +52,7 @@ func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, u
 // list reads the current values under filter (a key pattern) that match m.
 func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtime.Object, uint64, error) {
 	s.count()
-	last, err := storeRevision(ctx, s.kv)
+	last, err := bus.StoreRevision(ctx, s.kv)
 	if err != nil {
 		return nil, 0, err
 	}

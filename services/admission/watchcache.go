@@ -230,7 +230,7 @@ func (c *watchCache) run(ctx context.Context) {
 
 // follow reads the bucket in full, publishes that state, then applies its changes as they come.
 func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) error {
-	last, err := storeRevision(ctx, c.kv)
+	last, err := bus.StoreRevision(ctx, c.kv)
 	if err != nil {
 		return err
 	}
@@ -263,19 +263,6 @@ func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) erro
 			}
 		}
 	}
-}
-
-// storeRevision is the bucket's latest revision: its stream's last sequence.
-func storeRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("status of bucket %s: %w", kv.Bucket(), err)
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, fmt.Errorf("status of bucket %s: unexpected %T", kv.Bucket(), st)
-	}
-	return bs.StreamInfo().State.LastSeq, nil
 }
 
 // replace publishes a full read of the bucket at revision last (or later). Watchers of the previous state
@@ -563,7 +550,7 @@ func (c *watchCache) fresh(ctx context.Context) error {
 	if c.kv == nil {
 		return c.waitReady(ctx)
 	}
-	last, err := storeRevision(ctx, c.kv)
+	last, err := bus.StoreRevision(ctx, c.kv)
 	if err != nil {
 		return err
 	}
@@ -573,7 +560,7 @@ func (c *watchCache) fresh(ctx context.Context) error {
 // atLeast waits for resourceVersion rv, refusing one the store has not reached (504, as kube does).
 func (c *watchCache) atLeast(ctx context.Context, rv uint64) error {
 	if c.kv != nil {
-		last, err := storeRevision(ctx, c.kv)
+		last, err := bus.StoreRevision(ctx, c.kv)
 		if err != nil {
 			return err
 		}

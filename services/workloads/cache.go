@@ -39,6 +39,8 @@ type cache struct {
 	deploys map[string]*dEntry  // ns/name
 	// podsRev is the highest pods-bucket revision the cache has applied.
 	podsRev uint64
+	// rsRev is the highest replicasets-bucket revision the cache has seen, malformed records included.
+	rsRev uint64
 }
 
 func newCache() *cache {
@@ -107,6 +109,19 @@ func (c *cache) hasPod(ns, name string) bool {
 	defer c.mu.Unlock()
 	_, ok := c.pods[ns][name]
 	return ok
+}
+
+// sawRS records that the replicasets watch has delivered revision rev.
+func (c *cache) sawRS(rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rsRev = max(c.rsRev, rev)
+}
+
+func (c *cache) rsRevision() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rsRev
 }
 
 func (c *cache) setRS(key string, r *rsEntry) *rsEntry {

@@ -57,6 +57,8 @@ type dsync struct {
 	old   []*rsEntry
 	// progressed: a ReplicaSet was created or scaled in this sync.
 	created, progressed bool
+	// fresh: the cache was read after a barrier (see syncDeployment); only then may pods be added.
+	fresh bool
 }
 
 func revision(o metav1.Object) int64 {
@@ -64,8 +66,46 @@ func revision(o metav1.Object) int64 {
 	return v
 }
 
-// syncDeployment rolls a Deployment towards its template and writes its status.
+// syncDeployment rolls a Deployment towards its template and writes its status. A first pass decides
+// from the cache as it is; one that would add pods (create the new ReplicaSet with replicas, or scale
+// one up) stops, waits until the cache holds every ReplicaSet written before, and decides again. A
+// cache that had not yet seen a ReplicaSet (the one another replica, or this one, has just created)
+// would otherwise not count its pods and scale the new one up beside them.
 func (s *Service) syncDeployment(ctx context.Context, ns, name string) error {
+	err := s.syncDeploymentFrom(ctx, ns, name, false)
+	if !errors.Is(err, errStale) {
+		return err
+	}
+	if err := s.replicaSetsBarrier(ctx); err != nil {
+		return err
+	}
+	return s.syncDeploymentFrom(ctx, ns, name, true)
+}
+
+// replicaSetsBarrier waits until the cache has applied the replicasets bucket's latest revision.
+func (s *Service) replicaSetsBarrier(ctx context.Context) error {
+	last, err := bus.StoreRevision(ctx, s.rsKV)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(s.cfg.barrierWait)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.c.rsRevision() < last {
+		if time.Now().After(deadline) {
+			metrics.Count("workloads.barrier.timeout", 1)
+			return errRequeue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+func (s *Service) syncDeploymentFrom(ctx context.Context, ns, name string, fresh bool) error {
 	de, err := s.getDeployment(ctx, ns, name)
 	if errors.Is(err, bus.ErrNotFound) {
 		return nil
@@ -77,7 +117,7 @@ func (s *Service) syncDeployment(ctx context.Context, ns, name string) error {
 	if d.DeletionTimestamp != nil {
 		return nil // the garbage collector's
 	}
-	x := &dsync{s: s, d: d, dt: de.template, drev: de.rev}
+	x := &dsync{s: s, d: d, dt: de.template, drev: de.rev, fresh: fresh}
 	if err := x.classify(ctx); err != nil {
 		return err
 	}
@@ -235,6 +275,9 @@ func (x *dsync) ensureNewRS(ctx context.Context) error {
 	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		n = max(0, min(want+surge-x.total(), want))
 	}
+	if n > 0 && !x.fresh {
+		return errStale
+	}
 	rs := &appsv1.ReplicaSet{
 		TypeMeta: metav1.TypeMeta{Kind: "ReplicaSet", APIVersion: "apps/v1"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -311,6 +354,9 @@ func (x *dsync) scale(ctx context.Context, e *rsEntry, n int32) error {
 	// A decision that scales up rests on every ReplicaSet of the Deployment as read; a newer Deployment
 	// (another template) may have made another ReplicaSet the new one.
 	if n > from {
+		if !x.fresh {
+			return errStale
+		}
 		cur, err := x.s.getDeployment(ctx, x.d.Namespace, x.d.Name)
 		if err != nil {
 			return err

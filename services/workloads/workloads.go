@@ -69,6 +69,9 @@ type Config struct {
 	Logger *slog.Logger
 	// now is the clock (tests).
 	now func() time.Time
+	// barrierWait bounds how long a sync waits for its ReplicaSets cache to catch up with the store
+	// (tests shorten it). Default 5 s.
+	barrierWait time.Duration
 }
 
 // ErrConfig is returned by New for an unusable configuration.
@@ -76,6 +79,10 @@ var ErrConfig = errors.New("workloads: invalid config")
 
 // errRequeue: the object must be synced again soon (a lost compare-and-set, a cache behind a claim).
 var errRequeue = errors.New("requeue")
+
+// errStale: a decision that adds pods was about to rest on a ReplicaSets cache that may be behind the
+// store; the sync runs again after a read barrier.
+var errStale = errors.New("replicasets cache not known to be fresh")
 
 // Service is one replica of the workload controllers.
 type Service struct {
@@ -107,6 +114,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
+	}
+	if cfg.barrierWait <= 0 {
+		cfg.barrierWait = 5 * time.Second
 	}
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = DefaultClaimTTL
@@ -368,6 +378,7 @@ func (s *Service) podOwners(ns string, pods ...*pb.Pod) []string {
 }
 
 func (s *Service) onReplicaSet(e jetstream.KeyValueEntry) {
+	defer s.c.sawRS(e.Revision())
 	ns, name, ok := bus.SplitPodKey(e.Key())
 	if !ok {
 		return

@@ -1,0 +1,85 @@
+package workloads
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+)
+
+// The interleaving a chaos run found: a replica created a Deployment's first ReplicaSet with 4 replicas,
+// the template changed before its ReplicaSets cache had seen that ReplicaSet, and its next sync counted
+// no pods and created the new ReplicaSet with 4 more: 8 pods for replicas 4 + maxSurge 1. A sync that
+// would add pods now waits for its cache to hold every ReplicaSet written before it decides.
+func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
+	_, url := bustest.Server(t)
+	c := bustest.Conn(t, url, "test")
+	provisionApps(t, c)
+	ctx := context.Background()
+	s, err := New(Config{ID: "b", barrierWait: 200 * time.Millisecond}, bustest.Conn(t, url, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []struct {
+		name string
+		dst  *jetstream.KeyValue
+	}{{bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}, {bus.BucketNamespaces, &s.nsKV}, {bus.BucketPods, &s.pods}} {
+		if *b.dst, err = c.JS.KeyValue(ctx, b.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putDeployment(t, c, webDeployment(4, "app:1", appsv1.RollingUpdateDeploymentStrategyType))
+	if err := s.syncDeployment(ctx, "default", "web"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	first := replicaSetNames(t, c)
+	if len(first) != 1 {
+		t.Fatalf("after the first sync: ReplicaSets %v, want one", first)
+	}
+
+	// The template changes; this replica's cache has still not seen the first ReplicaSet.
+	putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:2" })
+	if err := s.syncDeployment(ctx, "default", "web"); !errors.Is(err, errRequeue) {
+		t.Fatalf("sync from a cache behind the store: %v, want errRequeue", err)
+	}
+	if got := replicaSetNames(t, c); len(got) != 1 {
+		t.Fatalf("a sync from a cache behind the store made ReplicaSets %v", got)
+	}
+
+	// The cache catches up: the new ReplicaSet gets the room maxSurge leaves, one pod.
+	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, first[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.onReplicaSet(e)
+	if err := s.syncDeployment(ctx, "default", "web"); err != nil {
+		t.Fatalf("sync from a fresh cache: %v", err)
+	}
+	names := replicaSetNames(t, c)
+	if len(names) != 2 {
+		t.Fatalf("ReplicaSets %v, want the old and the new", names)
+	}
+	for _, n := range names {
+		if n == first[0] {
+			continue
+		}
+		ns, name, _ := bus.SplitPodKey(n)
+		r, err := s.getRS(ctx, ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := replicas(r); got != 1 {
+			t.Errorf("new ReplicaSet %s has replicas %d, want 1 (4 + maxSurge 1 - the old one's 4)", n, got)
+		}
+	}
+}
