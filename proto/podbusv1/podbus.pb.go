@@ -4407,7 +4407,11 @@ type PodCommand struct {
 	User            string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
 	// DELETE: why the pod goes; "Preempted" (sent by the binder for a scheduler's preemption) also sets
 	// the DisruptionTarget condition, as kube-scheduler does.
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// CREATE: not to be applied after this time. A controller that claimed the pod counts it until its
+	// claim lapses and then decides again; a command delivered later than that must not add a pod the
+	// controller no longer counts.
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4489,6 +4493,13 @@ func (x *PodCommand) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *PodCommand) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
 }
 
 type CommandResult struct {
@@ -6109,7 +6120,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x06scalar\x18\x05 \x03(\v2 .podbus.v1.Resources.ScalarEntryR\x06scalar\x1a9\n" +
 	"\vScalarEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf3\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xac\x03\n" +
 	"\n" +
 	"PodCommand\x12(\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x18.podbus.v1.PodCommand.OpR\x02op\x12 \n" +
@@ -6118,7 +6129,8 @@ const file_podbus_proto_rawDesc = "" +
 	"\x14grace_period_seconds\x18\x04 \x01(\x03H\x00R\x12gracePeriodSeconds\x88\x01\x01\x12)\n" +
 	"\x10precondition_uid\x18\x05 \x01(\tR\x0fpreconditionUid\x12\x12\n" +
 	"\x04user\x18\x06 \x01(\tR\x04user\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"E\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x127\n" +
+	"\tnot_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"E\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_CREATE\x10\x01\x12\r\n" +
@@ -6443,37 +6455,38 @@ var file_podbus_proto_depIdxs = []int32{
 	81,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
 	0,   // 94: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
 	5,   // 95: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
-	5,   // 96: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
-	5,   // 97: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	82,  // 98: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
-	57,  // 99: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	87,  // 100: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
-	62,  // 101: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
-	5,   // 102: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
-	5,   // 103: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	87,  // 104: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	87,  // 105: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
-	39,  // 106: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
-	66,  // 107: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
-	46,  // 108: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	87,  // 109: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	83,  // 110: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	57,  // 111: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	84,  // 112: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
-	57,  // 113: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	85,  // 114: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
-	35,  // 115: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
-	35,  // 116: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	87,  // 117: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	72,  // 118: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
-	86,  // 119: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
-	70,  // 120: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	70,  // 121: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	122, // [122:122] is the sub-list for method output_type
-	122, // [122:122] is the sub-list for method input_type
-	122, // [122:122] is the sub-list for extension type_name
-	122, // [122:122] is the sub-list for extension extendee
-	0,   // [0:122] is the sub-list for field type_name
+	87,  // 96: podbus.v1.PodCommand.not_after:type_name -> google.protobuf.Timestamp
+	5,   // 97: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
+	5,   // 98: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
+	82,  // 99: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	57,  // 100: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
+	87,  // 101: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	62,  // 102: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
+	5,   // 103: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
+	5,   // 104: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
+	87,  // 105: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	87,  // 106: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	39,  // 107: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
+	66,  // 108: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
+	46,  // 109: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
+	87,  // 110: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	83,  // 111: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	57,  // 112: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	84,  // 113: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	57,  // 114: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	85,  // 115: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	35,  // 116: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	35,  // 117: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	87,  // 118: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	72,  // 119: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
+	86,  // 120: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
+	70,  // 121: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	70,  // 122: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	123, // [123:123] is the sub-list for method output_type
+	123, // [123:123] is the sub-list for method input_type
+	123, // [123:123] is the sub-list for extension type_name
+	123, // [123:123] is the sub-list for extension extendee
+	0,   // [0:123] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -26,6 +27,8 @@ const (
 	ReasonAlreadyExists = "AlreadyExists"
 	ReasonNotFound      = "NotFound"
 	ReasonConflict      = "Conflict"
+	// ReasonExpired answers a create that arrived after its notAfter (a controller's lapsed claim).
+	ReasonExpired = "Expired"
 )
 
 // Causes of pod.pending messages sent by the store.
@@ -48,6 +51,18 @@ func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, raw []byte, in
 		var err error
 		if data, err = proto.Marshal(pod); err != nil {
 			return nil, fmt.Errorf("create pod %s: %w", key, err)
+		}
+	}
+	if na := cmd.GetNotAfter(); na != nil && s.now().After(na.AsTime()) {
+		// Too late to add the pod; a redelivery of a create already applied still finishes below.
+		cur := &pb.Pod{}
+		_, err := bus.Get(ctx, s.pods, key, cur)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return nil, fmt.Errorf("create pod %s: %w", key, err)
+		}
+		if err != nil || cur.GetMetadata().GetUid() != md.GetUid() {
+			metrics.Count("store.create.expired", 1)
+			return failure(http.StatusGone, ReasonExpired, fmt.Sprintf("create of pod %q arrived after its deadline", md.GetName())), nil
 		}
 	}
 	for range maxAttempts {

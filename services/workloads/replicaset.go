@@ -406,7 +406,9 @@ func (s *Service) createPod(rs *appsv1.ReplicaSet, template *pb.Pod, name string
 	md.OwnerReferences = []*pb.OwnerReference{ownerRef("apps/v1", "ReplicaSet", rs.Name, string(rs.UID))}
 	correlation := uuid.NewString()
 	p.Internal = &pb.PodInternal{CorrelationId: correlation}
-	f, err := s.pub.PublishAsync(bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: UserReplicaSet}, bus.Meta{
+	f, err := s.pub.PublishAsync(bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: UserReplicaSet,
+		// Half the claim's time: the other half covers the store's write after its check, and clocks.
+		NotAfter: timestamppb.New(s.cfg.now().Add(s.cfg.ClaimTTL / 2))}, bus.Meta{
 		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: rs.Namespace + "/" + name, User: UserReplicaSet,
 	})
 	if err != nil {
