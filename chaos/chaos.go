@@ -61,6 +61,9 @@ type Config struct {
 	// Containerd is the socket of a containerd: one agent runs its pods with it (agent/cri), and the
 	// checker holds that node's containers to the history (check.KindLeftover). "": simulated only.
 	Containerd string
+	// BrokenRealNode runs the real node's agent with --test-keep-sandboxes: it never removes a deleted
+	// pod's containers, for a test to show that the checker names them.
+	BrokenRealNode bool
 }
 
 // Report is what a run did and found.

@@ -179,7 +179,11 @@ func (h *harness) realArgs(node string) []string {
 	if h.real == nil || node != h.real.name {
 		return nil
 	}
-	return h.real.agentArgs()
+	args := h.real.agentArgs()
+	if h.cfg.BrokenRealNode {
+		args = append(args, "--test-keep-sandboxes")
+	}
+	return args
 }
 
 func (h *harness) containerListers() map[string]check.ContainerLister {
