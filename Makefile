@@ -16,11 +16,11 @@ test: lint unit fuzz compose-test
 
 # The two-minute chaos run and the reduced envelope load the machine on their own: they run after the
 # other packages, one at a time, so that neither starves the other or a test with deadlines.
-HEAVY := TestChaosFixedSeed|TestEnvelopeReduced
+HEAVY := TestChaosFixedSeed|TestChaosLeftoverCaught|TestEnvelopeReduced
 unit:
 	$(GO) test $(GOTESTFLAGS) -skip '^($(HEAVY))$$' ./...
 	$(GO) test $(GOTESTFLAGS) -run '^TestEnvelopeReduced$$' ./loadtest
-	$(GO) test $(GOTESTFLAGS) -run '^TestChaosFixedSeed$$' ./chaos
+	$(GO) test $(GOTESTFLAGS) -run '^(TestChaosFixedSeed|TestChaosLeftoverCaught)$$' ./chaos
 
 # Fuzz targets as package:target; `go test -fuzz` takes one target at a time.
 FUZZ_TARGETS := \

@@ -58,6 +58,12 @@ type Config struct {
 	// Known lists violation kinds (check.Kind*) of open bugs: reported, but a history whose violations
 	// are all of these kinds counts as settled and the run does not fail for them.
 	Known []string
+	// Containerd is the socket of a containerd: one agent runs its pods with it (agent/cri), and the
+	// checker holds that node's containers to the history (check.KindLeftover). "": simulated only.
+	Containerd string
+	// BrokenRealNode runs the real node's agent with --test-keep-sandboxes: it never removes a deleted
+	// pod's containers, for a test to show that the checker names them.
+	BrokenRealNode bool
 }
 
 // Report is what a run did and found.
@@ -77,6 +83,10 @@ type Report struct {
 	// never settled within Config.Settle.
 	Quiescence time.Duration
 	Records    int // audit records checked
+	// RealNode is the node on containerd ("" without one); RealCreated and RealDeleted count the
+	// workload's pods meant for it, created (201) and deleted (200).
+	RealNode                 string
+	RealCreated, RealDeleted int
 }
 
 // ErrViolations is returned by Run when the checker found any.
@@ -159,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	o := check.Options{Workload: ops, EndState: true}
+	o := check.Options{Workload: ops, EndState: true, Containers: h.containerListers()}
 	deadline := time.Now().Add(cfg.Settle)
 	var res check.Result
 	for i := 0; ; i++ {
@@ -199,6 +209,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.DeploysCreated, rep.DeploysScaled, rep.DeploysRolled, rep.DeploysDeleted = wl.deploysCreated, wl.deploysScaled, wl.deploysRolled, wl.deploysDeleted
 	rep.Violations, rep.Records = res.Violations, res.Records
 	rep.Crashes = h.crashes()
+	if h.real != nil {
+		rep.RealNode, rep.RealCreated, rep.RealDeleted = h.real.name, wl.realCreated, wl.realDeleted
+	}
 	if rep.Quiescence < 0 {
 		return rep, fmt.Errorf("%w: not settled %s after the last fault, %d violations (seed %d)", ErrViolations, cfg.Settle, len(rep.Violations), cfg.Seed)
 	}
@@ -239,6 +252,9 @@ func WriteReport(w io.Writer, r Report) error {
 	fmt.Fprintf(tw, "deployments scaled (200)\t%d\n", r.DeploysScaled)
 	fmt.Fprintf(tw, "deployments rolled (200)\t%d\n", r.DeploysRolled)
 	fmt.Fprintf(tw, "deployments deleted (200)\t%d\n", r.DeploysDeleted)
+	if r.RealNode != "" {
+		fmt.Fprintf(tw, "real node (containerd)\t%s: %d pods created, %d deleted\n", r.RealNode, r.RealCreated, r.RealDeleted)
+	}
 	fmt.Fprintf(tw, "audit records checked\t%d\n", r.Records)
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
 	if r.Quiescence >= 0 {
@@ -272,6 +288,7 @@ type harness struct {
 	full  int
 	tmpfs string
 	api   string
+	real  *realNode // the agent on containerd, nil for none (realnode.go)
 	logMu sync.Mutex
 }
 
@@ -305,6 +322,9 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 	agentNames := make([]string, members)
 	for i := range members {
 		agentNames[i] = fmt.Sprint("n", i+1)
+	}
+	if err := h.upRealNode(ctx, agentNames); err != nil {
+		return err
 	}
 	if !h.cfg.OpenBus {
 		if err := h.initAuth(agentNames); err != nil {
@@ -404,7 +424,7 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 		h.clocks = append(h.clocks, clock)
 		h.agents = append(h.agents, h.newProc("agent-"+node, append([]string{"agent", "--node", node,
 			"--pod-cidr", fmt.Sprintf("10.42.%d.0/24", i+1), "--cpu", "4", "--memory", "8Gi", "--heartbeat", "2s",
-			"--clock-offset-file", clock}, common("agent-"+node, natsauth.AgentRole(node))...)...))
+			"--clock-offset-file", clock}, append(common("agent-"+node, natsauth.AgentRole(node)), h.realArgs(node)...)...)...))
 	}
 	for _, p := range append(append([]*proc(nil), h.services...), h.agents...) {
 		if err := p.start(); err != nil {
@@ -450,6 +470,7 @@ func (h *harness) shutdown() {
 		wg.Go(func() { p.shutdown(10 * time.Second) })
 	}
 	wg.Wait()
+	h.closeRealNode()
 	if h.tmpfs != "" {
 		if err := unmount(h.tmpfs); err != nil {
 			h.logf("unmount %s: %v", h.tmpfs, err)

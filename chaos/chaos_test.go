@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/agent/cri"
 	"github.com/podbus/podbus/audit/check"
+	podimages "github.com/podbus/podbus/internal/images"
 )
 
 // The two-minute form of `make chaos`, with a fixed seed: every service as a process holding its NATS
-// credential on a three-node NATS cluster, faults of every kind (disk-full as root only), and no
-// violation in the history.
+// credential on a three-node NATS cluster, faults of every kind (disk-full as root only), one agent on
+// containerd when this machine runs real pods (its containers held to the history), and no violation
+// in the history.
 func TestChaosFixedSeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the deployment for two minutes")
@@ -31,7 +34,7 @@ func TestChaosFixedSeed(t *testing.T) {
 	// controllers (issue 20): this run reports it but fails only for other kinds. `make chaos` knows
 	// none and fails for it.
 	rep, err := Run(ctx, Config{Bin: bin, Dir: dir, Seed: 1, Duration: 2 * time.Minute, FaultEvery: 4 * time.Second, Log: &log,
-		Known: []string{check.KindSurge}})
+		Known: []string{check.KindSurge}, Containerd: realRuntime(t)})
 	var table strings.Builder
 	_ = WriteReport(&table, rep)
 	t.Logf("run:\n%s\n%s", log.String(), table.String())
@@ -58,7 +61,35 @@ func TestChaosFixedSeed(t *testing.T) {
 	if rep.Created == 0 || rep.Updated == 0 || rep.Deleted == 0 {
 		t.Errorf("workload: %d created, %d updated, %d deleted", rep.Created, rep.Updated, rep.Deleted)
 	}
+	if rep.RealNode != "" && (rep.RealCreated == 0 || rep.RealDeleted == 0) {
+		t.Errorf("real node %s: %d pods created, %d deleted", rep.RealNode, rep.RealCreated, rep.RealDeleted)
+	}
 	if rep.DeploysCreated == 0 || rep.DeploysRolled == 0 {
 		t.Errorf("workload: %d deployments created, %d rolled", rep.DeploysCreated, rep.DeploysRolled)
 	}
+}
+
+// realRuntime is the containerd socket of the run's real node (PODBUS_CONTAINERD_ADDRESS, as .ci/run
+// exports it, else cri.DefaultAddress), or "" when this machine cannot run real pods: the run goes on
+// with simulated agents only, except with CI=true, where it fails.
+func realRuntime(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("PODBUS_CONTAINERD_ADDRESS")
+	if addr == "" {
+		addr = cri.DefaultAddress
+	}
+	err := cri.Check(context.Background(), addr, nil)
+	if err == nil {
+		if _, serr := os.Stat(podimages.DefaultBusybox); serr != nil {
+			err = podimages.ErrBusyboxMissing
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the real node is required in CI: %v", err)
+		}
+		t.Logf("no real node, simulated agents only: %v", err)
+		return ""
+	}
+	return addr
 }

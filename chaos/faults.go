@@ -71,6 +71,12 @@ func newFaults(h *harness, cfg Config, path string) (*faults, error) {
 
 func (fl *faults) close() { _ = fl.f.Close() }
 
+func (fl *faults) count(kind string) int {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.counts[kind]
+}
+
 func (fl *faults) lastEnd() time.Time {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
@@ -122,6 +128,11 @@ func (fl *faults) inject(ctx context.Context, n int, kind string) {
 		p, d := targets[fl.r.Intn(len(targets))], between(fl.r, 200*time.Millisecond, 3*time.Second)
 		if kind == FaultNATSKill {
 			p, d = fl.h.nats[fl.r.Intn(len(fl.h.nats))], between(fl.r, time.Second, 8*time.Second)
+		}
+		if kind == FaultKill && fl.h.real != nil && fl.count(FaultKill) == 0 {
+			// The real node's agent dies at least once: what it left running must be taken over or
+			// removed. Drawn as any other, so that the seed's choices stay the same.
+			p = fl.h.agents[len(fl.h.agents)-1]
 		}
 		rec.Target, rec.Detail = p.name, "down for "+d.Round(time.Millisecond).String()
 		act = func() {

@@ -28,6 +28,7 @@ type workload struct {
 	live                      []*livePod // pods created (201) and not deleted yet
 	n                         int
 	created, deleted, updated int
+	realCreated, realDeleted  int // of the pods meant for the real node
 
 	deploys                                                      []*liveDeploy // Deployments created and not deleted yet
 	nd                                                           int
@@ -38,6 +39,7 @@ type workload struct {
 type livePod struct {
 	name, uid string
 	gen       int
+	real      bool // meant for the real node
 }
 
 func newWorkload(h *harness, cfg Config, path string) (*workload, error) {
@@ -101,21 +103,31 @@ func (w *workload) run(ctx context.Context) {
 }
 
 // create posts a small pod; one in four carries a preferred anti-affinity, so the schedulers' partitioned
-// consumers for constrained pods take part too (preferred: it never makes a pod unschedulable).
+// consumers for constrained pods take part too (preferred: it never makes a pod unschedulable). With a
+// real node, another one in four goes there (realnode.go); the draws are the same either way.
 func (w *workload) create(ctx context.Context) {
 	w.n++
 	name := fmt.Sprintf("wl-%d-%d", w.cfg.Seed, w.n)
 	cpu := []string{"50m", "100m", "200m"}[w.r.Intn(3)]
-	affinity := ""
+	extra := ""
 	labels := `{"app":"chaos"}`
 	if w.n%4 == 0 {
 		labels = `{"app":"chaos","group":"spread"}`
-		affinity = `,"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,` +
+		extra = `,"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,` +
 			`"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"group":"spread"}}}}]}}`
 	}
+	image, command := "example.local/app:1", ""
+	real := w.h.real != nil && w.n%4 == 2
+	if real {
+		image = w.h.real.image
+		cmd, _ := json.Marshal(realCommand)
+		command = `,"command":` + string(cmd)
+		extra = fmt.Sprintf(`,"nodeSelector":{%q:"containerd"},"tolerations":[{"key":%q,"operator":"Equal","value":"containerd","effect":"NoSchedule"}]`,
+			RealLabel, RealLabel)
+	}
 	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"default","labels":%s},`+
-		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":"example.local/app:1",`+
-		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, cpu, affinity)
+		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":%q%s,`+
+		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, image, command, cpu, extra)
 	code, resp := w.do(ctx, http.MethodPost, w.h.api+"/api/v1/namespaces/default/pods", body)
 	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
@@ -124,8 +136,11 @@ func (w *workload) create(ctx context.Context) {
 		}
 		_ = json.Unmarshal(resp, &p)
 		op.UID = p.Metadata.UID
-		w.live = append(w.live, &livePod{name: name, uid: op.UID})
+		w.live = append(w.live, &livePod{name: name, uid: op.UID, real: real})
 		w.created++
+		if real {
+			w.realCreated++
+		}
 	}
 	_ = w.enc.Encode(op)
 }
@@ -152,7 +167,7 @@ func (w *workload) delete(ctx context.Context) {
 		return
 	}
 	i := w.r.Intn(len(w.live))
-	name := w.live[i].name
+	name, real := w.live[i].name, w.live[i].real
 	grace := w.r.Intn(3)
 	code, resp := w.do(ctx, http.MethodDelete, w.h.api+"/api/v1/namespaces/default/pods/"+name, fmt.Sprintf(`{"gracePeriodSeconds":%d}`, grace))
 	if code == http.StatusOK || code == http.StatusNotFound {
@@ -160,6 +175,9 @@ func (w *workload) delete(ctx context.Context) {
 	}
 	if code == http.StatusOK {
 		w.deleted++
+		if real {
+			w.realDeleted++
+		}
 	}
 	_ = w.enc.Encode(check.WorkloadOp{Op: "delete", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)})
 }

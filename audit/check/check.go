@@ -16,7 +16,9 @@
 // At the end (Options.EndState), over the last state of the history and the live DEAD stream:
 //   - not-ready: a pod neither Ready nor in a terminal phase (Succeeded, Failed);
 //   - terminating: a pod still being deleted;
-//   - dead-letter: a message parked on dead.>.
+//   - dead-letter: a message parked on dead.>;
+//   - container-left, container-not-running (containers.go): with Options.Containers, a container a
+//     node's runtime still holds for a pod no longer stored, or a Ready pod's container not running.
 //
 // Deployments (deploy.go), from the ReplicaSets and Deployments buckets' records and the pods':
 //   - surge: a Deployment gaining a pod while its pods (all its ReplicaSets', neither terminating nor
@@ -142,6 +144,9 @@ type Options struct {
 	// EndState adds the checks of the last state: every pod Ready or terminal, none terminating, no
 	// dead letter. Leave it off while the system is still moving.
 	EndState bool
+	// Containers lists, by node name, the runtimes whose containers are held to the end state
+	// (container-left, container-not-running); checked with EndState only.
+	Containers map[string]ContainerLister
 }
 
 // Result is what Check found.
@@ -191,6 +196,11 @@ func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			return res, err
 		}
 		vs = append(vs, dead...)
+		rts, err := h.runtimes(ctx, o.Containers)
+		if err != nil {
+			return res, err
+		}
+		vs = append(vs, rts...)
 	}
 	res.Violations = vs
 	if len(vs) > 0 {

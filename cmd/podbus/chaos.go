@@ -22,11 +22,15 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Pods, "pods", 30, "pods the workload keeps, about")
 	fs.BoolVar(&cfg.OpenBus, "open-bus", false, "run NATS without credentials or TLS (default: a credential per role and TLS, as a real deployment)")
 	storeMiB := fs.Int64("store-limit", 512, "MiB of the tmpfs on one NATS member's store that the disk-full fault fills (root only)")
+	fs.StringVar(&cfg.Containerd, "containerd-address", "", "containerd socket: one agent runs its pods with it (root, the CNI plugins, busybox-static) and the checker holds its containers to the history; empty or off: simulated agents only")
 	fs.StringVar(&cfg.Dir, "dir", "", "working directory: NATS storage, process logs, workload.jsonl, faults.jsonl (default: a new temporary one, kept)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg.StoreLimit = *storeMiB << 20
+	if cfg.Containerd == "off" {
+		cfg.Containerd = ""
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano() % 1_000_000
 	}

@@ -391,6 +391,7 @@ func runAgent(ctx context.Context, args []string) error {
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) pulled over plain HTTP; loopback ones always are")
 	allowHostPath := fs.Bool("allow-host-path", false, "let pods mount hostPath volumes (containerd runtime); off: such pods fail with reason HostPathNotAllowed")
 	encKey := fs.String("encryption-key-file", "", "the API's --encryption-key-file, to open the Secrets pods mount (containerd runtime)")
+	keepSb := fs.Bool("test-keep-sandboxes", false, "testing: never remove a pod's sandbox and containers (containerd runtime), a broken agent for podbus chaos's checker to catch")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -432,6 +433,9 @@ func runAgent(ctx context.Context, args []string) error {
 		}
 		defer r.Close()
 		rt = r
+		if *keepSb {
+			rt = keepSandboxes{r}
+		}
 		mcpu, mmem, err := cri.MachineCapacity()
 		if err != nil {
 			return err
