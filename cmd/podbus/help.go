@@ -35,7 +35,7 @@ var examples = map[string][]string{
 	"nodelifecycle": {"podbus nodelifecycle --nats nats://n1:4222 --node-eviction-rate 10"},
 	"controllers":   {"podbus controllers --nats nats://n1:4222 --id controllers-1"},
 	"workloads":     {"podbus workloads --nats nats://n1:4222", "podbus workloads --id wl-b --workers 8"},
-	"chaos":         {"podbus chaos --duration 10m --seed 42", "make chaos CHAOS_DURATION=30m"},
+	"chaos":         {"podbus chaos --duration 10m --seed 42", "make chaos CHAOS_DURATION=30m", "podbus chaos --containerd-address /run/containerd/containerd.sock"},
 	"version":       {"podbus version"},
 	"completion":    {"source <(podbus completion bash)", "podbus completion zsh > \"${fpath[1]}/_podbus\""},
 }
