@@ -119,7 +119,7 @@ func TestWorkloadFailoverContainerd(t *testing.T) {
 	n := newRealNode(t)
 	hb := 300 * time.Millisecond
 	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 20 * time.Millisecond, HeartbeatInterval: hb,
-		NodeMonitorGracePeriod: 2 * time.Second})
+		NodeMonitorGracePeriod: 4 * time.Second})
 	k := kube{t: t, kubeconfig: cl.Kubeconfig}
 	start := n.agentRunner(t, cl.NATSURL, hb)
 	stop := start()
@@ -196,6 +196,7 @@ func TestWorkloadFailoverContainerd(t *testing.T) {
 	back := time.Now()
 	bustest.Eventually(t, 30*time.Second, func() bool { return !strings.Contains(taints(), "node.kubernetes.io/") },
 		"node %s still tainted: %q", n.name, taints())
+	untainted := time.Since(back)
 	k.must("wait", "--for=condition=Ready", "pod/"+daemon, "--timeout=60s")
 	var containers map[string]int
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -212,7 +213,8 @@ func TestWorkloadFailoverContainerd(t *testing.T) {
 				n.name, running, containers, evicted, daemonUID)
 		}
 	}
-	t.Logf("agent back: evicted pods' containers removed after %v", time.Since(back).Round(time.Millisecond))
+	t.Logf("agent back: node untainted after %v, evicted pods' containers removed after %v",
+		untainted.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	for uid, c := range containers {
 		if uid != daemonUID {
 			t.Errorf("%d container(s) of pod %s left on %s, which only runs the daemon pod %s", c, uid, n.name, daemon)
