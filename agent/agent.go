@@ -491,23 +491,18 @@ func (a *Agent) reconcile(ctx context.Context, bound map[string]*pb.Pod, startUn
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	have := map[string]bool{}
+	var leftovers []SandboxInfo
 	for _, info := range sbs {
 		have[info.PodUID] = true
 		p := bound[info.PodUID]
 		if p == nil || p.GetMetadata().GetDeletionTimestamp() != nil {
-			a.log.Info("removing leftover sandbox", "pod", info.Namespace+"/"+info.Name, "uid", info.PodUID)
-			if err := a.removeLeftover(ctx, info); err != nil {
-				return err
-			}
-			if p != nil {
-				t := &pb.PodTermination{Uid: info.PodUID, Namespace: info.Namespace, Name: info.Name, Node: a.cfg.Node}
-				if err := a.reportGone(ctx, t); err != nil {
-					return err
-				}
-			}
+			leftovers = append(leftovers, info)
 			continue
 		}
 		a.adopt(ctx, p, &info)
+	}
+	if err := a.removeLeftovers(ctx, leftovers, bound); err != nil {
+		return err
 	}
 	var unreported []*pb.Pod
 	for uid, p := range bound {
