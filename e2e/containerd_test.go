@@ -338,7 +338,7 @@ func checkStrays(t *testing.T, strays map[string]string) {
 
 func pinned(node string) string { return "  nodeSelector:\n    kubernetes.io/hostname: " + node + "\n" }
 
-// The user flow of the README's "Real containers" section and the kubelet behaviours around it, on two
+// The user flow of docs/containers.md and the kubelet behaviours around it, on two
 // real nodes: readiness through an httpGet probe and the page fetched by pod IP, a liveness restart,
 // CrashLoopBackOff, ImagePullBackOff, kubectl logs (--tail, -c, --previous), distinct pod CIDRs per node,
 // and a delete that leaves no container, task, sandbox, netns or IP reservation behind.
