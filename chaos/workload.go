@@ -110,20 +110,14 @@ func (w *workload) create(ctx context.Context) {
 	labels := `{"app":"chaos"}`
 	if w.n%4 == 0 {
 		labels = `{"app":"chaos","group":"spread"}`
-		affinity = `,"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,` +
-			`"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"group":"spread"}}}}]}}`
+		affinity = spreadAffinity("group", "spread")
 	}
 	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"default","labels":%s},`+
 		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":"example.local/app:1",`+
 		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, cpu, affinity)
 	code, resp := w.do(ctx, http.MethodPost, w.h.api+"/api/v1/namespaces/default/pods", body)
-	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)}
+	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, UID: createdUID(code, resp), Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
-		var p struct {
-			Metadata struct{ UID string } `json:"metadata"`
-		}
-		_ = json.Unmarshal(resp, &p)
-		op.UID = p.Metadata.UID
 		w.live = append(w.live, &livePod{name: name, uid: op.UID})
 		w.created++
 	}
