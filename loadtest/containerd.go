@@ -70,11 +70,7 @@ func runContainerd(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
-	parent := cfg.DataDir
-	if parent == "" {
-		parent = tmpParent()
-	}
-	dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
+	dir, err := dataDir(cfg.DataDir, "podbus-loadtest-")
 	if err != nil {
 		return err
 	}
