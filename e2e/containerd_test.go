@@ -169,15 +169,20 @@ func (n realNode) cleanup(t *testing.T) {
 	_ = exec.Command("ip", "link", "del", rt.BridgeName()).Run()
 }
 
-// startAgent runs the node's agent in this process on a connection of its own until the test ends.
-func (n realNode) startAgent(t *testing.T, natsURL string) {
+// startAgent runs the node's agent in this process on a connection of its own until the test ends;
+// each of more changes its configuration first.
+func (n realNode) startAgent(t *testing.T, natsURL string, more ...func(*agent.Config)) {
 	t.Helper()
 	rt := n.runtime(t)
 	conn := bustest.Conn(t, natsURL, "agent-"+n.name)
-	a, err := agent.New(agent.Config{
+	cfg := agent.Config{
 		Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
 		HeartbeatInterval: time.Second, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
-	}, conn, rt)
+	}
+	for _, f := range more {
+		f(&cfg)
+	}
+	a, err := agent.New(cfg, conn, rt)
 	if err != nil {
 		t.Fatal(err)
 	}
