@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -48,9 +47,7 @@ func (w *workload) deployCreate(ctx context.Context) {
 	affinity := ""
 	if w.nd%2 == 0 {
 		surge, unavailable = `"25%"`, `"25%"`
-		affinity = `,"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,` +
-			`"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"deploy":%q}}}}]}}`
-		affinity = fmt.Sprintf(affinity, name)
+		affinity = spreadAffinity("deploy", name)
 	}
 	body := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":%q,"namespace":"default"},`+
 		`"spec":{"replicas":%d,"selector":{"matchLabels":{"deploy":%q}},`+
@@ -59,13 +56,8 @@ func (w *workload) deployCreate(ctx context.Context) {
 		`"containers":[{"name":"app","image":"example.local/app:1","resources":{"requests":{"cpu":"100m","memory":"32Mi"}}}]%s}}}}`,
 		name, replicas, name, surge, unavailable, name, affinity)
 	code, resp := w.do(ctx, http.MethodPost, w.deployURL(""), body)
-	op := check.WorkloadOp{Op: opDeployCreate, Namespace: "default", Name: name, Gen: replicas, Code: code, Error: failure(code, resp)}
+	op := check.WorkloadOp{Op: opDeployCreate, Namespace: "default", Name: name, UID: createdUID(code, resp), Gen: replicas, Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
-		var d struct {
-			Metadata struct{ UID string } `json:"metadata"`
-		}
-		_ = json.Unmarshal(resp, &d)
-		op.UID = d.Metadata.UID
 		w.deploys = append(w.deploys, &liveDeploy{name: name, uid: op.UID})
 		w.deploysCreated++
 	}

@@ -113,8 +113,7 @@ func (w *workload) create(ctx context.Context) {
 	labels := `{"app":"chaos"}`
 	if w.n%4 == 0 {
 		labels = `{"app":"chaos","group":"spread"}`
-		extra = `,"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,` +
-			`"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"group":"spread"}}}}]}}`
+		extra = spreadAffinity("group", "spread")
 	}
 	image, command := "example.local/app:1", ""
 	real := w.h.real != nil && w.n%4 == 2
@@ -129,13 +128,8 @@ func (w *workload) create(ctx context.Context) {
 		`"spec":{"terminationGracePeriodSeconds":2,"containers":[{"name":"app","image":%q%s,`+
 		`"resources":{"requests":{"cpu":%q,"memory":"32Mi"}}}]%s}}`, name, labels, image, command, cpu, extra)
 	code, resp := w.do(ctx, http.MethodPost, w.h.api+"/api/v1/namespaces/default/pods", body)
-	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, Code: code, Error: failure(code, resp)}
+	op := check.WorkloadOp{Op: "create", Namespace: "default", Name: name, UID: createdUID(code, resp), Code: code, Error: failure(code, resp)}
 	if code == http.StatusCreated {
-		var p struct {
-			Metadata struct{ UID string } `json:"metadata"`
-		}
-		_ = json.Unmarshal(resp, &p)
-		op.UID = p.Metadata.UID
 		w.live = append(w.live, &livePod{name: name, uid: op.UID, real: real})
 		w.created++
 		if real {

@@ -169,15 +169,20 @@ func (n realNode) cleanup(t *testing.T) {
 	_ = exec.Command("ip", "link", "del", rt.BridgeName()).Run()
 }
 
-// startAgent runs the node's agent in this process on a connection of its own until the test ends.
-func (n realNode) startAgent(t *testing.T, natsURL string) {
+// startAgent runs the node's agent in this process on a connection of its own until the test ends;
+// each of more changes its configuration first.
+func (n realNode) startAgent(t *testing.T, natsURL string, more ...func(*agent.Config)) {
 	t.Helper()
 	rt := n.runtime(t)
 	conn := bustest.Conn(t, natsURL, "agent-"+n.name)
-	a, err := agent.New(agent.Config{
+	cfg := agent.Config{
 		Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
 		HeartbeatInterval: time.Second, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
-	}, conn, rt)
+	}
+	for _, f := range more {
+		f(&cfg)
+	}
+	a, err := agent.New(cfg, conn, rt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +343,7 @@ func checkStrays(t *testing.T, strays map[string]string) {
 
 func pinned(node string) string { return "  nodeSelector:\n    kubernetes.io/hostname: " + node + "\n" }
 
-// The user flow of the README's "Real containers" section and the kubelet behaviours around it, on two
+// The user flow of docs/containers.md and the kubelet behaviours around it, on two
 // real nodes: readiness through an httpGet probe and the page fetched by pod IP, a liveness restart,
 // CrashLoopBackOff, ImagePullBackOff, kubectl logs (--tail, -c, --previous), distinct pod CIDRs per node,
 // and a delete that leaves no container, task, sandbox, netns or IP reservation behind.

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,32 +16,6 @@ import (
 	"github.com/podbus/podbus/internal/secretbox"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
-
-// startVolumeAgent is startAgent with the API's encryption key, so the node opens the Secrets its pods
-// mount, and the default volume sync period.
-func (n realNode) startVolumeAgent(t *testing.T, natsURL string, box *secretbox.Box) {
-	t.Helper()
-	rt := n.runtime(t)
-	conn := bustest.Conn(t, natsURL, "agent-"+n.name)
-	a, err := agent.New(agent.Config{
-		Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
-		HeartbeatInterval: time.Second, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
-		SecretBox: box,
-	}, conn, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("agent %s: %v", n.name, err)
-		}
-		_ = rt.Close()
-	})
-}
 
 // TestContainerdVolumes: a real pod reads (kubectl exec … cat) a ConfigMap, a Secret, an emptyDir (on disk, in memory, by
 // subPath, read-only) and downwardAPI files; a ConfigMap change reaches its file within the sync period;
@@ -58,7 +31,8 @@ func TestContainerdVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.startVolumeAgent(t, cl.NATSURL, box)
+	// The API's encryption key, so the node opens the Secrets its pods mount.
+	n.startAgent(t, cl.NATSURL, func(c *agent.Config) { c.SecretBox = box })
 	k := kube{t: t, kubeconfig: cl.Kubeconfig}
 	bustest.Eventually(t, 30*time.Second, func() bool {
 		out, _ := k.run("get", "nodes")

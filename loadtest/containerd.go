@@ -17,7 +17,9 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	containerdimages "github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/podbus/podbus/agent"
@@ -53,9 +55,14 @@ type RealResult struct {
 	BareThroughput   float64 `json:"bare_pods_per_s"`
 }
 
+// ErrLeftBehind is returned, wrapped with what was left, when a containerd run could not remove all it
+// made in containerd or on the host.
+var ErrLeftBehind = errors.New("loadtest: the containerd run left resources behind")
+
 // runContainerd measures podbus on a real node against the bare containerd runtime. Without containerd
 // (or root, or busybox-static) it says so in one line and returns nil, so that `make bench` goes on.
-func runContainerd(ctx context.Context, cfg Config, w io.Writer) error {
+// What it made in containerd is removed however the run ends; what could not be is in the error.
+func runContainerd(ctx context.Context, cfg Config, w io.Writer) (err error) {
 	if err := cri.Check(ctx, cfg.ContainerdAddress, nil); err != nil {
 		fmt.Fprintf(w, "loadtest --runtime containerd skipped: %v\n", err)
 		return nil
@@ -70,40 +77,30 @@ func runContainerd(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
-	parent := cfg.DataDir
-	if parent == "" {
-		parent = tmpParent()
-	}
-	dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
+	dir, err := dataDir(cfg.DataDir, "podbus-loadtest-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 
 	// The image comes from a registry on loopback, as in `podbus up`; each path pulls it before it is timed.
-	reg, err := images.StartRegistry(ctx, "127.0.0.1:0")
+	image, closeRegistry, err := serveImage(ctx, img)
 	if err != nil {
 		return err
 	}
-	defer reg.Close()
-	image := reg.Addr() + "/" + images.Busybox
-	ref, err := name.ParseReference(image)
-	if err != nil {
-		return err
-	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		return fmt.Errorf("push %s: %w", image, err)
-	}
+	defer closeRegistry()
 
 	node, bareNode := "bench-"+runID, "bench-bare-"+runID
 	nsPodbus, nsBare := "podbus-bench-"+runID, "podbus-bench-bare-"+runID
-	defer cleanupContainerd(cfg.ContainerdAddress, []string{nsPodbus, nsBare}, []string{node, bareNode}, w)
+	defer func() {
+		err = errors.Join(err, cleanupContainerd(cfg.ContainerdAddress, []string{nsPodbus, nsBare}, []string{node, bareNode}))
+	}()
 
 	pods, stopPodbus, err := startPodbus(ctx, cfg, filepath.Join(dir, "cluster"), node, nsPodbus, image, log)
 	if err != nil {
 		return fmt.Errorf("podbus: %w", err)
 	}
-	defer stopPodbus()
+	defer func() { err = errors.Join(err, stopPodbus()) }()
 	bare, stopBare, err := startBare(ctx, cfg, filepath.Join(dir, "bare"), bareNode, nsBare, image, log)
 	if err != nil {
 		return fmt.Errorf("bare runtime: %w", err)
@@ -168,9 +165,30 @@ type podbusBench struct {
 	created []string
 }
 
-// startPodbus starts the cluster; stop deletes every pod created (the agent removes their sandboxes)
-// and stops the cluster.
-func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger) (*podbusBench, func(), error) {
+// serveImage pushes img to a registry on loopback and returns its reference there; closeRegistry stops
+// the registry.
+func serveImage(ctx context.Context, img v1.Image) (image string, closeRegistry func(), err error) {
+	reg, err := images.StartRegistry(ctx, "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	image = reg.Addr() + "/" + images.Busybox
+	ref, err := name.ParseReference(image)
+	if err == nil {
+		err = remote.Write(ref, img, remote.WithContext(ctx))
+	}
+	if err != nil {
+		reg.Close()
+		return "", nil, fmt.Errorf("push %s: %w", image, err)
+	}
+	return image, func() { reg.Close() }, nil
+}
+
+// startPodbus starts the cluster. stop deletes every pod created through the API (the agent removes
+// their sandboxes), stops the cluster, then removes through containerd whatever pods are left, as
+// `podbus down --keep-data` does: all of them when the API had already stopped, as when the run is
+// interrupted or the cluster failed. Its error names the node and containerd namespace left.
+func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, log *slog.Logger) (*podbusBench, func() error, error) {
 	cctx, ccancel := context.WithCancel(ctx)
 	cl, err := up.Start(cctx, up.Config{
 		NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: 0,
@@ -207,19 +225,27 @@ func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, l
 		_ = cl.Wait()
 		return nil, nil, err
 	}
-	stop := func() {
+	stop := func() error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		b.mu.Lock()
 		created := b.created
 		b.mu.Unlock()
-		if err := b.api.deleteAll(dctx, created); err != nil {
-			log.Error("delete pods", "err", err)
-		}
+		apiErr := b.api.deleteAll(dctx, created)
 		stopObserving()
 		conn.NC.Close()
 		ccancel()
 		_ = cl.Wait()
+		// With the cluster stopped no agent starts a pod again, so the teardown is final.
+		err := up.Down(dctx, up.DownConfig{DataDir: dir, ContainerdAddress: cfg.ContainerdAddress,
+			ContainerdNamespace: ns, RealNodePodCIDR: realPodCIDR, KeepData: true, Logger: log})
+		if err != nil {
+			return fmt.Errorf("%w: pods of node %s in containerd namespace %s: %w", ErrLeftBehind, node, ns, errors.Join(apiErr, err))
+		}
+		if apiErr != nil {
+			log.Warn("pods not deleted through the API; removed through containerd", "node", node, "err", apiErr)
+		}
+		return nil
 	}
 	return b, stop, nil
 }
@@ -472,39 +498,64 @@ func (b *bareBench) batch(ctx context.Context, names []string) ([]float64, time.
 }
 
 // cleanupContainerd removes what the run left in containerd and on the host once the pods are gone: the
-// images and the containerd namespaces, and the nodes' bridges.
-func cleanupContainerd(address string, nss, nodes []string, w io.Writer) {
+// images and the containerd namespaces, and the nodes' bridges. It goes on past a failure and returns
+// each, wrapping ErrLeftBehind and naming what is left.
+func cleanupContainerd(address string, nss, nodes []string) error {
 	if address == "" {
 		address = cri.DefaultAddress
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var errs []error
 	client, err := containerd.New(address)
 	if err != nil {
-		fmt.Fprintf(w, "cleanup: %v\n", err)
-		return
-	}
-	defer client.Close()
-	for _, ns := range nss {
-		nctx := namespaces.WithNamespace(ctx, ns)
-		imgs, err := client.ListImages(nctx)
-		if err != nil {
-			fmt.Fprintf(w, "cleanup: images of %s: %v\n", ns, err)
-		}
-		for _, im := range imgs {
-			if err := client.ImageService().Delete(nctx, im.Name(), containerdimages.SynchronousDelete()); err != nil {
-				fmt.Fprintf(w, "cleanup: image %s: %v\n", im.Name(), err)
+		errs = append(errs, fmt.Errorf("%w: containerd namespaces %s: %w", ErrLeftBehind, strings.Join(nss, ", "), err))
+	} else {
+		defer client.Close()
+		for _, ns := range nss {
+			if err := removeNamespace(ctx, client, ns); err != nil {
+				errs = append(errs, fmt.Errorf("%w: %w", ErrLeftBehind, err))
 			}
-		}
-		if err := client.NamespaceService().Delete(ctx, ns); err != nil {
-			fmt.Fprintf(w, "cleanup: containerd namespace %s: %v\n", ns, err)
 		}
 	}
 	for _, n := range nodes {
 		if out, err := exec.Command("ip", "link", "del", cri.BridgeFor(n)).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
-			fmt.Fprintf(w, "cleanup: bridge %s: %v: %s\n", cri.BridgeFor(n), err, out)
+			errs = append(errs, fmt.Errorf("%w: bridge %s: %v: %s", ErrLeftBehind, cri.BridgeFor(n), err, strings.TrimSpace(string(out))))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// removeNamespace deletes a containerd namespace's images and then the namespace; when it cannot, the
+// error lists the containers and images still in it.
+func removeNamespace(ctx context.Context, client *containerd.Client, ns string) error {
+	nctx := namespaces.WithNamespace(ctx, ns)
+	var errs []error
+	imgs, err := client.ListImages(nctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("images: %w", err))
+	}
+	for _, im := range imgs {
+		if err := client.ImageService().Delete(nctx, im.Name(), containerdimages.SynchronousDelete()); err != nil {
+			errs = append(errs, fmt.Errorf("image %s: %w", im.Name(), err))
+		}
+	}
+	err = client.NamespaceService().Delete(ctx, ns)
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	var left []string
+	if cs, lerr := client.Containers(nctx); lerr == nil {
+		for _, c := range cs {
+			left = append(left, "container "+c.ID())
+		}
+	}
+	if imgs, lerr := client.ListImages(nctx); lerr == nil {
+		for _, im := range imgs {
+			left = append(left, "image "+im.Name())
+		}
+	}
+	return fmt.Errorf("containerd namespace %s, holding [%s]: %w", ns, strings.Join(left, ", "), errors.Join(append(errs, err)...))
 }
 
 func printReal(w io.Writer, r *RealResult) {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -103,23 +101,11 @@ func runDeployments(ctx context.Context, cfg Config, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if cfg.API == "" {
-		dir, err := dataDir(cfg.DataDir)
+		stop, err := startEmbedded(ctx, &cfg, "podbus-bench-", nil)
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		cctx, ccancel := context.WithCancel(ctx)
-		defer ccancel()
-		cl, err := up.Start(cctx, up.Config{
-			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
-			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
-			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,
-		})
-		if err != nil {
-			return err
-		}
-		cfg.API, cfg.NATS, cfg.Kubeconfig = cl.APIURL, cl.NATSURL, cl.Kubeconfig
-		defer func() { ccancel(); _ = cl.Wait() }()
+		defer stop()
 	}
 	res, err := Deployments(ctx, cfg, progress(cfg))
 	if res == nil {

@@ -145,16 +145,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	if slice <= 0 {
 		slice = envelopeSlice
 	}
-	parent := cfg.DataDir
-	if parent == "" {
-		parent = tmpParent()
-	}
-	if parent != "" {
-		if err := os.MkdirAll(parent, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	dir, err := os.MkdirTemp(parent, "podbus-envelope-")
+	dir, err := dataDir(cfg.DataDir, "podbus-envelope-")
 	if err != nil {
 		return nil, err
 	}

@@ -337,38 +337,16 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		return runContainerd(ctx, cfg, w)
 	}
 	if cfg.API == "" {
-		parent := cfg.DataDir
-		if parent == "" {
-			parent = tmpParent()
-		}
-		if parent != "" {
-			if err := os.MkdirAll(parent, 0o755); err != nil {
-				return err
-			}
-		}
-		dir, err := os.MkdirTemp(parent, "podbus-loadtest-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		cctx, ccancel := context.WithCancel(ctx)
-		defer ccancel()
 		var log *slog.Logger
 		if cfg.Quiet {
 			// The cluster's info lines (the NATS server's banner among them) would bury the result.
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
-		cl, err := up.Start(cctx, up.Config{
-			Logger:   log,
-			NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
-			NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
-			Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,
-		})
+		stop, err := startEmbedded(ctx, &cfg, "podbus-loadtest-", log)
 		if err != nil {
 			return err
 		}
-		cfg.API, cfg.NATS, cfg.Kubeconfig = cl.APIURL, cl.NATSURL, cl.Kubeconfig
-		defer func() { ccancel(); _ = cl.Wait() }()
+		defer stop()
 	}
 	res, err := run(ctx, cfg)
 	if res != nil && cfg.Out != "" {
@@ -650,6 +628,47 @@ func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string)
 // tmpParent is where temporary data dirs go: tmpfs when there is one. The file store writes consumer state
 // files ~10 times a second per consumer; on tmpfs that measures podbus rather than the disk (--data-dir
 // puts it on a real disk).
+// dataDir makes a temporary directory named prefix… under parent (default tmpParent()).
+func dataDir(parent, prefix string) (string, error) {
+	if parent == "" {
+		parent = tmpParent()
+	}
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", err
+		}
+	}
+	return os.MkdirTemp(parent, prefix)
+}
+
+// startEmbedded starts a cluster of simulated nodes shaped by cfg, its storage in a new dataDir, and
+// points cfg's API, NATS and kubeconfig at it; stop stops it and removes the directory. log nil: the
+// cluster's default logger.
+func startEmbedded(ctx context.Context, cfg *Config, prefix string, log *slog.Logger) (stop func(), err error) {
+	dir, err := dataDir(cfg.DataDir, prefix)
+	if err != nil {
+		return nil, err
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	cl, err := up.Start(cctx, up.Config{
+		Logger:   log,
+		NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: cfg.Nodes, NodeCPU: cfg.NodeCPU,
+		NodeMemory: cfg.NodeMemory, MaxPods: cfg.MaxPods, StartDelay: cfg.StartDelay,
+		Schedulers: cfg.Schedulers, Memory: cfg.Memory, NoAudit: cfg.NoAudit, NodePools: cfg.NodePools,
+	})
+	if err != nil {
+		ccancel()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cfg.API, cfg.NATS, cfg.Kubeconfig = cl.APIURL, cl.NATSURL, cl.Kubeconfig
+	return func() {
+		ccancel()
+		_ = cl.Wait()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
 func tmpParent() string {
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		return "/dev/shm"

@@ -138,7 +138,7 @@ func basicOnce(ctx context.Context, cfg Config, schedulers int, ceiling bool) (b
 		label = "raw JetStream ceiling"
 	}
 	out := basicRun{label: label, pods: cfg.Pods}
-	dir, err := dataDir(cfg.DataDir)
+	dir, err := dataDir(cfg.DataDir, "podbus-bench-")
 	if err != nil {
 		return out, err
 	}
@@ -334,20 +334,6 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-func dataDir(parent string) (string, error) {
-	if parent == "" {
-		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-			parent = "/dev/shm"
-		}
-	}
-	if parent != "" {
-		if err := os.MkdirAll(parent, 0o755); err != nil {
-			return "", err
-		}
-	}
-	return os.MkdirTemp(parent, "podbus-bench-")
 }
 
 // benchPod is measured pod i of a variant.

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,11 +78,8 @@ type Service struct {
 
 // New checks the configuration; Run opens the buckets.
 func New(cfg Config, conn *bus.Conn) (*Service, error) {
-	if cfg.ID == "" || strings.ContainsAny(cfg.ID, ".*> \t") {
-		return nil, fmt.Errorf("%w: ID %q must be one subject token", ErrConfig, cfg.ID)
-	}
-	if conn == nil || conn.NC == nil || conn.JS == nil {
-		return nil, fmt.Errorf("%w: no bus connection", ErrConfig)
+	if err := bus.CheckReplica(ErrConfig, cfg.ID, conn); err != nil {
+		return nil, err
 	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = defaultKinds

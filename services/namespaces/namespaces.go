@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -77,11 +76,8 @@ type Service struct {
 
 // New checks the configuration; Run opens the buckets.
 func New(cfg Config, conn *bus.Conn) (*Service, error) {
-	if cfg.ID == "" || strings.ContainsAny(cfg.ID, ".*> \t") {
-		return nil, fmt.Errorf("%w: ID %q must be one subject token", ErrConfig, cfg.ID)
-	}
-	if conn == nil || conn.NC == nil || conn.JS == nil {
-		return nil, fmt.Errorf("%w: no bus connection", ErrConfig)
+	if err := bus.CheckReplica(ErrConfig, cfg.ID, conn); err != nil {
+		return nil, err
 	}
 	if len(cfg.Buckets) == 0 {
 		cfg.Buckets = []string{bus.BucketConfigMaps}

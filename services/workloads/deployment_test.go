@@ -2,12 +2,10 @@ package workloads
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,24 +20,9 @@ import (
 // converted beside it, the generation bumped).
 func putDeployment(t *testing.T, c *bus.Conn, f func(d *appsv1.Deployment)) {
 	t.Helper()
-	ctx := context.Background()
-	kv, err := c.JS.KeyValue(ctx, bus.BucketDeployments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := bus.ObjectKey("default", "web")
-	for {
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "d-uid"}}
-		var rev uint64
-		e, err := kv.Get(ctx, key)
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			if _, err := workload.Decode(e.Value(), d); err != nil {
-				t.Fatal(err)
-			}
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			t.Fatal(err)
+	putWeb(t, c, bus.BucketDeployments, func(d *appsv1.Deployment) (*appsv1.Deployment, *pb.Pod) {
+		if d == nil {
+			d = &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "d-uid"}}
 		}
 		f(d)
 		d.Generation++
@@ -48,36 +31,13 @@ func putDeployment(t *testing.T, c *bus.Conn, f func(d *appsv1.Deployment)) {
 		for _, ct := range tmpl.Spec.Containers {
 			pt.Spec.Containers = append(pt.Spec.Containers, &pb.Container{Name: ct.Name, Image: ct.Image})
 		}
-		data, err := workload.Encode(d, pt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rev == 0 {
-			_, err = bus.CreateEncoded(ctx, kv, key, data)
-		} else {
-			_, err = bus.UpdateEncoded(ctx, kv, key, data, rev)
-		}
-		if err == nil {
-			return
-		}
-	}
+		return d, pt
+	})
 }
 
 func getDeployment(t *testing.T, c *bus.Conn) *appsv1.Deployment {
 	t.Helper()
-	kv, err := c.JS.KeyValue(context.Background(), bus.BucketDeployments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := kv.Get(context.Background(), bus.ObjectKey("default", "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &appsv1.Deployment{}
-	if _, err := workload.Decode(e.Value(), d); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return getWeb[appsv1.Deployment](t, c, bus.BucketDeployments)
 }
 
 func webDeployment(replicas int32, image string, strategy appsv1.DeploymentStrategyType) func(d *appsv1.Deployment) {

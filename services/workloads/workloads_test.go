@@ -18,7 +18,6 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/podutil"
-	"github.com/podbus/podbus/internal/workload"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -229,63 +228,26 @@ func TestReplicaSetTerminatingNamespace(t *testing.T) {
 
 func putRS(t *testing.T, c *bus.Conn, replicas int32) {
 	t.Helper()
-	ctx := context.Background()
-	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := bus.ObjectKey("default", "web")
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "rs-uid", Generation: 1},
-		Spec: appsv1.ReplicaSetSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}},
-	}
 	template := &pb.Pod{Metadata: &pb.ObjectMeta{Labels: map[string]string{"app": "web"}},
 		Spec: &pb.PodSpec{Containers: []*pb.Container{{Name: "app", Image: "app:1"}}}}
-	for {
-		e, err := kv.Get(ctx, key)
-		var rev uint64
-		if err == nil {
-			rev = e.Revision()
-			cur := &appsv1.ReplicaSet{}
-			if _, err := workload.Decode(e.Value(), cur); err != nil {
-				t.Fatal(err)
-			}
-			cur.Spec.Replicas = &replicas
-			cur.Generation++
-			rs = cur
+	putWeb(t, c, bus.BucketReplicaSets, func(cur *appsv1.ReplicaSet) (*appsv1.ReplicaSet, *pb.Pod) {
+		if cur == nil {
+			return &appsv1.ReplicaSet{
+				ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "rs-uid", Generation: 1},
+				Spec: appsv1.ReplicaSetSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}},
+			}, template
 		}
-		data, err := workload.Encode(rs, template)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rev == 0 {
-			_, err = bus.CreateEncoded(ctx, kv, key, data)
-		} else {
-			_, err = bus.UpdateEncoded(ctx, kv, key, data, rev)
-		}
-		if err == nil {
-			return
-		}
-	}
+		cur.Spec.Replicas = &replicas
+		cur.Generation++
+		return cur, template
+	})
 }
 
 func rsStatusOf(t *testing.T, c *bus.Conn) appsv1.ReplicaSetStatus {
 	t.Helper()
-	kv, err := c.JS.KeyValue(context.Background(), bus.BucketReplicaSets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := kv.Get(context.Background(), bus.ObjectKey("default", "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &appsv1.ReplicaSet{}
-	if _, err := workload.Decode(e.Value(), rs); err != nil {
-		t.Fatal(err)
-	}
-	return rs.Status
+	return getWeb[appsv1.ReplicaSet](t, c, bus.BucketReplicaSets).Status
 }
 
 // Three replicas keep one ReplicaSet: together they send exactly one create per pod, recreate a pod
