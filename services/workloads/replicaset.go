@@ -429,7 +429,7 @@ func (s *Service) deletePod(rs *appsv1.ReplicaSet, p *pb.Pod, rev uint64) ([]jet
 	cmd := &pb.PodCommand{
 		Op:   pb.PodCommand_OP_DELETE,
 		Pod:  &pb.Pod{Metadata: &pb.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid()}},
-		User: UserReplicaSet, PreconditionUid: md.GetUid(),
+		User: UserReplicaSet, PreconditionUid: md.GetUid(), Reason: ReasonScaleDown,
 	}
 	f, err := s.pub.PublishAsync(bus.SubjPodDelete, cmd, bus.Meta{
 		MsgID: "rsdelete-" + md.GetUid(), Correlation: p.GetInternal().GetCorrelationId(), PodUID: md.GetUid(),

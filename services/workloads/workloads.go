@@ -51,6 +51,9 @@ const (
 	// Users the pod commands are attributed to, as kube's controllers' service accounts.
 	UserReplicaSet = "system:serviceaccount:kube-system:replicaset-controller"
 	UserDeployment = "system:serviceaccount:kube-system:deployment-controller"
+	// ReasonScaleDown is the reason of a ReplicaSet's pod deletions (it deletes only pods beyond its
+	// replicas), for the audit timeline.
+	ReasonScaleDown = "ScaleDown"
 )
 
 // Config configures one replica.

@@ -105,6 +105,8 @@ type fakeStore struct {
 	mu      sync.Mutex
 	creates map[string]int // pod name -> create commands seen
 	deletes int
+	// reasons counts the delete commands' reasons.
+	reasons map[string]int
 	// notReady: created pods run but never become Ready.
 	notReady bool
 	// onCreate sees each created pod before it is stored.
@@ -123,7 +125,7 @@ func runFakeStore(t *testing.T, c *bus.Conn) *fakeStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &fakeStore{creates: map[string]int{}}
+	fs := &fakeStore{creates: map[string]int{}, reasons: map[string]int{}}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		cmd := &pb.PodCommand{}
 		if err := proto.Unmarshal(m.Data(), cmd); err != nil {
@@ -148,6 +150,7 @@ func runFakeStore(t *testing.T, c *bus.Conn) *fakeStore {
 			_, _ = bus.Create(ctx, pods, key, p) // a second create of a name fails, as the store's does
 		case pb.PodCommand_OP_DELETE:
 			fs.deletes++
+			fs.reasons[cmd.GetReason()]++
 			_ = pods.Delete(ctx, key)
 		}
 	})
@@ -292,5 +295,10 @@ func TestReplicaSetReplicasCreateEachPodOnce(t *testing.T) {
 	bustest.Eventually(t, 30*time.Second, settled(4), "ReplicaSet not scaled to 4: %+v", rsStatusOf(t, c))
 	if creates, _, deletes := fs.counts(); creates != 11 || deletes != 6 {
 		t.Errorf("after scaling to 4: %d creates, %d deletes; want 11 and 6", creates, deletes)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.reasons[ReasonScaleDown] != 6 {
+		t.Errorf("delete reasons %v, want %d of %q", fs.reasons, 6, ReasonScaleDown)
 	}
 }
