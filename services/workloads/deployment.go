@@ -121,10 +121,10 @@ func (s *Service) syncDeploymentFrom(ctx context.Context, ns, name string, fresh
 	if err := x.classify(ctx); err != nil {
 		return err
 	}
-	if d.Spec.Paused {
-		// A paused Deployment is not rolled, but it is scaled (kube's sync): when one ReplicaSet has
-		// every pod, it takes the new count.
-		if err := x.scalePaused(ctx); err != nil {
+	if d.Spec.Paused || x.scalingEvent() {
+		// A paused Deployment is not rolled, but it is scaled; so is one whose replicas changed, before
+		// its rollout goes on (kube's sync).
+		if err := x.scaleProportionally(ctx); err != nil {
 			return err
 		}
 	} else {
@@ -348,7 +348,10 @@ func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) 
 // scale sets a ReplicaSet's replicas, compare-and-set on the revision the decision read.
 func (x *dsync) scale(ctx context.Context, e *rsEntry, n int32) error {
 	from := replicas(e)
-	if from == n {
+	surge, _ := fenceposts(x.d)
+	want := ptrOr(x.d.Spec.Replicas, 1)
+	desired, maxReplicas := strconv.Itoa(int(want)), strconv.Itoa(int(want+surge))
+	if from == n && (n == 0 || e.obj.Annotations[workload.AnnotationDesired] == desired && e.obj.Annotations[workload.AnnotationMaxReplicas] == maxReplicas) {
 		return nil
 	}
 	// A decision that scales up rests on every ReplicaSet of the Deployment as read; a newer Deployment
@@ -366,12 +369,13 @@ func (x *dsync) scale(ctx context.Context, e *rsEntry, n int32) error {
 		}
 	}
 	rs := e.obj.DeepCopy()
+	setAnnotation(&rs.ObjectMeta, workload.AnnotationDesired, desired)
+	setAnnotation(&rs.ObjectMeta, workload.AnnotationMaxReplicas, maxReplicas)
+	if from == n {
+		return x.writeRS(ctx, e, rs) // sized for the Deployment's replicas as they are now
+	}
 	rs.Spec.Replicas = &n
 	rs.Generation++
-	surge, _ := fenceposts(x.d)
-	want := ptrOr(x.d.Spec.Replicas, 1)
-	setAnnotation(&rs.ObjectMeta, workload.AnnotationDesired, strconv.Itoa(int(want)))
-	setAnnotation(&rs.ObjectMeta, workload.AnnotationMaxReplicas, strconv.Itoa(int(want+surge)))
 	if err := x.writeRS(ctx, e, rs); err != nil {
 		return err
 	}
@@ -460,21 +464,6 @@ func (x *dsync) rolling(ctx context.Context) error {
 		budget -= down
 	}
 	return nil
-}
-
-// scalePaused gives the only ReplicaSet with replicas the Deployment's count (kube scales several
-// proportionally; a paused rollout with pods in more than one waits for the resume).
-func (x *dsync) scalePaused(ctx context.Context) error {
-	var active []*rsEntry
-	for _, r := range append([]*rsEntry{x.newRS}, x.old...) {
-		if r != nil && replicas(r) > 0 {
-			active = append(active, r)
-		}
-	}
-	if len(active) != 1 {
-		return nil
-	}
-	return x.scale(ctx, active[0], ptrOr(x.d.Spec.Replicas, 1))
 }
 
 // recreate scales every old ReplicaSet to 0, waits for their pods to be gone, then scales the new one.
