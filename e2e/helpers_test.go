@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
@@ -295,4 +297,31 @@ func waitAll(t *testing.T, c *bus.Conn, want int, timeout time.Duration, done fu
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// runAgent runs a until the returned stop (also a cleanup of t) is called; stop waits for its Run to
+// return, then calls each of then (closing what the agent used).
+func runAgent(t *testing.T, a *agent.Agent, then ...func()) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			for _, f := range then {
+				f()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

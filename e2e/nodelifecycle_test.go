@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,19 +49,7 @@ func TestNodeLifecycleEvictsAndUntaints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("agent: %v", err)
-			}
-		}()
-		var once sync.Once
-		stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-		t.Cleanup(stop)
-		return stop
+		return runAgent(t, a)
 	}
 	stop := startAgent()
 	bustest.Eventually(t, 60*time.Second, func() bool {

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,26 +30,7 @@ func (n realNode) agentRunner(t *testing.T, natsURL string, hb time.Duration) (s
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("agent %s: %v", n.name, err)
-			}
-		}()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				wg.Wait()
-				conn.Close()
-				_ = rt.Close()
-			})
-		}
-		t.Cleanup(stop)
-		return stop
+		return runAgent(t, a, conn.Close, func() { _ = rt.Close() })
 	}
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,19 +28,7 @@ func simAgentRuntime(t *testing.T, cl *up.Cluster, node, cidr string, hb time.Du
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("agent %s: %v", node, err)
-			}
-		}()
-		var once sync.Once
-		stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
-		t.Cleanup(stop)
-		return stop
+		return runAgent(t, a)
 	}, rt
 }
 
