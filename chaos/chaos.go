@@ -151,6 +151,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer fl.close()
 
+	sampler := newOriginSampler(conn.JS)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() { sampler.run(sampleCtx, 100*time.Millisecond) })
+	defer func() {
+		stopSampling()
+		sampling.Wait()
+		if err := sampler.save(filepath.Join(cfg.Dir, "origins.json")); err != nil {
+			h.logf("origins: %v", err)
+		}
+	}()
+
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	var wg sync.WaitGroup
 	wg.Go(func() { wl.run(runCtx) })
@@ -180,6 +192,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			h.logf("the audit log has not caught up with its sources yet")
 		}
 		if ok {
+			o.Origins = sampler.origins()
 			res, err = check.Check(ctx, conn.JS, o)
 			if err == nil {
 				rep.Quiescence = time.Since(lastFault)

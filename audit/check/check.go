@@ -147,6 +147,8 @@ type Options struct {
 	// Containers lists, by node name, the runtimes whose containers are held to the end state
 	// (container-left, container-not-running); checked with EndState only.
 	Containers map[string]ContainerLister
+	// Origins, when sampled during the run, time the buckets' records closer than AUDIT does.
+	Origins Origins
 }
 
 // Result is what Check found.
@@ -161,6 +163,7 @@ type Result struct {
 // Check reads the history and returns every violation, with ErrViolations when there is one.
 func Check(ctx context.Context, js jetstream.JetStream, o Options) (Result, error) {
 	h := newHistory()
+	h.deploys.origins = o.Origins
 	var res Result
 	err := audit.Scan(ctx, js, audit.ScanOptions{Stream: o.Stream,
 		Filters: []string{bus.SubjKV(bus.BucketPods) + ">", bus.SubjKV(bus.BucketNodes) + ">", bus.SubjPodBoundAll, bus.SubjPodDelete,

@@ -85,6 +85,8 @@ type deployments struct {
 	rsets map[string]*appsv1.ReplicaSet // live ReplicaSets by namespace/name
 	rsRev map[string]uint64
 	pods  map[string]podOwner // by pods-bucket key
+	// origins time records by their origin streams (see Origins); nil: by AUDIT time.
+	origins Origins
 }
 
 func newDeployments() *deployments {
@@ -143,7 +145,7 @@ func (d *deployments) applyDeployment(r *audit.Record, key string) {
 	}
 	dh.last = dep
 	dh.gone = dep.DeletionTimestamp != nil
-	dh.versions = append(dh.versions, deployVersion{seq: r.Seq, time: r.Time, bound: surgeBound(dep),
+	dh.versions = append(dh.versions, deployVersion{seq: r.Seq, time: d.origins.writtenBy(r), bound: surgeBound(dep),
 		revision: dep.Annotations[workload.AnnotationRevision]})
 }
 
@@ -209,14 +211,14 @@ func (d *deployments) applyPod(r *audit.Record, key string, rev uint64, p *pb.Po
 		dh := d.hist(prev.deploy)
 		dh.active--
 		dh.perRS[prev.rs]--
-		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: r.Time, count: dh.active, version: len(dh.versions) - 1})
+		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: d.origins.writtenBy(r), count: dh.active, version: len(dh.versions) - 1})
 	}
 	if cur.active {
 		dh := d.hist(cur.deploy)
 		dh.active++
 		dh.perRS[cur.rs]++
 		ns, name, _ := bus.SplitPodKey(key)
-		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: r.Time, count: dh.active, added: true,
+		dh.events = append(dh.events, deployEvent{seq: r.Seq, time: d.origins.writtenBy(r), count: dh.active, added: true,
 			pod: ns + "/" + name, uid: p.GetMetadata().GetUid(), rs: cur.rs, rev: rev, version: len(dh.versions) - 1, perRS: dh.rsCounts()})
 	}
 }

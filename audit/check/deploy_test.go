@@ -85,10 +85,11 @@ func TestDeployments(t *testing.T) {
 		rev               uint64
 	}
 	tests := []struct {
-		name  string
-		steps []step
-		end   bool
-		want  []want
+		name    string
+		steps   []step
+		end     bool
+		want    []want
+		origins Origins // samples of the origin streams (step i is origin seq i+1)
 	}{
 		{
 			name: "a roll within replicas + maxSurge, complete at the end",
@@ -143,6 +144,27 @@ func TestDeployments(t *testing.T) {
 			want: []want{{KindSurge, "default/web", "default/c", 5}},
 		},
 		{
+			name: "a scale-up the log shows long after the pods, written before them",
+			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			origins: Origins{bus.KVStream(bus.BucketDeployments): {{histStart.Add(500 * time.Millisecond), 1}, {histStart.Add(1500 * time.Millisecond), 6}}},
+		},
+		{
+			name: "pods the log shows long after a scale-down, written before it",
+			steps: []step{at(0, deploy(4, "v1", "1")), at(time.Second, rset("h1", "v1")), at(2*time.Second, deploy(1, "v1", "1")),
+				at(40*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(41*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(42*time.Second, podRec("c", pod("uc", "1", owned("h1"))))},
+			origins: Origins{bus.KVStream(bus.BucketPods): {{histStart.Add(1200 * time.Millisecond), 6}}},
+		},
+		{
+			name: "broken: the same without the origins' samples",
+			steps: []step{at(0, deploy(4, "v1", "1")), at(time.Second, rset("h1", "v1")), at(2*time.Second, deploy(1, "v1", "1")),
+				at(40*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(41*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(42*time.Second, podRec("c", pod("uc", "1", owned("h1"))))},
+			want: []want{{KindSurge, "default/web", "default/c", 6}},
+		},
+		{
 			name: "broken at the end: no ReplicaSet of the current template",
 			steps: []step{deploy(1, "v1", "1"), rset("h1", "v1"), podRec("a", pod("ua", "1", owned("h1"), on("n1"), ready)),
 				deploy(1, "v2", "1")},
@@ -181,6 +203,7 @@ func TestDeployments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHistory()
+			h.deploys.origins = tt.origins
 			for i, s := range tt.steps {
 				r := s(uint64(i + 1))
 				if r.Time.IsZero() {

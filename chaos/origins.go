@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podbus/podbus/audit/check"
+	"github.com/podbus/podbus/bus"
+)
+
+// originSampler records, every period, how far the buckets the Deployment checks read have got:
+// AUDIT copies each on its own and may copy one many seconds behind the others after a fault, so the
+// checker orders their records by these samples rather than by when AUDIT stored them.
+type originSampler struct {
+	js      jetstream.JetStream
+	streams []string
+	mu      sync.Mutex
+	samples check.Origins
+}
+
+func newOriginSampler(js jetstream.JetStream) *originSampler {
+	return &originSampler{js: js, samples: check.Origins{},
+		streams: []string{bus.KVStream(bus.BucketPods), bus.KVStream(bus.BucketDeployments), bus.KVStream(bus.BucketReplicaSets)}}
+}
+
+func (o *originSampler) run(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		for _, name := range o.streams {
+			o.sample(ctx, name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (o *originSampler) sample(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := o.js.Stream(ctx, name)
+	if err != nil {
+		return // a member down or cut off: the next sample bounds these records, later
+	}
+	seq := s.CachedInfo().State.LastSeq
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if prev := o.samples[name]; len(prev) == 0 || prev[len(prev)-1].Seq < seq {
+		o.samples[name] = append(prev, check.OriginSample{Time: now, Seq: seq})
+	}
+}
+
+// origins returns the samples so far.
+func (o *originSampler) origins() check.Origins {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := check.Origins{}
+	for k, v := range o.samples {
+		out[k] = append([]check.OriginSample(nil), v...)
+	}
+	return out
+}
+
+// save writes the samples beside the run's logs, for a replay of the check.
+func (o *originSampler) save(path string) error {
+	b, err := json.Marshal(o.origins())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
