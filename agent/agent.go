@@ -103,6 +103,10 @@ type Agent struct {
 	log    *slog.Logger
 	alloc  *resources // allocatable, for kubelet admission
 
+	// reports groups the status reports sent while the node's previous group awaits its ack into one
+	// stored message: under load a node reports many pods at once.
+	reports *bus.Batcher
+
 	seq atomic.Uint64 // last report seq
 
 	// Set by Run before anything else starts.
@@ -196,6 +200,8 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 		alloc: alloc,
 		pods:  map[string]*podWorker{},
 		gone:  map[string]time.Time{},
+
+		reports: bus.NewBatcher(conn.JS, "agent/"+cfg.Node),
 
 		thresholds: thresholds,
 		hostIPSet:  hostIPSet,
@@ -473,7 +479,7 @@ func (a *Agent) publishReport(ctx context.Context, rep *pb.PodStatusReport, corr
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := a.pub.Publish(pctx, bus.SubjPodStatus(a.cfg.Node), rep, meta); err != nil {
+	if err := a.reports.Publish(pctx, bus.SubjPodStatus(a.cfg.Node), rep, meta); err != nil {
 		return fmt.Errorf("report status of pod %s/%s: %w", rep.GetNamespace(), rep.GetName(), err)
 	}
 	return nil

@@ -22,6 +22,14 @@ func TestPodIndexMatchesDecode(t *testing.T) {
 		{name: "running", pod: &pb.Pod{Metadata: &pb.ObjectMeta{Name: "b", Namespace: "ns"},
 			Spec:   &pb.PodSpec{NodeName: "node-1", HostNetwork: true, RestartPolicy: "Never"},
 			Status: &pb.PodStatus{Phase: "Running", PodIp: "10.0.0.1", NominatedNodeName: "node-2"}}},
+		{name: "every field set, beside others the index skips", pod: &pb.Pod{
+			Metadata: &pb.ObjectMeta{Name: "c", Namespace: "ns", Uid: "u", Labels: map[string]string{"app": "x", "tier": "y"},
+				Annotations: map[string]string{"a": "b"}},
+			Spec: &pb.PodSpec{NodeName: "node-1", HostNetwork: true, RestartPolicy: "OnFailure", SchedulerName: "s",
+				ServiceAccountName: "sa", Containers: []*pb.Container{{Name: "c", Image: "busybox"}}},
+			Status: &pb.PodStatus{Phase: "Pending", PodIp: "10.0.0.2", NominatedNodeName: "node-3",
+				Conditions: []*pb.PodCondition{{Type: "PodScheduled", Status: "True"}}},
+			Internal: &pb.PodInternal{CorrelationId: "c", ReportSeq: 4}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

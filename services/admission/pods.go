@@ -65,13 +65,7 @@ var podKind = &kind{
 			}
 			return convert.PodFromPB(p, 0), nil
 		},
-		index: func(data []byte) (map[string]string, fields.Set, error) {
-			p := &pb.Pod{}
-			if err := proto.Unmarshal(data, p); err != nil {
-				return nil, nil, errors.Join(bus.ErrMalformed, err)
-			}
-			return p.GetMetadata().GetLabels(), podFieldsPB(p), nil
-		},
+		index: indexPod,
 	},
 	subresources: []subresourceInfo{
 		{name: "status", kind: "Pod", verbs: []string{"get"}},
@@ -82,6 +76,25 @@ var podKind = &kind{
 		{name: "attach", kind: "PodAttachOptions", verbs: []string{"create", "get"}},
 		{name: "portforward", kind: "PodPortForwardOptions", verbs: []string{"create", "get"}},
 	},
+}
+
+// podIndexMask is what the watch cache indexes of a pod: its labels and podFieldsPB's fields.
+var podIndexMask = bus.NewMask(&pb.Pod{}, "metadata.name", "metadata.namespace", "metadata.labels",
+	"spec.node_name", "spec.restart_policy", "spec.scheduler_name", "spec.service_account_name",
+	"spec.host_network", "status.phase", "status.pod_ip", "status.nominated_node_name")
+
+// indexPod is a stored pod's labels and fields, decoding only those: the watch cache indexes every
+// change of every pod.
+func indexPod(data []byte) (map[string]string, fields.Set, error) {
+	pruned, ok := bus.Prune(data, podIndexMask)
+	if !ok {
+		return nil, nil, fmt.Errorf("pod: %w", bus.ErrMalformed)
+	}
+	p := &pb.Pod{}
+	if err := proto.Unmarshal(pruned, p); err != nil {
+		return nil, nil, errors.Join(bus.ErrMalformed, err)
+	}
+	return p.GetMetadata().GetLabels(), podFieldsPB(p), nil
 }
 
 // podFieldsPB is podKind's fields of a stored pod, as they read on the pod convert.PodFromPB makes.

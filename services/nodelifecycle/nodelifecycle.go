@@ -86,6 +86,10 @@ type cachedNode struct {
 	rev  uint64
 }
 
+// cachedPodMask is what a cachedPod keeps of a pod: the watch decodes only that of every change.
+var cachedPodMask = bus.NewMask(&pb.Pod{}, "metadata.uid", "metadata.namespace", "metadata.name",
+	"metadata.deletion_timestamp", "spec.node_name", "spec.tolerations", "internal.correlation_id")
+
 type cachedPod struct {
 	uid, ns, name, node, correlation string
 	tolerations                      []*pb.Toleration
@@ -329,7 +333,8 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		return
 	}
 	p := &pb.Pod{}
-	if err := proto.Unmarshal(e.Value(), p); err != nil {
+	pruned, ok := bus.Prune(e.Value(), cachedPodMask)
+	if !ok || proto.Unmarshal(pruned, p) != nil {
 		metrics.Count("nodelifecycle.malformed", 1)
 		return
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/podutil"
@@ -436,7 +437,7 @@ func newWaiting() *waiting { return &waiting{pods: map[string]*waitingPod{}} }
 // apply records a pods-bucket entry and returns the pod when it waits for a node.
 func (w *waiting) apply(e jetstream.KeyValueEntry, now time.Time) *pb.Pod {
 	var p *pb.Pod
-	if e.Operation() == jetstream.KeyValuePut {
+	if e.Operation() == jetstream.KeyValuePut && waitsForNodeWire(e.Value()) {
 		p = &pb.Pod{}
 		if err := decodeEntry(e, p); err != nil || !waitsForNode(p) {
 			p = nil
@@ -464,6 +465,21 @@ func (w *waiting) due(now time.Time, flush time.Duration) []waitingPod {
 		}
 	}
 	return out
+}
+
+// waitsMask is what waitsForNode reads of a pod.
+var waitsMask = bus.NewMask(&pb.Pod{}, "metadata.deletion_timestamp", "status.phase",
+	"status.conditions.type", "status.conditions.status")
+
+// waitsForNodeWire is waitsForNode of a stored pod's wire form, decoding only the fields it reads:
+// almost every change of a pod is not a wait, and the watch sees them all. Malformed data is no wait.
+func waitsForNodeWire(data []byte) bool {
+	pruned, ok := bus.Prune(data, waitsMask)
+	if !ok {
+		return false
+	}
+	p := &pb.Pod{}
+	return proto.Unmarshal(pruned, p) == nil && waitsForNode(p)
 }
 
 // waitsForNode: not bound by a binder, not being deleted, and judged unschedulable (PodScheduled=False).

@@ -515,3 +515,38 @@ func TestHeartbeatFromTheFutureRefused(t *testing.T) {
 	e.beat(heartbeat("n3", time.Now()))
 	bustest.Eventually(t, wait, func() bool { return e.node("n3").GetStatus().GetCapacity()["cpu"] == "4" }, "real heartbeat replaces one from the future")
 }
+
+// An agent sends its node's reports in groups (bus.Batcher): every report of a group is applied.
+func TestReportsInGroupsApplied(t *testing.T) {
+	e := newEnv(t, 1)
+	const n = 40
+	for i := range n {
+		e.put(testPod(fmt.Sprintf("p%d", i), fmt.Sprintf("u%d", i)))
+	}
+	reports := bus.NewBatcher(e.conn.JS, "test/agent")
+	var acks []jetstream.PubAckFuture
+	for i := range n {
+		r := report(fmt.Sprintf("p%d", i), fmt.Sprintf("u%d", i), 100, "Running")
+		f, err := reports.PublishAsync(bus.SubjPodStatus(r.Node), r, bus.Meta{MsgID: fmt.Sprintf("st-%s-%d", r.Uid, r.Seq), PodUID: r.Uid, Key: r.Namespace + "/" + r.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	if err := bus.Wait(context.Background(), acks...); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.conn.JS.Stream(context.Background(), bus.StreamStatus); err == nil {
+		if info, err := st.Info(context.Background()); err == nil {
+			t.Logf("%d reports stored as %d messages", n, info.State.Msgs)
+		}
+	}
+	bustest.Eventually(t, wait, func() bool {
+		for i := range n {
+			if e.get(fmt.Sprintf("p%d", i)).GetStatus().GetPhase() != "Running" {
+				return false
+			}
+		}
+		return true
+	}, "every report applied")
+}
