@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -128,6 +129,7 @@ type watchCache struct {
 	fieldNames []string
 	fieldIdx   map[string]int
 	log        *slog.Logger
+	intern     *interner
 
 	ready     chan struct{} // closed after the first full read of the bucket
 	readyOnce sync.Once
@@ -158,6 +160,7 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 	}
 	c := &watchCache{
 		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, bookmarks: bookmarks, log: log,
+		intern:   newInterner(),
 		fieldIdx: map[string]int{},
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
@@ -240,6 +243,7 @@ func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) erro
 	}
 	defer func() { _ = w.Stop() }()
 	initial := newWatchCache(c.ki, nil, 1, time.Hour, c.log) // the state being read, published at the end
+	initial.intern = c.intern
 	synced := false
 	for {
 		select {
@@ -349,11 +353,22 @@ func (c *watchCache) newEntry(key, ns, name string, value []byte, rev uint64) *c
 		}
 		lbls, fs = objectMeta(o).Labels, c.ki.fieldSet(o)
 	}
+	// The entry keeps its own copy of the value, not a part of the message that brought it, and shares
+	// label sets and the fields' values that repeat across objects.
 	vals := make([]string, len(c.fieldNames))
 	for i, f := range c.fieldNames {
-		vals[i] = fs[f]
+		switch v := fs[f]; {
+		case v == name:
+			vals[i] = name
+		case v == ns:
+			vals[i] = ns
+		case f == "status.podIP":
+			vals[i] = strings.Clone(v)
+		default:
+			vals[i] = c.intern.value(v)
+		}
 	}
-	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: value, labels: lbls, fields: vals}
+	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: c.intern.labels(lbls), fields: vals}
 }
 
 // eventType is the type of ev for a watcher selecting sel, "" if it does not see it: an object that
