@@ -125,6 +125,7 @@ type watchCache struct {
 	kv         jetstream.KeyValue // nil: fed directly (tests)
 	minEvents  int
 	maxEvents  int
+	maxBytes   int // of the ring's events, beyond minEvents
 	bookmarks  time.Duration
 	fieldNames []string
 	fieldIdx   map[string]int
@@ -144,6 +145,7 @@ type watchCache struct {
 	oldest    uint64        // watches may start after any resourceVersion from here on
 	ring      []*cacheEvent // circular: ring[head] is the oldest held
 	head, n   int
+	ringBytes int // eventCost of the held events
 	watchers  map[*cacheWatcher]struct{}
 	snapshots []listSnapshot
 	changed   chan struct{} // closed and replaced whenever rv moves
@@ -159,7 +161,7 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 		bookmarks = defaultBookmarkEvery
 	}
 	c := &watchCache{
-		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, bookmarks: bookmarks, log: log,
+		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, maxBytes: maxCacheEventBytes, bookmarks: bookmarks, log: log,
 		intern:   newInterner(),
 		fieldIdx: map[string]int{},
 		ready:    make(chan struct{}),
@@ -277,7 +279,7 @@ func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.objects, c.pending, c.sorted = from.objects, from.pending, nil
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
-	c.head, c.n = 0, 0
+	c.head, c.n, c.ringBytes = 0, 0, 0
 	c.ring = make([]*cacheEvent, c.minEvents)
 	c.snapshots = nil
 	c.decodes.Add(from.decodes.Load())
@@ -386,14 +388,16 @@ func (c *watchCache) eventType(sel selection, ev *cacheEvent) string {
 	return ""
 }
 
-// pushLocked adds ev to the ring: the ring grows while its oldest event is fresh, else drops it; events
-// past their freshness go beyond the minimum.
+// pushLocked adds ev to the ring: the ring grows while its oldest event is fresh and its events fit in
+// maxBytes, else drops it; events past their freshness or the budget go beyond the minimum.
 func (c *watchCache) pushLocked(ev *cacheEvent) {
-	for c.n > c.minEvents && ev.at-c.ring[c.head].at > int64(eventFreshness) {
+	cost := eventCost(ev)
+	for c.n > c.minEvents && (ev.at-c.ring[c.head].at > int64(eventFreshness) || c.ringBytes+cost > c.maxBytes) {
 		c.dropOldestLocked()
 	}
 	if c.n == len(c.ring) {
-		if fresh := ev.at-c.ring[c.head].at <= int64(eventFreshness); fresh && len(c.ring) < c.maxEvents {
+		fresh := ev.at-c.ring[c.head].at <= int64(eventFreshness) && c.ringBytes+cost <= c.maxBytes
+		if fresh && len(c.ring) < c.maxEvents {
 			grown := make([]*cacheEvent, min(2*len(c.ring), c.maxEvents))
 			for i := range c.n {
 				grown[i] = c.ring[(c.head+i)%len(c.ring)]
@@ -405,10 +409,12 @@ func (c *watchCache) pushLocked(ev *cacheEvent) {
 	}
 	c.ring[(c.head+c.n)%len(c.ring)] = ev
 	c.n++
+	c.ringBytes += cost
 }
 
 func (c *watchCache) dropOldestLocked() {
 	c.oldest = c.ring[c.head].rev
+	c.ringBytes -= eventCost(c.ring[c.head])
 	c.ring[c.head] = nil
 	c.head = (c.head + 1) % len(c.ring)
 	c.n--

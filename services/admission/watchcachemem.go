@@ -14,6 +14,12 @@ import (
 // Deployment's pods) and field values (node names, phases), so the cache keeps one copy of each.
 
 const (
+	// maxCacheEventBytes bounds the stored bytes the ring of changes holds, beyond its minimum of
+	// events: under a burst the ring keeps fewer than eventFreshness of changes rather than several
+	// versions of every object, and watches that start before its oldest are 410 Expired.
+	maxCacheEventBytes = 32 << 20
+	// cacheEntryOverhead is what an entry costs beyond its stored bytes, as the ring counts it.
+	cacheEntryOverhead = 256
 	// maxInterned bounds each interner: values beyond it are kept as they are, unshared.
 	maxInterned = 1 << 14
 )
@@ -77,4 +83,12 @@ func (in *interner) valueLocked(v string) string {
 		in.values[v] = v
 	}
 	return v
+}
+
+// eventCost is what an event's entry counts against maxCacheEventBytes.
+func eventCost(ev *cacheEvent) int {
+	if e := ev.object(); e != nil {
+		return len(e.data) + cacheEntryOverhead
+	}
+	return cacheEntryOverhead
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -30,6 +31,33 @@ func TestCacheEntriesShareLabels(t *testing.T) {
 	}
 	if o, err := c.get("default/a"); err != nil || objectMeta(o).Name != "a" {
 		t.Errorf("get after the buffer changed: %v, %v", o, err)
+	}
+}
+
+// Past its byte budget the ring drops its oldest changes down to its minimum, and a watch from before
+// them is 410 Expired.
+func TestRingBoundedByBytes(t *testing.T) {
+	c := fedCache(t)
+	const n = minCacheEvents + 500
+	for i := range n {
+		c.putPod(t, fmt.Sprintf("p%d", i), "web", uint64(i+1))
+	}
+	cost := c.ringBytes / c.n
+	c.maxBytes = cost * (minCacheEvents + 100)
+	c.putPod(t, "last", "web", n+1)
+	if c.n <= minCacheEvents || c.n > minCacheEvents+100 || c.ringBytes > c.maxBytes {
+		t.Errorf("ring holds %d events, %d bytes; want %d to %d events within %d bytes", c.n, c.ringBytes, minCacheEvents+1, minCacheEvents+100, c.maxBytes)
+	}
+	if _, _, _, _, err := c.register(selection{m: everything()}, 0, false, false); err == nil {
+		t.Error("watch from revision 0 started, want 410 Expired")
+	}
+	w, _, backlog, _, err := c.register(selection{m: everything()}, c.oldest, false, false)
+	if err != nil {
+		t.Fatalf("watch from the oldest held: %v", err)
+	}
+	defer c.stop(w)
+	if len(backlog) != c.n {
+		t.Errorf("backlog of %d events, want %d", len(backlog), c.n)
 	}
 }
 
