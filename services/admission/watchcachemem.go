@@ -17,7 +17,7 @@ const (
 	// maxCacheEventBytes bounds the stored bytes the ring of changes holds, beyond its minimum of
 	// events: under a burst the ring keeps fewer than eventFreshness of changes rather than several
 	// versions of every object, and watches that start before its oldest are 410 Expired.
-	maxCacheEventBytes = 32 << 20
+	maxCacheEventBytes = 64 << 20
 	// cacheEntryOverhead is what an entry costs beyond its stored bytes, as the ring counts it.
 	cacheEntryOverhead = 256
 	// maxInterned bounds each interner: values beyond it are kept as they are, unshared.
