@@ -13,8 +13,10 @@ import (
 )
 
 // defaultMemoryLimit is the soft limit when neither --memory-limit nor GOMEMLIMIT says otherwise, unless
-// half the machine's (or the cgroup's) memory is less.
-const defaultMemoryLimit = 3 << 30
+// half the machine's (or the cgroup's) memory is less. A control plane holding Kubernetes' 150,000 pods
+// must stay under 4 GiB; below that, the more room the heap has above its live data, the less often
+// the GC runs when the cluster is full.
+const defaultMemoryLimit = 3584 << 20
 
 // gcPercentWithLimit is the GC target while a memory limit holds: the pipeline allocates many
 // short-lived messages, so collecting less often pays, and the limit keeps the heap from growing to five
@@ -26,7 +28,7 @@ var errMemoryLimit = errors.New("invalid memory limit")
 // memoryLimitFlag registers --memory-limit into p ("" means auto as well).
 func memoryLimitFlag(fs *flag.FlagSet, p *string) {
 	fs.StringVar(p, "memory-limit", "auto", "soft memory limit of the Go runtime (e.g. 3GiB, 512Mi, bytes; "+
-		"auto: GOMEMLIMIT if set, else 3GiB or half the machine's memory if that is less; off: none, and the Go default GOGC)")
+		"auto: GOMEMLIMIT if set, else 3.5GiB or half the machine's memory if that is less; off: none, and the Go default GOGC)")
 }
 
 // applyMemoryLimit sets the Go runtime's soft memory limit and GC target for spec (see memoryLimitFlag).

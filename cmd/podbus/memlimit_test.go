@@ -13,9 +13,9 @@ func TestMemoryLimit(t *testing.T) {
 		want            int64
 		err             error
 	}{
-		{"auto on a big machine", "auto", "", 24 * gib, 3 * gib, nil},
+		{"auto on a big machine", "auto", "", 24 * gib, 3584 << 20, nil},
 		{"auto on a small machine", "auto", "", 2 * gib, 1 * gib, nil},
-		{"auto, machine unknown", "", "", 0, 3 * gib, nil},
+		{"auto, machine unknown", "", "", 0, 3584 << 20, nil},
 		{"auto keeps GOMEMLIMIT", "auto", "2GiB", 24 * gib, -1, nil},
 		{"a size wins over GOMEMLIMIT", "1GiB", "2GiB", 24 * gib, 1 * gib, nil},
 		{"quantity", "512Mi", "", 0, 512 << 20, nil},

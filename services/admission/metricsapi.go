@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -220,7 +221,7 @@ func (s *Service) servePodMetrics(w http.ResponseWriter, r *http.Request, req re
 		if !ok {
 			return nil, false
 		}
-		return podMetricsOf(p, n, e.labels), true
+		return podMetricsOf(p, n, maps.Clone(e.labels)), true
 	})
 }
 
@@ -231,7 +232,7 @@ func (s *Service) serveNodeMetrics(w http.ResponseWriter, r *http.Request, req r
 		if !ok {
 			return nil, false
 		}
-		return nodeMetricsOf(n, e.labels), true
+		return nodeMetricsOf(n, maps.Clone(e.labels)), true
 	})
 }
 

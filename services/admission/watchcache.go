@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,10 +125,12 @@ type watchCache struct {
 	kv         jetstream.KeyValue // nil: fed directly (tests)
 	minEvents  int
 	maxEvents  int
+	maxBytes   int // of the ring's events, beyond minEvents
 	bookmarks  time.Duration
 	fieldNames []string
 	fieldIdx   map[string]int
 	log        *slog.Logger
+	intern     *interner
 
 	ready     chan struct{} // closed after the first full read of the bucket
 	readyOnce sync.Once
@@ -142,6 +145,7 @@ type watchCache struct {
 	oldest    uint64        // watches may start after any resourceVersion from here on
 	ring      []*cacheEvent // circular: ring[head] is the oldest held
 	head, n   int
+	ringBytes int // eventCost of the held events
 	watchers  map[*cacheWatcher]struct{}
 	snapshots []listSnapshot
 	changed   chan struct{} // closed and replaced whenever rv moves
@@ -157,7 +161,8 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 		bookmarks = defaultBookmarkEvery
 	}
 	c := &watchCache{
-		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, bookmarks: bookmarks, log: log,
+		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, maxBytes: maxCacheEventBytes, bookmarks: bookmarks, log: log,
+		intern:   newInterner(),
 		fieldIdx: map[string]int{},
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
@@ -240,6 +245,7 @@ func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) erro
 	}
 	defer func() { _ = w.Stop() }()
 	initial := newWatchCache(c.ki, nil, 1, time.Hour, c.log) // the state being read, published at the end
+	initial.intern = c.intern
 	synced := false
 	for {
 		select {
@@ -273,7 +279,7 @@ func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.objects, c.pending, c.sorted = from.objects, from.pending, nil
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
-	c.head, c.n = 0, 0
+	c.head, c.n, c.ringBytes = 0, 0, 0
 	c.ring = make([]*cacheEvent, c.minEvents)
 	c.snapshots = nil
 	c.decodes.Add(from.decodes.Load())
@@ -349,11 +355,22 @@ func (c *watchCache) newEntry(key, ns, name string, value []byte, rev uint64) *c
 		}
 		lbls, fs = objectMeta(o).Labels, c.ki.fieldSet(o)
 	}
+	// The entry keeps its own copy of the value, not a part of the message that brought it, and shares
+	// label sets and the fields' values that repeat across objects.
 	vals := make([]string, len(c.fieldNames))
 	for i, f := range c.fieldNames {
-		vals[i] = fs[f]
+		switch v := fs[f]; {
+		case v == name:
+			vals[i] = name
+		case v == ns:
+			vals[i] = ns
+		case f == "status.podIP":
+			vals[i] = strings.Clone(v)
+		default:
+			vals[i] = c.intern.value(v)
+		}
 	}
-	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: value, labels: lbls, fields: vals}
+	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: c.intern.labels(lbls), fields: vals}
 }
 
 // eventType is the type of ev for a watcher selecting sel, "" if it does not see it: an object that
@@ -371,14 +388,16 @@ func (c *watchCache) eventType(sel selection, ev *cacheEvent) string {
 	return ""
 }
 
-// pushLocked adds ev to the ring: the ring grows while its oldest event is fresh, else drops it; events
-// past their freshness go beyond the minimum.
+// pushLocked adds ev to the ring: the ring grows while its oldest event is fresh and its events fit in
+// maxBytes, else drops it; events past their freshness or the budget go beyond the minimum.
 func (c *watchCache) pushLocked(ev *cacheEvent) {
-	for c.n > c.minEvents && ev.at-c.ring[c.head].at > int64(eventFreshness) {
+	cost := eventCost(ev)
+	for c.n > c.minEvents && (ev.at-c.ring[c.head].at > int64(eventFreshness) || c.ringBytes+cost > c.maxBytes) {
 		c.dropOldestLocked()
 	}
 	if c.n == len(c.ring) {
-		if fresh := ev.at-c.ring[c.head].at <= int64(eventFreshness); fresh && len(c.ring) < c.maxEvents {
+		fresh := ev.at-c.ring[c.head].at <= int64(eventFreshness) && c.ringBytes+cost <= c.maxBytes
+		if fresh && len(c.ring) < c.maxEvents {
 			grown := make([]*cacheEvent, min(2*len(c.ring), c.maxEvents))
 			for i := range c.n {
 				grown[i] = c.ring[(c.head+i)%len(c.ring)]
@@ -390,10 +409,12 @@ func (c *watchCache) pushLocked(ev *cacheEvent) {
 	}
 	c.ring[(c.head+c.n)%len(c.ring)] = ev
 	c.n++
+	c.ringBytes += cost
 }
 
 func (c *watchCache) dropOldestLocked() {
 	c.oldest = c.ring[c.head].rev
+	c.ringBytes -= eventCost(c.ring[c.head])
 	c.ring[c.head] = nil
 	c.head = (c.head + 1) % len(c.ring)
 	c.n--

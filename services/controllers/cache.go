@@ -28,11 +28,6 @@ type cache struct {
 	dependents map[string]map[string]bool
 }
 
-type podEntry struct {
-	pod *pb.Pod
-	rev uint64
-}
-
 type dsEntry struct {
 	ds  *appsv1.DaemonSet
 	rev uint64
@@ -71,13 +66,13 @@ func (s *Service) apply(c change) {
 	switch {
 	case !put:
 	case kb.Bucket == bus.BucketPods:
-		p := &pb.Pod{}
-		if proto.Unmarshal(e.Value(), p) != nil {
+		pe, err := newPodEntry(e.Value(), e.Revision())
+		if err != nil {
 			metrics.Count("controllers.malformed", 1)
 			return
 		}
-		meta = podMeta(p)
-		s.onPod(e.Key(), &podEntry{pod: p, rev: e.Revision()})
+		meta = podMeta(pe.meta)
+		s.onPod(e.Key(), pe)
 	case kb.Bucket == bus.BucketNodes:
 		n := &pb.Node{}
 		if proto.Unmarshal(e.Value(), n) != nil {
@@ -113,10 +108,10 @@ func (s *Service) apply(c change) {
 // onPod caches a pod and marks its DaemonSet and its namespace's budgets.
 func (s *Service) onPod(key string, pe *podEntry) {
 	if old := s.pods[key]; old != nil {
-		s.markForPod(old.pod)
+		s.markForPod(old.meta)
 	}
 	s.pods[key] = pe
-	s.markForPod(pe.pod)
+	s.markForPod(pe.meta)
 }
 
 func (s *Service) markForPod(p *pb.Pod) {
@@ -171,7 +166,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 	switch kb.Bucket {
 	case bus.BucketPods:
 		if old := s.pods[key]; old != nil {
-			s.markForPod(old.pod)
+			s.markForPod(old.meta)
 		}
 		delete(s.pods, key)
 	case bus.BucketNodes:

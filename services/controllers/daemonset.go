@@ -177,8 +177,8 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 
 	byNode := map[string][]*pb.Pod{}
 	for _, pe := range s.pods {
-		p := pe.pod
-		if p.GetMetadata().GetNamespace() == ds.Namespace && isControlledBy(p, ds.UID) {
+		if m := pe.meta; m.GetMetadata().GetNamespace() == ds.Namespace && isControlledBy(m, ds.UID) {
+			p := pe.pod()
 			n := podNode(p)
 			byNode[n] = append(byNode[n], p)
 		}

@@ -40,9 +40,9 @@ func (s *Service) syncPDB(ctx context.Context, key string) error {
 	}
 	var pods []*pb.Pod
 	for _, pe := range s.pods {
-		md := pe.pod.GetMetadata()
+		md := pe.meta.GetMetadata()
 		if md.GetNamespace() == pdb.Namespace && sel.Matches(labels.Set(md.GetLabels())) {
-			pods = append(pods, pe.pod)
+			pods = append(pods, pe.pod())
 		}
 	}
 	status := pdbStatus(pdb, pods, s.cfg.now())

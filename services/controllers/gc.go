@@ -164,7 +164,7 @@ func (s *Service) deleteObject(ctx context.Context, o *object) error {
 		if pe == nil {
 			return nil
 		}
-		return s.deletePod(ctx, pe.pod, nil, UserGC, "gc", reasonGarbageCollected)
+		return s.deletePod(ctx, pe.pod(), nil, UserGC, "gc", reasonGarbageCollected)
 	case o.kind.Proto || o.kind.Kind == "Namespace":
 		return nil
 	}
@@ -188,7 +188,7 @@ func (s *Service) dropOwner(ctx context.Context, d *object, owner string) error 
 		if pe == nil {
 			return nil
 		}
-		p := clonePod(pe.pod)
+		p := pe.pod()
 		p.Metadata.OwnerReferences = slices.DeleteFunc(p.Metadata.OwnerReferences, func(r *pb.OwnerReference) bool { return r.GetUid() == owner })
 		return s.updatePod(ctx, p, pe.rev, UserGC, "gc-orphan")
 	case d.kind.Proto:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -76,6 +75,3 @@ func (s *Service) updatePod(ctx context.Context, p *pb.Pod, rev uint64, user, wh
 	}
 	return nil
 }
-
-// clonePod is a copy to change.
-func clonePod(p *pb.Pod) *pb.Pod { return proto.Clone(p).(*pb.Pod) }
