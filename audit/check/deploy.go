@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,10 @@ type deployVersion struct {
 	time     time.Time
 	bound    int    // replicas + maxSurge
 	revision string // deployment.kubernetes.io/revision
+	// gap: spec versions before this one are missing from the log (its generation is more than one
+	// above the last one seen): AUDIT copied the bucket too late to see them, its key history being
+	// one. What they allowed is unknown.
+	gap bool
 }
 
 // deployEvent is a change in the number of a Deployment's active pods; added when a pod became one.
@@ -143,10 +148,14 @@ func (d *deployments) applyDeployment(r *audit.Record, key string) {
 		// A new Deployment of the same name: a new history.
 		*dh = deployHist{key: dh.key, active: dh.active, perRS: dh.perRS}
 	}
+	var lastGen int64
+	if dh.last != nil {
+		lastGen = dh.last.Generation
+	}
 	dh.last = dep
 	dh.gone = dep.DeletionTimestamp != nil
 	dh.versions = append(dh.versions, deployVersion{seq: r.Seq, time: d.origins.writtenBy(r), bound: surgeBound(dep),
-		revision: dep.Annotations[workload.AnnotationRevision]})
+		revision: dep.Annotations[workload.AnnotationRevision], gap: dep.Generation > lastGen+1})
 }
 
 func (d *deployments) applyReplicaSet(r *audit.Record, key string, rev uint64) {
@@ -246,10 +255,13 @@ func (d *deployments) surges() []Violation {
 		for _, ev := range dh.events {
 			for ; applied < ev.version; applied++ {
 				v := dh.versions[applied+1]
-				if v.bound < allowance {
+				if v.bound < allowance || v.gap {
 					lowered = v.time
 				}
 				allowance = max(allowance, v.bound)
+				if v.gap {
+					allowance = math.MaxInt // until the pods come down to a known bound
+				}
 			}
 			if applied < 0 {
 				continue // no record of the Deployment yet (a history begun mid-way): not judged

@@ -60,6 +60,19 @@ func deploy(replicas int32, image, revision string) step {
 	return appsRecord(bus.BucketDeployments, "web", d)
 }
 
+// deployGen is deploy at a generation.
+func deployGen(replicas int32, image, revision string, gen int64) step {
+	s := deploy(replicas, image, revision)
+	return func(seq uint64) *audit.Record {
+		r := s(seq)
+		d := &appsv1.Deployment{}
+		_, _ = workload.Decode(r.Data, d)
+		d.Generation = gen
+		r.Data, _ = workload.Encode(d, nil)
+		return r
+	}
+}
+
 // rset is ReplicaSet web-<hash> of Deployment web with the template of image.
 func rset(hash, image string) step {
 	t := template(image)
@@ -163,6 +176,20 @@ func TestDeployments(t *testing.T) {
 				at(40*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(41*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
 				at(42*time.Second, podRec("c", pod("uc", "1", owned("h1"))))},
 			want: []want{{KindSurge, "default/web", "default/c", 6}},
+		},
+		{
+			name: "spec versions lost to the log: pods above the first bound seen are not judged",
+			steps: []step{at(0, deployGen(1, "v1", "1", 3)), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, podRec("d", pod("ud", "1", owned("h1"))))},
+		},
+		{
+			name: "broken: after versions lost to the log the pods came down, then one too many",
+			steps: []step{at(0, deployGen(4, "v1", "1", 1)), at(time.Second, rset("h1", "v1")), at(2*time.Second, deployGen(1, "v1", "1", 3)),
+				at(3*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(4*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(5*time.Second, podRec("c", pod("uc", "1", owned("h1")))),
+				at(40*time.Second, podDel("c")), at(41*time.Second, podRec("d", pod("ud", "1", owned("h1"))))},
+			want: []want{{KindSurge, "default/web", "default/d", 8}},
 		},
 		{
 			name: "broken at the end: no ReplicaSet of the current template",
