@@ -34,13 +34,16 @@ func simAgent(t *testing.T, cl *up.Cluster, node, cidr string, hb time.Duration)
 	return start
 }
 
-// podsOn lists name=node of the pods labelled app=<app>.
-func podsOn(k kube, app string) map[string]string {
-	out := k.must("get", "pods", "-l", "app="+app, "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName}{"\n"}{end}`)
+// podsOn lists name -> node of the pods labelled app=<app>.
+func podsOn(k kube, app string) map[string]string { return podField(k, app, "{.spec.nodeName}") }
+
+// podField lists name -> the value of a jsonpath field of each pod labelled app=<app>.
+func podField(k kube, app, field string) map[string]string {
+	out := k.must("get", "pods", "-l", "app="+app, "-o", `jsonpath={range .items[*]}{.metadata.name}=`+field+`{"\n"}{end}`)
 	m := map[string]string{}
 	for _, l := range strings.Fields(out) {
-		name, node, _ := strings.Cut(l, "=")
-		m[name] = node
+		name, v, _ := strings.Cut(l, "=")
+		m[name] = v
 	}
 	return m
 }

@@ -35,15 +35,7 @@ func (n realNode) agentRunner(t *testing.T, natsURL string, hb time.Duration) (s
 }
 
 // podUIDs lists name -> uid of the pods labelled app=<app>.
-func podUIDs(k kube, app string) map[string]string {
-	out := k.must("get", "pods", "-l", "app="+app, "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.uid}{"\n"}{end}`)
-	m := map[string]string{}
-	for _, l := range strings.Fields(out) {
-		name, uid, _ := strings.Cut(l, "=")
-		m[name] = uid
-	}
-	return m
-}
+func podUIDs(k kube, app string) map[string]string { return podField(k, app, "{.metadata.uid}") }
 
 // failoverContainerdYAML is failoverYAML's Deployment, four replicas preferring the real node, on real
 // images; and a DaemonSet of the same image. %[1]s is the real node, %[2]s the busybox image.
