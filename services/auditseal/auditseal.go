@@ -214,7 +214,19 @@ func (s *Sealer) seal(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
 		}
-		for m := range batch.Messages() {
+		msgs := batch.Messages()
+		for {
+			// A fetch is not bound to ctx: a stop must not wait for its batch to end.
+			var m jetstream.Msg
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case m, ok = <-msgs:
+			}
+			if !ok {
+				break
+			}
 			md, err := m.Metadata()
 			if err != nil {
 				return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
