@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -451,12 +452,7 @@ func forceDeleted(p *pb.Pod) bool {
 // endState checks the last state of every stored pod.
 func (h *history) endState() []Violation {
 	var out []Violation
-	keys := make([]string, 0, len(h.keys))
-	for k := range h.keys {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(h.keys)) {
 		s := h.keys[k]
 		inc := h.uids[s.uid]
 		p := inc.last

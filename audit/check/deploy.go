@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -238,12 +239,7 @@ func (d *deployments) applyPod(r *audit.Record, key string, rev uint64, p *pb.Po
 // a pod's counts from that pod on.
 func (d *deployments) surges() []Violation {
 	var out []Violation
-	keys := make([]string, 0, len(d.byKey))
-	for k := range d.byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(d.byKey)) {
 		dh := d.byKey[k]
 		allowance, applied := -1, -1
 		var lowered time.Time // the last scale-down
@@ -320,12 +316,7 @@ func (d *deployments) endState(h *history) []Violation {
 	var out []Violation
 	newest := map[string]string{} // Deployment -> hash of the ReplicaSet of its current template
 	rsOf := map[string][]string{} // Deployment -> its ReplicaSets left
-	rsKeys := make([]string, 0, len(d.rsets))
-	for k := range d.rsets {
-		rsKeys = append(rsKeys, k)
-	}
-	slices.Sort(rsKeys)
-	for _, k := range rsKeys {
+	for _, k := range slices.Sorted(maps.Keys(d.rsets)) {
 		rs := d.rsets[k]
 		for _, o := range rs.OwnerReferences {
 			if o.Controller == nil || !*o.Controller || o.Kind != "Deployment" {
@@ -340,12 +331,7 @@ func (d *deployments) endState(h *history) []Violation {
 		}
 	}
 	tallies := map[string]*tally{}
-	podKeys := make([]string, 0, len(d.pods))
-	for k := range d.pods {
-		podKeys = append(podKeys, k)
-	}
-	slices.Sort(podKeys)
-	for _, k := range podKeys {
+	for _, k := range slices.Sorted(maps.Keys(d.pods)) {
 		own := d.pods[k]
 		if own.deploy == "" {
 			continue
@@ -372,12 +358,7 @@ func (d *deployments) endState(h *history) []Violation {
 			t.oldRS = append(t.oldRS, own.rs)
 		}
 	}
-	keys := make([]string, 0, len(d.byKey))
-	for k := range d.byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(d.byKey)) {
 		dh := d.byKey[k]
 		t := tallies[k]
 		if t == nil {
