@@ -276,7 +276,7 @@ func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) erro
 func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.mu.Lock()
 	c.closeWatchersLocked()
-	c.objects, c.pending, c.sorted = from.objects, from.pending, nil
+	c.objects, c.pending, c.sorted, c.dirty = from.objects, from.pending, from.sorted, true
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
 	c.head, c.n, c.ringBytes = 0, 0, 0
@@ -325,6 +325,11 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 		cur.id = id
 		c.objects[id] = cur
 		c.pending = append(c.pending, cur)
+		// A cache that nobody lists merges now and then all the same: pending keeps every version it
+		// was given, replaced ones too, until the next merge.
+		if len(c.pending) > max(c.minEvents, len(c.objects)/2) {
+			c.sortedLocked()
+		}
 	}
 	ev := &cacheEvent{rev: rev, at: time.Now().UnixNano(), cur: cur, prev: prev}
 	c.pushLocked(ev)

@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,39 @@ func TestRingBoundedByBytes(t *testing.T) {
 	defer c.stop(w)
 	if len(backlog) != c.n {
 		t.Errorf("backlog of %d events, want %d", len(backlog), c.n)
+	}
+}
+
+// A cache that nobody lists does not keep the versions its objects replaced: the pending entries it
+// merges on the next list stay within a bound of the objects it holds.
+func TestUnlistedCacheKeepsNoReplacedVersions(t *testing.T) {
+	c := fedCache(t)
+	const pods, versions = 2 * minCacheEvents, 10
+	rev := uint64(0)
+	for v := range versions {
+		for i := range pods {
+			rev++
+			c.putPod(t, fmt.Sprintf("p%d", i), fmt.Sprintf("v%d", v), rev)
+		}
+	}
+	if bound := max(minCacheEvents, len(c.objects)/2); len(c.pending) > bound {
+		t.Errorf("%d pending entries for %d objects, want at most %d", len(c.pending), len(c.objects), bound)
+	}
+	held := map[*cacheEntry]bool{}
+	for _, e := range append(slices.Clone(c.sorted), c.pending...) {
+		held[e] = true
+	}
+	if len(held) > pods+max(minCacheEvents, pods/2) {
+		t.Errorf("sorted and pending hold %d entries for %d objects", len(held), pods)
+	}
+	items, _ := c.state()
+	if len(items) != pods {
+		t.Fatalf("list: %d objects, want %d", len(items), pods)
+	}
+	for _, e := range items {
+		if e.stale || e.labels["app"] != fmt.Sprintf("v%d", versions-1) {
+			t.Fatalf("listed %s with app=%s (stale %v), want the last version", e.id, e.labels["app"], e.stale)
+		}
 	}
 }
 
