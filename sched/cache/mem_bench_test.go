@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
 	st "github.com/podbus/podbus/sched/schedtest"
@@ -68,6 +69,7 @@ func BenchmarkAllocMemory(b *testing.B) {
 					if err := proto.Unmarshal(data, pa); err != nil {
 						b.Fatal(err)
 					}
+					intern.PodAllocation(pa) // as services/scheduler decodes it
 					rev++
 					c.ApplyPodAlloc(node, pi.UID(), pa, rev)
 				}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -371,6 +372,7 @@ func decodeAllocEntry(e jetstream.KeyValueEntry) (node, uid string, pa *pb.PodAl
 	if proto.Unmarshal(e.Value(), pa) != nil {
 		pa = nil
 	}
+	intern.PodAllocation(pa) // the caches keep it as long as the pod runs
 	return node, uid, pa, nil, true
 }
 
