@@ -358,6 +358,7 @@ func loadNodeAlloc(ctx context.Context, kv jetstream.KeyValue, node string) (*no
 // an undecodable value counts as deleted.
 func decodeAllocEntry(e jetstream.KeyValueEntry) (node, uid string, pa *pb.PodAllocation, meta *pb.NodeAllocation, ok bool) {
 	node, uid, ok = bus.SplitAllocKey(e.Key())
+	node = intern.String(node) // held per pending change of the commit view
 	if !ok || e.Operation() != jetstream.KeyValuePut {
 		return node, uid, nil, nil, ok
 	}
