@@ -90,11 +90,11 @@ type nodeState struct {
 	name        string
 	node        *pb.Node // nil: no entry in the nodes bucket
 	allocatable framework.Resource
-	images      map[string]int64   // normalised image -> size
-	alloc       *pb.NodeAllocation // nil: no alloc record
-	// owned: alloc was assembled here from the alloc keys (ApplyPodAlloc, ApplyNodeMeta) and is changed
-	// in place; otherwise it is a caller's record (UpsertAlloc), copied before the first such change.
-	owned bool
+	images      map[string]int64 // normalised image -> size
+	// hasAlloc: the node has an alloc record (UpsertAlloc) or alloc keys were applied. The record's
+	// pods are allocByUID's PlacedPods, which hold all the cache needs of them (their requests and
+	// preempted_by included), and its nominations are nominated: no decoded PodAllocation is kept.
+	hasAlloc bool
 	// marks are the victims' preempted_by from the node's meta key, by victim uid.
 	marks      map[string]string
 	allocTotal framework.Resource // alloc.total
@@ -282,7 +282,7 @@ func (c *Cache) UpsertAllocChange(node string, a *pb.NodeAllocation, rev uint64)
 		return Change{Trigger: c.trigger(triggerPodAdded, rev), Event: podEvent(framework.Add)}
 	}
 	shrunk := false
-	for uid := range ns.alloc.GetPods() {
+	for uid := range ns.allocByUID {
 		if _, ok := a.GetPods()[uid]; !ok {
 			shrunk = true
 			break
@@ -290,14 +290,9 @@ func (c *Cache) UpsertAllocChange(node string, a *pb.NodeAllocation, rev uint64)
 	}
 	// A nomination dropped (its pod bound, deleted or nominated elsewhere) frees room for lower
 	// priorities too.
-	for uid := range ns.alloc.GetNominated() {
-		if _, ok := a.GetNominated()[uid]; !ok {
-			shrunk = true
-			break
-		}
-	}
+	shrunk = shrunk || nominationLeft(ns.nominated, a.GetNominated())
 	grown := false
-	ns.alloc, ns.owned, ns.marks, ns.allocTotal = a, false, nil, framework.ResourceOf(a.GetTotal())
+	ns.hasAlloc, ns.marks, ns.allocTotal = a != nil, nil, framework.ResourceOf(a.GetTotal())
 	ns.allocNZCPU, ns.allocNZMem = 0, 0
 	byUID := make(map[string]*framework.PlacedPod, len(a.GetPods()))
 	pods := make([]*framework.PlacedPod, 0, len(a.GetPods()))
@@ -383,7 +378,7 @@ func (c *Cache) confirmOnly(ns *nodeState, a *pb.NodeAllocation) bool {
 		byUID[ap.uid] = ap.placed
 	}
 	slices.SortFunc(pods, func(x, y *framework.PlacedPod) int { return strings.Compare(x.UID, y.UID) })
-	ns.alloc, ns.owned, ns.marks, ns.allocTotal, ns.allocPods, ns.allocByUID = a, false, nil, want, pods, byUID
+	ns.hasAlloc, ns.marks, ns.allocTotal, ns.allocPods, ns.allocByUID = true, nil, want, pods, byUID
 	return true
 }
 
@@ -403,11 +398,11 @@ func (c *Cache) RemoveAllocChange(node string, rev uint64) Change {
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.nodes[node]
-	if ns == nil || ns.alloc == nil {
+	if ns == nil || !ns.hasAlloc {
 		return Change{}
 	}
-	had := len(ns.alloc.GetPods()) > 0 || len(ns.alloc.GetNominated()) > 0
-	ns.alloc, ns.owned, ns.marks, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = nil, false, nil, framework.Resource{}, 0, 0
+	had := len(ns.allocByUID) > 0 || len(ns.nominated) > 0
+	ns.hasAlloc, ns.marks, ns.allocTotal, ns.allocNZCPU, ns.allocNZMem = false, nil, framework.Resource{}, 0, 0
 	ns.allocPods, ns.allocByUID, ns.nominated = nil, nil, nil
 	c.refresh(ns)
 	if had {
@@ -424,15 +419,13 @@ func (c *Cache) ApplyPodAlloc(node, uid string, p *pb.PodAllocation, rev uint64)
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.state(node)
-	old := ns.alloc.GetPods()[uid]
+	old := ns.allocByUID[uid]
 	if p == nil {
 		if old == nil {
 			return Change{}
 		}
-		c.own(ns)
-		delete(ns.alloc.Pods, uid)
-		ns.allocTotal.Sub(framework.ResourceOf(old.GetRequests()))
-		cpu, mem := framework.NonZeroRequests(old.GetRequests())
+		ns.allocTotal.Sub(framework.ResourceOf(old.Requests))
+		cpu, mem := framework.NonZeroRequests(old.Requests)
 		ns.allocNZCPU -= cpu
 		ns.allocNZMem -= mem
 		if i, found := slices.BinarySearchFunc(ns.allocPods, uid, byUID); found {
@@ -442,22 +435,27 @@ func (c *Cache) ApplyPodAlloc(node, uid string, p *pb.PodAllocation, rev uint64)
 		c.refresh(ns)
 		return Change{Trigger: c.trigger(triggerAlloc, rev), Event: podEvent(framework.Delete)}
 	}
-	c.own(ns)
+	ns.keyed()
 	if by := ns.marks[uid]; by != p.GetPreemptedBy() {
 		p = proto.Clone(p).(*pb.PodAllocation)
 		p.PreemptedBy = by
 	}
-	ns.alloc.Pods[uid] = p
 	req := framework.ResourceOf(p.GetRequests())
 	cpu, mem := framework.NonZeroRequests(p.GetRequests())
 	if old != nil {
 		// Rewritten in place (a tentative reservation confirmed): what it counts may change, it stays.
-		ns.allocTotal.Sub(framework.ResourceOf(old.GetRequests()))
-		ocpu, omem := framework.NonZeroRequests(old.GetRequests())
+		oreq := framework.ResourceOf(old.Requests)
+		ns.allocTotal.Sub(oreq)
+		ocpu, omem := framework.NonZeroRequests(old.Requests)
 		ns.allocNZCPU += cpu - ocpu
 		ns.allocNZMem += mem - omem
 		ns.allocTotal.Add(req)
-		c.setPlaced(ns, ns.allocByUID[uid].Committed(p))
+		pp := old.Committed(p)
+		if !sameResource(oreq, req) {
+			// The PlacedPod holds the only copy of what the pod counts.
+			pp = pp.WithRequests(p.GetRequests())
+		}
+		c.setPlaced(ns, pp)
 		c.refresh(ns)
 		return Change{}
 	}
@@ -506,7 +504,7 @@ func (c *Cache) ApplyNodeMeta(node string, meta *pb.NodeAllocation, rev uint64) 
 	defer c.mu.Unlock()
 	c.allocRev = max(c.allocRev, rev)
 	ns := c.state(node)
-	c.own(ns)
+	ns.keyed()
 	marks := map[string]string{}
 	for uid, m := range meta.GetPods() {
 		if by := m.GetPreemptedBy(); by != "" {
@@ -514,24 +512,14 @@ func (c *Cache) ApplyNodeMeta(node string, meta *pb.NodeAllocation, rev uint64) 
 		}
 	}
 	for uid := range joinKeys(ns.marks, marks) {
-		p := ns.alloc.Pods[uid]
-		if p == nil || p.GetPreemptedBy() == marks[uid] {
+		pp := ns.allocByUID[uid]
+		if pp == nil || pp.PreemptedBy == marks[uid] {
 			continue
 		}
-		p = proto.Clone(p).(*pb.PodAllocation)
-		p.PreemptedBy = marks[uid]
-		ns.alloc.Pods[uid] = p
-		c.setPlaced(ns, ns.allocByUID[uid].Committed(p))
+		c.setPlaced(ns, pp.Committed(&pb.PodAllocation{PreemptedBy: marks[uid]}))
 	}
 	ns.marks = marks
-	shrunk := false
-	for uid := range ns.alloc.GetNominated() {
-		if _, ok := meta.GetNominated()[uid]; !ok {
-			shrunk = true
-			break
-		}
-	}
-	ns.alloc.Nominated = meta.GetNominated()
+	shrunk := nominationLeft(ns.nominated, meta.GetNominated())
 	ns.nominated = nil
 	for uid, p := range meta.GetNominated() {
 		ns.nominated = append(ns.nominated, framework.NewPlacedPod(uid, p))
@@ -544,19 +532,22 @@ func (c *Cache) ApplyNodeMeta(node string, meta *pb.NodeAllocation, rev uint64) 
 	return Change{}
 }
 
-// own makes ns.alloc a record this cache may change.
-func (c *Cache) own(ns *nodeState) {
-	if ns.owned {
-		return
-	}
-	a := &pb.NodeAllocation{Node: ns.name, Pods: maps.Clone(ns.alloc.GetPods()), Nominated: ns.alloc.GetNominated()}
-	if a.Pods == nil {
-		a.Pods = map[string]*pb.PodAllocation{}
-	}
+// keyed records that alloc keys of the node were applied.
+func (ns *nodeState) keyed() {
+	ns.hasAlloc = true
 	if ns.allocByUID == nil {
 		ns.allocByUID = map[string]*framework.PlacedPod{}
 	}
-	ns.alloc, ns.owned = a, true
+}
+
+// nominationLeft reports whether a nomination of was is not in now.
+func nominationLeft(was []*framework.PlacedPod, now map[string]*pb.PodAllocation) bool {
+	for _, pp := range was {
+		if _, ok := now[pp.UID]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // setPlaced puts pp in the node's committed pods, replacing the one of the same uid. The list is
@@ -601,7 +592,7 @@ func (c *Cache) Assume(pod *framework.PodInfo, node string, seq uint64) error {
 			c.refresh(other)
 		}
 	}
-	if _, committed := ns.alloc.GetPods()[uid]; committed {
+	if _, committed := ns.allocByUID[uid]; committed {
 		c.refresh(ns)
 		return nil
 	}
@@ -676,7 +667,7 @@ func (c *Cache) refresh(ns *nodeState) {
 			c.affinity.Update(ns.info, nil)
 			ns.info = nil
 		}
-		if ns.alloc == nil && len(ns.assumed) == 0 {
+		if !ns.hasAlloc && len(ns.assumed) == 0 {
 			delete(c.nodes, ns.name)
 		}
 		return

@@ -515,11 +515,14 @@ func TestApplyPodAllocMatchesTheWholeRecord(t *testing.T) {
 		{uid: "u1", cpu: 500, wantTrig: 'p'},
 		{uid: "u2", cpu: 250, wantTrig: 'p'},
 		{uid: "u3", cpu: 100, wantTrig: 'p'},
+		// Rewritten in place with other requests: its deletion below frees what it counts now.
+		{uid: "u3", cpu: 150},
 		{meta: &pb.NodeAllocation{Nominated: map[string]*pb.PodAllocation{"hi": {Name: "hi", Requests: r(300)}},
 			Pods: map[string]*pb.PodAllocation{"u2": {PreemptedBy: "hi"}}}},
 		{uid: "u2", cpu: 0, wantTrig: 'a'},
 		{meta: &pb.NodeAllocation{}, wantTrig: 'a'},
 		{uid: "u1", cpu: 0, wantTrig: 'a'},
+		{uid: "u3", cpu: 0, wantTrig: 'a'},
 	}
 	inc, _ := newTestCache()
 	whole, _ := newTestCache()

@@ -169,6 +169,16 @@ func (p *PlacedPod) Committed(a *pb.PodAllocation) *PlacedPod {
 	return &c
 }
 
+// WithRequests returns a copy of p that requests r, for an alloc entry rewritten with other requests.
+func (p *PlacedPod) WithRequests(r *pb.Resources) *PlacedPod {
+	c := *p
+	c.Requests = r
+	if c.Requests == nil {
+		c.Requests = &pb.Resources{}
+	}
+	return &c
+}
+
 // LabelsKey interns a pod's namespace and labels (see PlacedPod.LabelsKey). Handles of label sets no
 // pod holds any more are collected.
 func LabelsKey(ns string, labels map[string]string) unique.Handle[string] {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unique"
 
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -54,10 +55,12 @@ func NewPodInfo(p *pb.Pod) *PodInfo {
 // Placed returns the pod as it will count on its node once placed (the cache's assumed pods).
 func (p *PodInfo) Placed() *PlacedPod {
 	md := p.Pod.GetMetadata()
-	pp := &PlacedPod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Labels: md.GetLabels(),
+	// Shared with the pod's alloc entry and its ReplicaSet's other pods: the cache keeps it while the
+	// pod runs.
+	pp := &PlacedPod{UID: md.GetUid(), Namespace: intern.String(md.GetNamespace()), Name: md.GetName(), Labels: intern.Labels(md.GetLabels()),
 		LabelsKey: LabelsKey(md.GetNamespace(), md.GetLabels()),
-		Priority:  p.Pod.GetSpec().GetPriority(), SchedulerName: p.Pod.GetSpec().GetSchedulerName(),
-		Requests: p.Requests, Affinity: p.Affinity, assumption: &assumption{}}
+		Priority:  p.Pod.GetSpec().GetPriority(), SchedulerName: intern.String(p.Pod.GetSpec().GetSchedulerName()),
+		Requests: intern.Resources(p.Requests), Affinity: p.Affinity, assumption: &assumption{}}
 	if ts := md.GetCreationTimestamp(); ts != nil {
 		pp.CreationTimestamp = ts.AsTime()
 	}

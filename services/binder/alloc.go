@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -357,6 +358,7 @@ func loadNodeAlloc(ctx context.Context, kv jetstream.KeyValue, node string) (*no
 // an undecodable value counts as deleted.
 func decodeAllocEntry(e jetstream.KeyValueEntry) (node, uid string, pa *pb.PodAllocation, meta *pb.NodeAllocation, ok bool) {
 	node, uid, ok = bus.SplitAllocKey(e.Key())
+	node = intern.String(node) // held per pending change of the commit view
 	if !ok || e.Operation() != jetstream.KeyValuePut {
 		return node, uid, nil, nil, ok
 	}
@@ -371,6 +373,7 @@ func decodeAllocEntry(e jetstream.KeyValueEntry) (node, uid string, pa *pb.PodAl
 	if proto.Unmarshal(e.Value(), pa) != nil {
 		pa = nil
 	}
+	intern.PodAllocation(pa) // the caches keep it as long as the pod runs
 	return node, uid, pa, nil, true
 }
 

@@ -212,7 +212,9 @@ func (v *commitView) applyAlloc(e jetstream.KeyValueEntry) (pendingAlloc, bool) 
 func (v *commitView) flush() {
 	v.pmu.Lock()
 	pending := v.pending
-	v.pending = make(map[string]pendingAlloc, len(pending))
+	// No size hint: the map would keep room for the largest backlog ever flushed (every key taken in
+	// before the first check) however small the later ones are.
+	v.pending = map[string]pendingAlloc{}
 	v.pmu.Unlock()
 	for _, p := range pending {
 		if p.uid == "" {

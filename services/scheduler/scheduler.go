@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -341,6 +342,7 @@ func (s *Service) applyAlloc(e jetstream.KeyValueEntry, initial bool) {
 			s.log.Warn("ignoring alloc entry", "key", e.Key(), "err", err)
 			return
 		}
+		intern.PodAllocation(pa) // the cache keeps it as long as the pod runs
 		ch = s.cache.ApplyPodAlloc(node, uid, pa, e.Revision())
 	default:
 		ch = s.cache.ApplyPodAlloc(node, uid, nil, e.Revision())

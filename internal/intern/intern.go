@@ -1,0 +1,122 @@
+// Package intern shares equal values decoded from the buckets among the messages that hold them. A
+// scheduler and a binder keep an alloc entry for every placed pod, and the pods of one ReplicaSet have
+// equal labels, namespace, scheduler name and requests: each decoded copy would otherwise stay in
+// memory as long as its pod. One table serves the whole process, whose services (cluster/up runs them
+// all) decode the same values.
+//
+// Interned values are shared: callers must not change them (clone a message before changing it;
+// proto.Clone copies maps and submessages).
+package intern
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// maxEntries bounds each table: values beyond it are kept as they are, unshared. Tables only grow, so
+// pods with labels of their own cannot make them grow without bound.
+const maxEntries = 1 << 14
+
+// resourcesKey is a Resources without extended resources, which are rare and not interned.
+type resourcesKey struct{ cpu, memory, ephemeral, pods int64 }
+
+type table struct {
+	mu        sync.Mutex
+	labels    map[string]map[string]string
+	strings   map[string]string
+	resources map[resourcesKey]*pb.Resources
+	key       strings.Builder
+}
+
+var shared = &table{labels: map[string]map[string]string{}, strings: map[string]string{},
+	resources: map[resourcesKey]*pb.Resources{}}
+
+// Labels returns a map equal to m, shared with every other caller that has such a map (m itself when
+// it is empty or the table is full).
+func Labels(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	t := shared
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.key.Reset()
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		t.key.WriteString(k)
+		t.key.WriteByte(0)
+		t.key.WriteString(m[k])
+		t.key.WriteByte(0)
+	}
+	if s, ok := t.labels[t.key.String()]; ok {
+		return s
+	}
+	if len(t.labels) >= maxEntries {
+		return m
+	}
+	s := make(map[string]string, len(m))
+	for k, v := range m {
+		s[t.stringLocked(k)] = t.stringLocked(v)
+	}
+	t.labels[t.key.String()] = s
+	return s
+}
+
+// String returns a string equal to s, shared with every other caller that has it.
+func String(s string) string {
+	if s == "" {
+		return ""
+	}
+	t := shared
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stringLocked(s)
+}
+
+func (t *table) stringLocked(s string) string {
+	if v, ok := t.strings[s]; ok {
+		return v
+	}
+	if len(t.strings) >= maxEntries {
+		return s
+	}
+	s = strings.Clone(s)
+	t.strings[s] = s
+	return s
+}
+
+// Resources returns a message equal to r, shared with every other caller that has one (r itself when
+// it is nil, names extended resources or the table is full).
+func Resources(r *pb.Resources) *pb.Resources {
+	if r == nil || len(r.GetScalar()) > 0 || len(r.ProtoReflect().GetUnknown()) > 0 {
+		return r
+	}
+	k := resourcesKey{r.GetMilliCpu(), r.GetMemory(), r.GetEphemeralStorage(), r.GetPods()}
+	t := shared
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.resources[k]; ok {
+		return v
+	}
+	if len(t.resources) >= maxEntries {
+		return r
+	}
+	v := &pb.Resources{MilliCpu: k.cpu, Memory: k.memory, EphemeralStorage: k.ephemeral, Pods: k.pods}
+	t.resources[k] = v
+	return v
+}
+
+// PodAllocation replaces pa's labels, namespace, scheduler name and requests with shared equal ones. pa
+// must be the caller's own, just decoded: no other goroutine may read it yet.
+func PodAllocation(pa *pb.PodAllocation) {
+	if pa == nil {
+		return
+	}
+	pa.Labels = Labels(pa.Labels)
+	pa.Namespace = String(pa.Namespace)
+	pa.SchedulerName = String(pa.SchedulerName)
+	pa.Requests = Resources(pa.Requests)
+}
