@@ -5,8 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -22,6 +25,37 @@ type dEntry struct {
 	rev      uint64
 }
 
+// podMask is what the controllers read of a pod: the cache keeps only that of every pod of the
+// cluster (see decodePod). A field read from a cached pod must be named here, and varied in
+// TestPodMaskKeepsWhatControllersRead; what needs the whole pod (setController) reads it from the
+// bucket.
+var podMask = bus.NewMask(&pb.Pod{},
+	"metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.owner_references",
+	"metadata.creation_timestamp", "metadata.deletion_timestamp",
+	"spec.node_name",
+	"status.phase", "status.conditions.type", "status.conditions.status", "status.conditions.last_transition_time",
+	"status.container_statuses.restart_count",
+	"internal.correlation_id")
+
+// decodePod is a pods-bucket value as the cache keeps it: podMask's fields, and of the conditions only
+// the first Ready one, the one podutil.PodCondition finds. False when the value is malformed.
+func decodePod(data []byte) (*pb.Pod, bool) {
+	pruned, ok := bus.Prune(data, podMask)
+	p := &pb.Pod{}
+	if !ok || proto.Unmarshal(pruned, p) != nil {
+		return nil, false
+	}
+	if st := p.GetStatus(); st != nil {
+		ready := podutil.PodCondition(p, "Ready")
+		st.Conditions = nil
+		if ready != nil {
+			st.Conditions = []*pb.PodCondition{ready}
+		}
+	}
+	return p, true
+}
+
+// podEntry is a pod as decodePod keeps it, and the pods-bucket revision it was read at.
 type podEntry struct {
 	pod *pb.Pod
 	rev uint64

@@ -1,6 +1,7 @@
 package workloads
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,7 +158,8 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 		return nil // the API validates selectors; an invalid one selects nothing
 	}
 	byName := map[string]*pb.Pod{}
-	var owned, adopt, release []*pb.Pod
+	var owned []*pb.Pod
+	var adopt, release []podEntry
 	for _, pe := range pods {
 		p := pe.pod
 		md := p.GetMetadata()
@@ -169,10 +171,10 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 			if matches || deleting {
 				owned = append(owned, p)
 			} else if md.GetDeletionTimestamp() == nil {
-				release = append(release, p)
+				release = append(release, pe)
 			}
 		case ref == nil && matches && !deleting && isActive(p):
-			adopt = append(adopt, p)
+			adopt = append(adopt, pe)
 		}
 	}
 	// Claims seen done, or expired, are dropped.
@@ -255,18 +257,26 @@ func (s *Service) syncReplicaSet(ctx context.Context, ns, name string) error {
 		}
 		futures = append(futures, f...)
 	}
-	for _, p := range adopt {
-		if f, err := s.setController(p, rs, true); err == nil {
-			futures = append(futures, f)
-		}
-	}
-	for _, p := range release {
-		if f, err := s.setController(p, rs, false); err == nil {
-			futures = append(futures, f)
+	var ownerErr error
+	for _, c := range []struct {
+		pods []podEntry
+		own  bool
+	}{{adopt, true}, {release, false}} {
+		for _, pe := range c.pods {
+			f, err := s.setController(ctx, pe, rs, c.own)
+			switch {
+			case err != nil:
+				ownerErr = cmp.Or(ownerErr, err)
+			case f != nil:
+				futures = append(futures, f)
+			}
 		}
 	}
 	if err := bus.Wait(ctx, futures...); err != nil {
 		return err
+	}
+	if ownerErr != nil {
+		return ownerErr
 	}
 	metrics.Count("workloads.rs.synced", 1)
 	return nil
@@ -446,23 +456,37 @@ func (s *Service) deletePod(rs *appsv1.ReplicaSet, p *pb.Pod, rev uint64) ([]jet
 	return []jetstream.PubAckFuture{f, ev}, nil
 }
 
-// setController adopts (own) or releases a pod through the store's update, compare-and-set on the
-// revision the decision read (the command carries the whole pod, as an API update does).
-func (s *Service) setController(p *pb.Pod, rs *appsv1.ReplicaSet, own bool) (jetstream.PubAckFuture, error) {
-	next := proto.Clone(p).(*pb.Pod)
-	md := next.GetMetadata()
+// setController adopts (own) or releases a pod through the store's update. The command carries the
+// whole pod, as an API update does, which the cache does not keep: it is read from the bucket, and
+// only at the revision the decision read (errRequeue otherwise: the sync decides again once the cache
+// has the newer pod). A pod gone meanwhile is left alone (nil, nil).
+func (s *Service) setController(ctx context.Context, pe podEntry, rs *appsv1.ReplicaSet, own bool) (jetstream.PubAckFuture, error) {
+	cached := pe.pod.GetMetadata()
+	p := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.pods, bus.PodKey(cached.GetNamespace(), cached.GetName()), p)
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rev != pe.rev {
+		return nil, errRequeue
+	}
+	correlation := p.GetInternal().GetCorrelationId()
+	md := p.GetMetadata()
 	refs := slices.DeleteFunc(md.OwnerReferences, func(r *pb.OwnerReference) bool { return r.GetUid() == string(rs.UID) })
 	if own {
 		refs = append(refs, ownerRef("apps/v1", "ReplicaSet", rs.Name, string(rs.UID)))
 	}
 	md.OwnerReferences = refs
-	next.Internal = nil
+	p.Internal = nil
 	op := "release"
 	if own {
 		op = "adopt"
 	}
-	return s.pub.PublishAsync(bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: next, User: UserReplicaSet}, bus.Meta{
-		MsgID: op + "-" + md.GetUid() + "-" + string(rs.UID), Correlation: p.GetInternal().GetCorrelationId(), PodUID: md.GetUid(),
+	return s.pub.PublishAsync(bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, User: UserReplicaSet}, bus.Meta{
+		MsgID: op + "-" + md.GetUid() + "-" + string(rs.UID), Correlation: correlation, PodUID: md.GetUid(),
 		Key: md.GetNamespace() + "/" + md.GetName(), User: UserReplicaSet,
 	})
 }

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -343,8 +342,7 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 	key := ns + "/" + name
 	var p *pb.Pod
 	if e.Operation() == jetstream.KeyValuePut {
-		p = &pb.Pod{}
-		if err := proto.Unmarshal(e.Value(), p); err != nil {
+		if p, ok = decodePod(e.Value()); !ok {
 			metrics.Count("workloads.malformed", 1)
 			return
 		}
