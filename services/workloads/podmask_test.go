@@ -228,8 +228,8 @@ func TestSetControllerSendsTheStoredPod(t *testing.T) {
 	if !proto.Equal(cmd.GetPod(), want) {
 		t.Errorf("adoption sent %v\nwant %v", cmd.GetPod(), want)
 	}
-	if cmd.GetOp() != pb.PodCommand_OP_UPDATE || cmd.GetExpectedRevision() != 0 || cmd.GetUser() != UserReplicaSet {
-		t.Errorf("adoption command op %v, expected revision %d, user %q", cmd.GetOp(), cmd.GetExpectedRevision(), cmd.GetUser())
+	if cmd.GetOp() != pb.PodCommand_OP_UPDATE || cmd.GetExpectedRevision() != rev || cmd.GetUser() != UserReplicaSet {
+		t.Errorf("adoption command op %v, expected revision %d (want %d), user %q", cmd.GetOp(), cmd.GetExpectedRevision(), rev, cmd.GetUser())
 	}
 
 	// The pod changed since the cache's copy: decided again once the cache has it.

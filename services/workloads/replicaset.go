@@ -459,7 +459,8 @@ func (s *Service) deletePod(rs *appsv1.ReplicaSet, p *pb.Pod, rev uint64) ([]jet
 // setController adopts (own) or releases a pod through the store's update. The command carries the
 // whole pod, as an API update does, which the cache does not keep: it is read from the bucket, and
 // only at the revision the decision read (errRequeue otherwise: the sync decides again once the cache
-// has the newer pod). A pod gone meanwhile is left alone (nil, nil).
+// has the newer pod), and the store applies it only at that revision: a change in between is a 409
+// and the next sync decides again. A pod gone meanwhile is left alone (nil, nil).
 func (s *Service) setController(ctx context.Context, pe podEntry, rs *appsv1.ReplicaSet, own bool) (jetstream.PubAckFuture, error) {
 	cached := pe.pod.GetMetadata()
 	p := &pb.Pod{}
@@ -485,7 +486,7 @@ func (s *Service) setController(ctx context.Context, pe podEntry, rs *appsv1.Rep
 	if own {
 		op = "adopt"
 	}
-	return s.pub.PublishAsync(bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, User: UserReplicaSet}, bus.Meta{
+	return s.pub.PublishAsync(bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, User: UserReplicaSet, ExpectedRevision: rev}, bus.Meta{
 		MsgID: op + "-" + md.GetUid() + "-" + string(rs.UID), Correlation: correlation, PodUID: md.GetUid(),
 		Key: md.GetNamespace() + "/" + md.GetName(), User: UserReplicaSet,
 	})
