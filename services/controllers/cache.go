@@ -19,6 +19,7 @@ import (
 // cache is what the watches brought: the controllers' objects decoded, every object's ownership.
 type cache struct {
 	pods  map[string]*podEntry // by pod key
+	strs  interner             // the pods' repeated strings
 	nodes map[string]*pb.Node  // by node name
 	dsets map[string]*dsEntry  // by object key
 	pdbs  map[string]*pdbEntry // by object key
@@ -52,7 +53,7 @@ type object struct {
 
 func newCache() cache {
 	return cache{
-		pods: map[string]*podEntry{}, nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
+		pods: map[string]*podEntry{}, strs: interner{limit: 1 << 16}, nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
 		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[string]string{},
 		dependents: map[string]map[string]bool{},
 	}
@@ -66,12 +67,12 @@ func (s *Service) apply(c change) {
 	switch {
 	case !put:
 	case kb.Bucket == bus.BucketPods:
-		pe, err := newPodEntry(e.Value(), e.Revision())
-		if err != nil {
+		pe, m, ok := s.newPodEntry(e.Value(), e.Revision())
+		if !ok {
 			metrics.Count("controllers.malformed", 1)
 			return
 		}
-		meta = podMeta(pe.meta)
+		meta = m
 		s.onPod(e.Key(), pe)
 	case kb.Bucket == bus.BucketNodes:
 		n := &pb.Node{}
@@ -108,17 +109,17 @@ func (s *Service) apply(c change) {
 // onPod caches a pod and marks its DaemonSet and its namespace's budgets.
 func (s *Service) onPod(key string, pe *podEntry) {
 	if old := s.pods[key]; old != nil {
-		s.markForPod(old.meta)
+		s.markForPod(old)
 	}
 	s.pods[key] = pe
-	s.markForPod(pe.meta)
+	s.markForPod(pe)
 }
 
-func (s *Service) markForPod(p *pb.Pod) {
-	ns := p.GetMetadata().GetNamespace()
-	for _, ref := range p.GetMetadata().GetOwnerReferences() {
-		if ref.GetController() && ref.GetKind() == "DaemonSet" {
-			s.dirtyDS[bus.ObjectKey(ns, ref.GetName())] = true
+func (s *Service) markForPod(pe *podEntry) {
+	ns := pe.ns
+	for _, ref := range pe.owners {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "DaemonSet" {
+			s.dirtyDS[bus.ObjectKey(ns, ref.Name)] = true
 		}
 	}
 	for key, e := range s.pdbs {
@@ -166,7 +167,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 	switch kb.Bucket {
 	case bus.BucketPods:
 		if old := s.pods[key]; old != nil {
-			s.markForPod(old.meta)
+			s.markForPod(old)
 		}
 		delete(s.pods, key)
 	case bus.BucketNodes:
