@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -19,7 +20,7 @@ import (
 // cache is what the watches brought: the controllers' objects decoded, every object's ownership.
 type cache struct {
 	pods  map[string]*podEntry // by pod key
-	strs  interner             // the pods' repeated strings
+	strs  *intern.Strings      // the pods' repeated strings
 	nodes map[string]*pb.Node  // by node name
 	dsets map[string]*dsEntry  // by object key
 	pdbs  map[string]*pdbEntry // by object key
@@ -53,7 +54,7 @@ type object struct {
 
 func newCache() cache {
 	return cache{
-		pods: map[string]*podEntry{}, strs: interner{limit: 1 << 16}, nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
+		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
 		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[string]string{},
 		dependents: map[string]map[string]bool{},
 	}

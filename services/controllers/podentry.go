@@ -49,7 +49,7 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 		return nil, nil, false
 	}
 	md := p.GetMetadata()
-	meta = &metav1.ObjectMeta{Name: md.GetName(), Namespace: c.strs.get(md.GetNamespace()), UID: typesUID(md.GetUid()),
+	meta = &metav1.ObjectMeta{Name: md.GetName(), Namespace: c.strs.Get(md.GetNamespace()), UID: typesUID(md.GetUid()),
 		Finalizers: md.GetFinalizers()}
 	if md.GetDeletionTimestamp() != nil {
 		t := metav1.NewTime(md.GetDeletionTimestamp().AsTime())
@@ -58,8 +58,8 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 	if refs := md.GetOwnerReferences(); len(refs) > 0 {
 		meta.OwnerReferences = make([]metav1.OwnerReference, len(refs))
 		for i, r := range refs {
-			meta.OwnerReferences[i] = metav1.OwnerReference{APIVersion: c.strs.get(r.GetApiVersion()), Kind: c.strs.get(r.GetKind()),
-				Name: c.strs.get(r.GetName()), UID: typesUID(c.strs.get(r.GetUid())), Controller: sharedBool(r.Controller),
+			meta.OwnerReferences[i] = metav1.OwnerReference{APIVersion: c.strs.Get(r.GetApiVersion()), Kind: c.strs.Get(r.GetKind()),
+				Name: c.strs.Get(r.GetName()), UID: typesUID(c.strs.Get(r.GetUid())), Controller: sharedBool(r.Controller),
 				BlockOwnerDeletion: sharedBool(r.BlockOwnerDeletion)}
 		}
 	}
@@ -113,7 +113,7 @@ func (c *cache) labelSet(m map[string]string) labelSet {
 	}
 	ls := make(labelSet, 0, 2*len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		ls = append(ls, c.strs.get(k), c.strs.get(m[k]))
+		ls = append(ls, c.strs.Get(k), c.strs.Get(m[k]))
 	}
 	return ls
 }
@@ -137,25 +137,6 @@ func (ls labelSet) Has(key string) bool {
 func (ls labelSet) Get(key string) string {
 	v, _ := ls.Lookup(key)
 	return v
-}
-
-// interner shares equal strings: namespaces, owners and labels repeat across many pods. It forgets
-// them all when full, so that strings no pod has any more do not pile up; the strings already shared
-// stay shared.
-type interner struct {
-	m     map[string]string
-	limit int
-}
-
-func (in *interner) get(s string) string {
-	if v, ok := in.m[s]; ok {
-		return v
-	}
-	if in.m == nil || len(in.m) >= in.limit {
-		in.m = make(map[string]string, 1024)
-	}
-	in.m[s] = s
-	return s
 }
 
 var yes, no = true, false

@@ -1,0 +1,51 @@
+// Package intern shares equal values that many cached objects repeat (namespaces, node names, owners,
+// labels, tolerations), so that a cache of many pods holds each once.
+package intern
+
+// Table shares values by key. It forgets them all when it holds limit keys, so that values no
+// object has any more do not pile up; the values already shared stay shared. The zero Table holds
+// DefaultLimit keys. It is not safe for concurrent use.
+type Table[V any] struct {
+	m     map[string]V
+	limit int
+}
+
+// DefaultLimit is the zero Table's.
+const DefaultLimit = 1 << 16
+
+// NewTable is a Table forgetting all at limit keys.
+func NewTable[V any](limit int) *Table[V] { return &Table[V]{limit: limit} }
+
+// Get is the shared value of key, made by make the first time.
+func (t *Table[V]) Get(key string, make func() V) V {
+	if v, ok := t.m[key]; ok {
+		return v
+	}
+	limit := t.limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	if t.m == nil || len(t.m) >= limit {
+		t.m = map[string]V{}
+	}
+	v := make()
+	t.m[key] = v
+	return v
+}
+
+// Len is how many keys the table holds.
+func (t *Table[V]) Len() int { return len(t.m) }
+
+// Strings shares equal strings.
+type Strings struct{ t Table[string] }
+
+// NewStrings is a Strings forgetting all at limit strings.
+func NewStrings(limit int) *Strings { return &Strings{t: Table[string]{limit: limit}} }
+
+// Get is the shared string equal to s.
+func (s *Strings) Get(v string) string {
+	if v == "" {
+		return ""
+	}
+	return s.t.Get(v, func() string { return v })
+}
