@@ -16,10 +16,15 @@ const DefaultLimit = 1 << 16
 // NewTable is a Table forgetting all at limit keys.
 func NewTable[V any](limit int) *Table[V] { return &Table[V]{limit: limit} }
 
-// Get is the shared value of key, made by make the first time.
-func (t *Table[V]) Get(key string, make func() V) V {
+// Get is the shared value of key, made by make the first time; a value make reports not ok is
+// returned, not kept.
+func (t *Table[V]) Get(key string, make func() (V, bool)) (V, bool) {
 	if v, ok := t.m[key]; ok {
-		return v
+		return v, true
+	}
+	v, ok := make()
+	if !ok {
+		return v, false
 	}
 	limit := t.limit
 	if limit <= 0 {
@@ -28,9 +33,8 @@ func (t *Table[V]) Get(key string, make func() V) V {
 	if t.m == nil || len(t.m) >= limit {
 		t.m = map[string]V{}
 	}
-	v := make()
 	t.m[key] = v
-	return v
+	return v, true
 }
 
 // Len is how many keys the table holds.
@@ -47,5 +51,6 @@ func (s *Strings) Get(v string) string {
 	if v == "" {
 		return ""
 	}
-	return s.t.Get(v, func() string { return v })
+	shared, _ := s.t.Get(v, func() (string, bool) { return v, true })
+	return shared
 }

@@ -33,9 +33,16 @@ func TestStringsShare(t *testing.T) {
 func TestTableMakesOnce(t *testing.T) {
 	var tb Table[[]int]
 	made := 0
-	mk := func() []int { made++; return []int{made} }
-	x, y := tb.Get("k", mk), tb.Get("k", mk)
+	mk := func() ([]int, bool) { made++; return []int{made}, true }
+	x, _ := tb.Get("k", mk)
+	y, _ := tb.Get("k", mk)
 	if made != 1 || &x[0] != &y[0] {
 		t.Errorf("made %d times, shared %v", made, &x[0] == &y[0])
+	}
+	if _, ok := tb.Get("bad", func() ([]int, bool) { return nil, false }); ok {
+		t.Errorf("a value made not ok is ok")
+	}
+	if _, ok := tb.Get("bad", func() ([]int, bool) { return []int{1}, true }); !ok || tb.Len() != 2 {
+		t.Errorf("a value made not ok was kept")
 	}
 }
