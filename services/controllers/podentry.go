@@ -29,8 +29,9 @@ var podMetaMask = bus.NewMask(&pb.Pod{}, "metadata.name", "metadata.namespace", 
 
 // podDataMask is every other field the controllers read of a cached pod (podEntry.pod): the
 // DaemonSets its node (bound, or pinned by matchFields), phase, readiness, age and deletion; the
-// budgets its readiness and deletion; every pod command its correlation id. A new read of a cached
-// pod's field needs its path here (TestPodEntryDecisions compares decisions on whole pods).
+// budgets its readiness and deletion; every pod command its correlation id. Of the conditions the
+// entry keeps Ready's alone. A new read of a cached pod's field needs its path here
+// (TestPodEntryDecisions compares decisions on whole pods).
 var podDataMask = bus.NewMask(&pb.Pod{}, "metadata.creation_timestamp", "metadata.deletion_timestamp",
 	"spec.node_name", "spec.affinity.node_affinity.required.terms.match_fields",
 	"status.phase", "status.conditions.type", "status.conditions.status", "status.conditions.last_transition_time",
@@ -44,7 +45,7 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 	if !ok || proto.Unmarshal(head, p) != nil {
 		return nil, nil, false
 	}
-	rest, ok := bus.Prune(data, podDataMask)
+	rest, ok := readyOnly(data)
 	if !ok {
 		return nil, nil, false
 	}
@@ -67,6 +68,28 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 		owners: meta.OwnerReferences, data: rest, rev: rev}
 	return pe, meta, true
 }
+
+// readyOnly is a stored pod pruned to podDataMask, of its conditions only Ready: the one the
+// controllers read, where a running pod has five.
+func readyOnly(data []byte) ([]byte, bool) {
+	rest, ok := bus.Prune(data, podDataMask)
+	if !ok {
+		return nil, false
+	}
+	p := &pb.Pod{}
+	if proto.Unmarshal(rest, p) != nil {
+		return nil, false
+	}
+	conds := p.GetStatus().GetConditions()
+	if !slices.ContainsFunc(conds, notReadyCondition) {
+		return rest, true
+	}
+	p.Status.Conditions = slices.DeleteFunc(conds, notReadyCondition)
+	out, err := proto.Marshal(p)
+	return out, err == nil
+}
+
+func notReadyCondition(c *pb.PodCondition) bool { return c.GetType() != "Ready" }
 
 // pod decodes what the entry keeps of the pod, a copy of its own. The bytes were pruned from a pod
 // that decoded, so this does not fail but for a bug, when it returns the metadata alone.
