@@ -26,9 +26,12 @@ type cache struct {
 	pdbs  map[string]*pdbEntry // by object key
 	// The collector's graph: every object of every kind by uid, its dependents by owner uid.
 	objects    map[string]*object
-	byKey      map[string]string // bucket + "/" + key -> uid
+	byKey      map[bucketKey]string // -> uid
 	dependents map[string]map[string]bool
 }
+
+// bucketKey names a stored object: a pair, not a string made per object.
+type bucketKey struct{ bucket, key string }
 
 type dsEntry struct {
 	ds  *appsv1.DaemonSet
@@ -55,7 +58,7 @@ type object struct {
 func newCache() cache {
 	return cache{
 		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
-		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[string]string{},
+		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[bucketKey]string{},
 		dependents: map[string]map[string]bool{},
 	}
 }
@@ -181,7 +184,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 	case bus.BucketPDBs:
 		delete(s.pdbs, key)
 	}
-	bk := kb.Bucket + "/" + key
+	bk := bucketKey{kb.Bucket, key}
 	uid, ok := s.byKey[bk]
 	if !ok {
 		return
@@ -197,7 +200,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 
 // track records an object's ownership for the collector.
 func (s *Service) track(kb *bus.KindBucket, key string, rev uint64, m *metav1.ObjectMeta) {
-	bk := kb.Bucket + "/" + key
+	bk := bucketKey{kb.Bucket, key}
 	if old, ok := s.byKey[bk]; ok {
 		if o := s.objects[old]; o != nil {
 			s.unlink(o)
