@@ -162,7 +162,7 @@ func (ls labelSet) Get(key string) string {
 	return v
 }
 
-var yes, no = true, false
+var sharedTrue, sharedFalse = true, false
 
 // sharedBool is b as one of two pointers all entries share: nobody writes through them.
 func sharedBool(b *bool) *bool {
@@ -170,9 +170,9 @@ func sharedBool(b *bool) *bool {
 	case b == nil:
 		return nil
 	case *b:
-		return &yes
+		return &sharedTrue
 	}
-	return &no
+	return &sharedFalse
 }
 
 func cloneBool(b *bool) *bool {
