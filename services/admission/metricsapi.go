@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/usage"
 )
@@ -92,23 +93,27 @@ type usageCache struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeUsage // by node name
-	pods  map[string]*podUsage  // by namespace/name
+	pods  map[string]podUsage   // by namespace/name
 	// own are nodes that report on their own subject: a pool's report of them is ignored.
-	own map[string]bool
+	own  map[string]bool
+	strs *intern.Strings // node and container names
 }
 
 type nodeUsage struct {
-	u        usage.Node
+	u        usage.Node // without its pods: pods has them
+	pods     []string   // the keys of pods this report set
 	received time.Time
 }
 
+// podUsage is what a pod's metrics are made of besides its name: its containers' usage.
 type podUsage struct {
-	node string
-	p    usage.Pod
+	node       string
+	containers []usage.Container
 }
 
 func newUsageCache() *usageCache {
-	return &usageCache{now: time.Now, nodes: map[string]*nodeUsage{}, pods: map[string]*podUsage{}, own: map[string]bool{}}
+	return &usageCache{now: time.Now, nodes: map[string]*nodeUsage{}, pods: map[string]podUsage{}, own: map[string]bool{},
+		strs: intern.NewStrings(intern.DefaultLimit)}
 }
 
 // onMessage takes a usage report in. A node's own subject may report that node only.
@@ -134,21 +139,29 @@ func (c *usageCache) onMessage(m *nats.Msg) {
 			continue
 		}
 		if old := c.nodes[n.Name]; old != nil {
-			for _, p := range old.u.Pods {
-				k := p.Namespace + "/" + p.Name
-				if pu := c.pods[k]; pu != nil && pu.node == n.Name {
+			for _, k := range old.pods {
+				if pu, ok := c.pods[k]; ok && pu.node == n.Name {
 					delete(c.pods, k)
 				}
 			}
 		}
-		c.nodes[n.Name] = &nodeUsage{u: n, received: now}
+		n.Name = c.strs.Get(n.Name)
+		keys := make([]string, 0, len(n.Pods))
 		for _, p := range n.Pods {
-			c.pods[p.Namespace+"/"+p.Name] = &podUsage{node: n.Name, p: p}
+			k := p.Namespace + "/" + p.Name
+			cs := make([]usage.Container, len(p.Containers))
+			for i, ct := range p.Containers {
+				cs[i] = usage.Container{Name: c.strs.Get(ct.Name), CPUNanoCores: ct.CPUNanoCores, MemoryBytes: ct.MemoryBytes}
+			}
+			c.pods[k] = podUsage{node: n.Name, containers: cs}
+			keys = append(keys, k)
 		}
+		n.Pods = nil
+		c.nodes[n.Name] = &nodeUsage{u: n, pods: keys, received: now}
 	}
 }
 
-// node returns the node's usage, if fresh.
+// node returns the node's usage without its pods, if fresh.
 func (c *usageCache) node(name string) (usage.Node, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -163,15 +176,16 @@ func (c *usageCache) node(name string) (usage.Node, bool) {
 func (c *usageCache) pod(ns, name string) (usage.Pod, usage.Node, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := c.pods[ns+"/"+name]
-	if p == nil {
+	p, ok := c.pods[ns+"/"+name]
+	if !ok {
 		return usage.Pod{}, usage.Node{}, false
 	}
 	n := c.nodes[p.node]
 	if n == nil || c.now().Sub(n.received) > usageTTL {
 		return usage.Pod{}, usage.Node{}, false
 	}
-	return p.p, usage.Node{Name: n.u.Name, Time: n.u.Time, WindowMillis: n.u.WindowMillis}, true
+	return usage.Pod{Namespace: ns, Name: name, Containers: p.containers},
+		usage.Node{Name: n.u.Name, Time: n.u.Time, WindowMillis: n.u.WindowMillis}, true
 }
 
 // subscribeUsage feeds the cache from the agents' reports.

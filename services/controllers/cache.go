@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -19,14 +20,18 @@ import (
 // cache is what the watches brought: the controllers' objects decoded, every object's ownership.
 type cache struct {
 	pods  map[string]*podEntry // by pod key
+	strs  *intern.Strings      // the pods' repeated strings
 	nodes map[string]*pb.Node  // by node name
 	dsets map[string]*dsEntry  // by object key
 	pdbs  map[string]*pdbEntry // by object key
 	// The collector's graph: every object of every kind by uid, its dependents by owner uid.
 	objects    map[string]*object
-	byKey      map[string]string // bucket + "/" + key -> uid
+	byKey      map[bucketKey]string // -> uid
 	dependents map[string]map[string]bool
 }
+
+// bucketKey names a stored object: a pair, not a string made per object.
+type bucketKey struct{ bucket, key string }
 
 type dsEntry struct {
 	ds  *appsv1.DaemonSet
@@ -52,8 +57,8 @@ type object struct {
 
 func newCache() cache {
 	return cache{
-		pods: map[string]*podEntry{}, nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
-		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[string]string{},
+		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
+		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[bucketKey]string{},
 		dependents: map[string]map[string]bool{},
 	}
 }
@@ -66,12 +71,12 @@ func (s *Service) apply(c change) {
 	switch {
 	case !put:
 	case kb.Bucket == bus.BucketPods:
-		pe, err := newPodEntry(e.Value(), e.Revision())
-		if err != nil {
+		pe, m, ok := s.newPodEntry(e.Value(), e.Revision())
+		if !ok {
 			metrics.Count("controllers.malformed", 1)
 			return
 		}
-		meta = podMeta(pe.meta)
+		meta = m
 		s.onPod(e.Key(), pe)
 	case kb.Bucket == bus.BucketNodes:
 		n := &pb.Node{}
@@ -108,17 +113,17 @@ func (s *Service) apply(c change) {
 // onPod caches a pod and marks its DaemonSet and its namespace's budgets.
 func (s *Service) onPod(key string, pe *podEntry) {
 	if old := s.pods[key]; old != nil {
-		s.markForPod(old.meta)
+		s.markForPod(old)
 	}
 	s.pods[key] = pe
-	s.markForPod(pe.meta)
+	s.markForPod(pe)
 }
 
-func (s *Service) markForPod(p *pb.Pod) {
-	ns := p.GetMetadata().GetNamespace()
-	for _, ref := range p.GetMetadata().GetOwnerReferences() {
-		if ref.GetController() && ref.GetKind() == "DaemonSet" {
-			s.dirtyDS[bus.ObjectKey(ns, ref.GetName())] = true
+func (s *Service) markForPod(pe *podEntry) {
+	ns := pe.ns
+	for _, ref := range pe.owners {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "DaemonSet" {
+			s.dirtyDS[bus.ObjectKey(ns, ref.Name)] = true
 		}
 	}
 	for key, e := range s.pdbs {
@@ -166,7 +171,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 	switch kb.Bucket {
 	case bus.BucketPods:
 		if old := s.pods[key]; old != nil {
-			s.markForPod(old.meta)
+			s.markForPod(old)
 		}
 		delete(s.pods, key)
 	case bus.BucketNodes:
@@ -179,7 +184,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 	case bus.BucketPDBs:
 		delete(s.pdbs, key)
 	}
-	bk := kb.Bucket + "/" + key
+	bk := bucketKey{kb.Bucket, key}
 	uid, ok := s.byKey[bk]
 	if !ok {
 		return
@@ -195,7 +200,7 @@ func (s *Service) onGone(kb *bus.KindBucket, key string) {
 
 // track records an object's ownership for the collector.
 func (s *Service) track(kb *bus.KindBucket, key string, rev uint64, m *metav1.ObjectMeta) {
-	bk := kb.Bucket + "/" + key
+	bk := bucketKey{kb.Bucket, key}
 	if old, ok := s.byKey[bk]; ok {
 		if o := s.objects[old]; o != nil {
 			s.unlink(o)

@@ -145,15 +145,6 @@ func podNode(p *pb.Pod) string {
 	return ""
 }
 
-func isControlledBy(p *pb.Pod, uid types.UID) bool {
-	for _, r := range p.GetMetadata().GetOwnerReferences() {
-		if r.GetController() && r.GetUid() == string(uid) {
-			return true
-		}
-	}
-	return false
-}
-
 // available is Ready for minReadySeconds.
 func available(p *pb.Pod, minReady int32, now time.Time) bool {
 	c := podutil.PodCondition(p, "Ready")
@@ -171,40 +162,75 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 	ds := e.ds
 	now := s.cfg.now()
 	tpl := daemonPod(ds)
-	tplPB, _ := convert.PodToPB(tpl)
-	req := nodeaffinity.GetRequired(tplPB)
 	hash := templateHash(&ds.Spec.Template)
-
-	byNode := map[string][]*pb.Pod{}
+	var pods []*pb.Pod
 	for _, pe := range s.pods {
-		if m := pe.meta; m.GetMetadata().GetNamespace() == ds.Namespace && isControlledBy(m, ds.UID) {
-			p := pe.pod()
-			n := podNode(p)
-			byNode[n] = append(byNode[n], p)
+		if pe.ns == ds.Namespace && pe.controlledBy(string(ds.UID)) {
+			pods = append(pods, pe.pod())
 		}
 	}
-	var st appsv1.DaemonSetStatus
-	var create []string
+	plan := planDaemonSet(ds, tpl, hash, s.nodes, pods, now)
+	var errs []error
+	for _, d := range plan.deletes {
+		p := d.pod
+		if err := s.deletePod(ctx, p, d.grace, UserDaemonSet, "ds", d.why); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		metrics.Count("controllers.daemonset.deleted", 1)
+		s.log.Info("deleting daemon pod", "daemonset", key, "pod", p.GetMetadata().GetName(), "why", d.why)
+		s.dsEvent(ds, reasonSuccessfulDelete, "Deleted pod: "+p.GetMetadata().GetName(), p.GetMetadata().GetUid(), now)
+	}
+	for _, node := range plan.create {
+		if err := s.createDaemonPod(ctx, ds, tpl, node, hash, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !equality.Semantic.DeepEqual(plan.status, ds.Status) {
+		errs = append(errs, s.writeDaemonSetStatus(ctx, key, e, plan.status))
+	}
+	return errors.Join(errs...)
+}
+
+// daemonPlan is what a sync of a DaemonSet does: delete pods, in order, make a pod for each node of
+// create, and store status.
+type daemonPlan struct {
+	deletes []daemonDeletion
+	create  []string
+	status  appsv1.DaemonSetStatus
+}
+
+type daemonDeletion struct {
+	pod   *pb.Pod
+	grace *int64
+	why   string
+}
+
+// planDaemonSet decides a sync of ds, whose pod template is tpl (hash names it), over nodes and pods,
+// the pods ds controls.
+func planDaemonSet(ds *appsv1.DaemonSet, tpl *corev1.Pod, hash string, nodes map[string]*pb.Node, pods []*pb.Pod, now time.Time) daemonPlan {
+	tplPB, _ := convert.PodToPB(tpl)
+	req := nodeaffinity.GetRequired(tplPB)
+	byNode := map[string][]*pb.Pod{}
+	for _, p := range pods {
+		n := podNode(p)
+		byNode[n] = append(byNode[n], p)
+	}
+	var plan daemonPlan
+	st := &plan.status
 	var oldPods []*pb.Pod // out of date, on nodes that should run the daemon
 	unavailable := 0
-	var errs []error
 	del := func(p *pb.Pod, why string) {
 		if p.GetMetadata().GetDeletionTimestamp() != nil {
 			return
 		}
 		var grace *int64
-		if s.nodes[p.GetSpec().GetNodeName()] == nil {
+		if nodes[p.GetSpec().GetNodeName()] == nil {
 			grace = proto.Int64(0) // no agent left to confirm a graceful stop
 		}
-		if err := s.deletePod(ctx, p, grace, UserDaemonSet, "ds", why); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		metrics.Count("controllers.daemonset.deleted", 1)
-		s.log.Info("deleting daemon pod", "daemonset", key, "pod", p.GetMetadata().GetName(), "why", why)
-		s.dsEvent(ds, reasonSuccessfulDelete, "Deleted pod: "+p.GetMetadata().GetName(), p.GetMetadata().GetUid(), now)
+		plan.deletes = append(plan.deletes, daemonDeletion{pod: p, grace: grace, why: why})
 	}
-	for name, n := range s.nodes {
+	for name, n := range nodes {
 		run, stay := eligibility(tplPB, req, n)
 		pods := byNode[name]
 		delete(byNode, name)
@@ -235,7 +261,7 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 		st.DesiredNumberScheduled++
 		if len(live) == 0 {
 			if len(pods) == 0 {
-				create = append(create, name)
+				plan.create = append(plan.create, name)
 			}
 			unavailable++
 			continue
@@ -282,18 +308,10 @@ func (s *Service) syncDaemonSet(ctx context.Context, key string) error {
 			}
 		}
 	}
-	for _, node := range create {
-		if err := s.createDaemonPod(ctx, ds, tpl, node, hash, now); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	st.NumberUnavailable = max(0, st.DesiredNumberScheduled-st.NumberAvailable)
 	st.ObservedGeneration = ds.Generation
 	st.CollisionCount, st.Conditions = ds.Status.CollisionCount, ds.Status.Conditions
-	if !equality.Semantic.DeepEqual(st, ds.Status) {
-		errs = append(errs, s.writeDaemonSetStatus(ctx, key, e, st))
-	}
-	return errors.Join(errs...)
+	return plan
 }
 
 // maxUnavailable is the rolling update's maxUnavailable against desired nodes (at least 1).

@@ -40,8 +40,7 @@ func (s *Service) syncPDB(ctx context.Context, key string) error {
 	}
 	var pods []*pb.Pod
 	for _, pe := range s.pods {
-		md := pe.meta.GetMetadata()
-		if md.GetNamespace() == pdb.Namespace && sel.Matches(labels.Set(md.GetLabels())) {
+		if pe.ns == pdb.Namespace && sel.Matches(pe.labels) {
 			pods = append(pods, pe.pod())
 		}
 	}

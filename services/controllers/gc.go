@@ -188,7 +188,10 @@ func (s *Service) dropOwner(ctx context.Context, d *object, owner string) error 
 		if pe == nil {
 			return nil
 		}
-		p := pe.pod()
+		p, err := s.storedPod(ctx, d.key, pe)
+		if p == nil || err != nil {
+			return err
+		}
 		p.Metadata.OwnerReferences = slices.DeleteFunc(p.Metadata.OwnerReferences, func(r *pb.OwnerReference) bool { return r.GetUid() == owner })
 		return s.updatePod(ctx, p, pe.rev, UserGC, "gc-orphan")
 	case d.kind.Proto:
@@ -210,6 +213,30 @@ func (s *Service) dropOwner(ctx context.Context, d *object, owner string) error 
 		}
 		return false, true
 	})
+}
+
+// storedPod reads the whole pod the cache has at pe's revision, for a command that sends it back: nil
+// when the bucket holds another revision (or none), whose change the watch brings, and with it the
+// owner to examine again.
+func (s *Service) storedPod(ctx context.Context, key string, pe *podEntry) (*pb.Pod, error) {
+	e, err := s.kv[bus.BucketPods].Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read pod %s: %w", key, err)
+	}
+	if e.Revision() != pe.rev {
+		return nil, nil
+	}
+	p := &pb.Pod{}
+	if err := proto.Unmarshal(e.Value(), p); err != nil {
+		return nil, fmt.Errorf("decode pod %s: %w", key, err)
+	}
+	if p.GetMetadata().GetUid() != pe.uid {
+		return nil, nil
+	}
+	return p, nil
 }
 
 // removeFinalizer removes f from an object being deleted; none left, the object goes.

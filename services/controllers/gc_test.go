@@ -22,6 +22,12 @@ import (
 func startReplicas(t *testing.T, n int) jetstream.KeyValue {
 	t.Helper()
 	_, conn := bustest.Start(t)
+	return runReplicas(t, conn, n)
+}
+
+// runReplicas runs n controller replicas over conn, adding a configmaps bucket.
+func runReplicas(t *testing.T, conn *bus.Conn, n int) jetstream.KeyValue {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	specs := []bus.BucketSpec{{Name: bus.BucketConfigMaps, History: 4}, {Name: bus.BucketDaemonSets, History: 4}, {Name: bus.BucketPDBs, History: 4}}
 	if err := bus.ProvisionBuckets(ctx, conn.JS, bus.Options{}, specs...); err != nil {

@@ -1,43 +1,183 @@
 package controllers
 
 import (
-	"bytes"
+	"maps"
+	"slices"
+	"sort"
 
 	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
-// podEntry is a cached pod: its stored bytes, and decoded only the metadata every controller filters
-// on (namespace, name, uid, labels, owners, deletion). The collector, DaemonSets and budgets read a
-// whole pod only for those they act on, so the cache costs little more than the stored form per pod.
+// podEntry is a cached pod: decoded, the metadata every controller filters on (namespace, name, uid,
+// labels, owners); as bytes, the few other fields the DaemonSets, budgets and collector read of the
+// pods they act on (podDataMask). A controller that sends a whole pod back reads it from the bucket.
 type podEntry struct {
-	meta *pb.Pod // Metadata only
-	data []byte  // the stored pod, owned by the entry
-	rev  uint64
+	ns, name, uid string
+	labels        labelSet
+	owners        []metav1.OwnerReference // shared with the collector's object
+	data          []byte                  // the stored pod pruned to podDataMask
+	rev           uint64
 }
 
-// newPodEntry decodes a stored pod; data is copied, so that the message it came in can be freed.
-func newPodEntry(data []byte, rev uint64) (*podEntry, error) {
+// podMetaMask is what newPodEntry decodes of a stored pod: the filters' metadata, and the collector's.
+var podMetaMask = bus.NewMask(&pb.Pod{}, "metadata.name", "metadata.namespace", "metadata.uid",
+	"metadata.labels", "metadata.owner_references", "metadata.finalizers", "metadata.deletion_timestamp")
+
+// podDataMask is every other field the controllers read of a cached pod (podEntry.pod): the
+// DaemonSets its node (bound, or pinned by matchFields), phase, readiness, age and deletion; the
+// budgets its readiness and deletion; every pod command its correlation id. Of the conditions the
+// entry keeps Ready's alone. A new read of a cached pod's field needs its path here
+// (TestPodEntryDecisions compares decisions on whole pods).
+var podDataMask = bus.NewMask(&pb.Pod{}, "metadata.creation_timestamp", "metadata.deletion_timestamp",
+	"spec.node_name", "spec.affinity.node_affinity.required.terms.match_fields",
+	"status.phase", "status.conditions.type", "status.conditions.status", "status.conditions.last_transition_time",
+	"internal.correlation_id")
+
+// newPodEntry decodes a stored pod's metadata and keeps the rest the controllers read, sharing the
+// strings many pods repeat; meta is the collector's view of the same pod.
+func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1.ObjectMeta, ok bool) {
+	head, ok := bus.Prune(data, podMetaMask)
 	p := &pb.Pod{}
-	if err := proto.Unmarshal(data, p); err != nil {
-		return nil, err
+	if !ok || proto.Unmarshal(head, p) != nil {
+		return nil, nil, false
+	}
+	rest, ok := readyOnly(data)
+	if !ok {
+		return nil, nil, false
 	}
 	md := p.GetMetadata()
-	meta := &pb.ObjectMeta{
-		Name: md.GetName(), Namespace: md.GetNamespace(), Uid: md.GetUid(), Labels: md.GetLabels(),
-		OwnerReferences: md.GetOwnerReferences(), DeletionTimestamp: md.GetDeletionTimestamp(),
-		Finalizers: md.GetFinalizers(),
+	meta = &metav1.ObjectMeta{Name: md.GetName(), Namespace: c.strs.Get(md.GetNamespace()), UID: typesUID(md.GetUid()),
+		Finalizers: md.GetFinalizers()}
+	if md.GetDeletionTimestamp() != nil {
+		t := metav1.NewTime(md.GetDeletionTimestamp().AsTime())
+		meta.DeletionTimestamp = &t
 	}
-	return &podEntry{meta: &pb.Pod{Metadata: meta}, data: bytes.Clone(data), rev: rev}, nil
+	if refs := md.GetOwnerReferences(); len(refs) > 0 {
+		meta.OwnerReferences = make([]metav1.OwnerReference, len(refs))
+		for i, r := range refs {
+			meta.OwnerReferences[i] = metav1.OwnerReference{APIVersion: c.strs.Get(r.GetApiVersion()), Kind: c.strs.Get(r.GetKind()),
+				Name: c.strs.Get(r.GetName()), UID: typesUID(c.strs.Get(r.GetUid())), Controller: sharedBool(r.Controller),
+				BlockOwnerDeletion: sharedBool(r.BlockOwnerDeletion)}
+		}
+	}
+	pe = &podEntry{ns: meta.Namespace, name: meta.Name, uid: string(meta.UID), labels: c.labelSet(md.GetLabels()),
+		owners: meta.OwnerReferences, data: rest, rev: rev}
+	return pe, meta, true
 }
 
-// pod decodes the whole pod, a copy of its own; the entry decoded once already, so this does not fail
-// but for a bug, when it returns the metadata alone.
+// readyOnly is a stored pod pruned to podDataMask, of its conditions only Ready: the one the
+// controllers read, where a running pod has five.
+func readyOnly(data []byte) ([]byte, bool) {
+	rest, ok := bus.Prune(data, podDataMask)
+	if !ok {
+		return nil, false
+	}
+	p := &pb.Pod{}
+	if proto.Unmarshal(rest, p) != nil {
+		return nil, false
+	}
+	conds := p.GetStatus().GetConditions()
+	if !slices.ContainsFunc(conds, notReadyCondition) {
+		return rest, true
+	}
+	p.Status.Conditions = slices.DeleteFunc(conds, notReadyCondition)
+	out, err := proto.Marshal(p)
+	return out, err == nil
+}
+
+func notReadyCondition(c *pb.PodCondition) bool { return c.GetType() != "Ready" }
+
+// pod decodes what the entry keeps of the pod, a copy of its own. The bytes were pruned from a pod
+// that decoded, so this does not fail but for a bug, when it returns the metadata alone.
 func (pe *podEntry) pod() *pb.Pod {
 	p := &pb.Pod{}
 	if proto.Unmarshal(pe.data, p) != nil {
-		return proto.Clone(pe.meta).(*pb.Pod)
+		p.Reset()
+	}
+	if p.Metadata == nil {
+		p.Metadata = &pb.ObjectMeta{}
+	}
+	md := p.Metadata
+	md.Name, md.Namespace, md.Uid = pe.name, pe.ns, pe.uid
+	if len(pe.labels) > 0 {
+		md.Labels = make(map[string]string, len(pe.labels)/2)
+		for i := 0; i < len(pe.labels); i += 2 {
+			md.Labels[pe.labels[i]] = pe.labels[i+1]
+		}
+	}
+	for _, r := range pe.owners {
+		md.OwnerReferences = append(md.OwnerReferences, &pb.OwnerReference{ApiVersion: r.APIVersion, Kind: r.Kind, Name: r.Name,
+			Uid: string(r.UID), Controller: cloneBool(r.Controller), BlockOwnerDeletion: cloneBool(r.BlockOwnerDeletion)})
 	}
 	return p
+}
+
+// controlledBy reports whether uid is the pod's controller.
+func (pe *podEntry) controlledBy(uid string) bool {
+	for _, r := range pe.owners {
+		if r.Controller != nil && *r.Controller && string(r.UID) == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// labelSet is a pod's labels as sorted key, value pairs: a fraction of a map's size. It is a
+// labels.Labels.
+type labelSet []string
+
+func (c *cache) labelSet(m map[string]string) labelSet {
+	if len(m) == 0 {
+		return nil
+	}
+	ls := make(labelSet, 0, 2*len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		ls = append(ls, c.strs.Get(k), c.strs.Get(m[k]))
+	}
+	return ls
+}
+
+// Lookup is the value of a label and whether it is set.
+func (ls labelSet) Lookup(key string) (string, bool) {
+	i := sort.Search(len(ls)/2, func(i int) bool { return ls[2*i] >= key })
+	if 2*i < len(ls) && ls[2*i] == key {
+		return ls[2*i+1], true
+	}
+	return "", false
+}
+
+// Has reports whether a label is set.
+func (ls labelSet) Has(key string) bool {
+	_, ok := ls.Lookup(key)
+	return ok
+}
+
+// Get is a label's value, "" when not set.
+func (ls labelSet) Get(key string) string {
+	v, _ := ls.Lookup(key)
+	return v
+}
+
+var sharedTrue, sharedFalse = true, false
+
+// sharedBool is b as one of two pointers all entries share: nobody writes through them.
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &sharedTrue
+	}
+	return &sharedFalse
+}
+
+func cloneBool(b *bool) *bool {
+	if b == nil {
+		return nil
+	}
+	return proto.Bool(*b)
 }

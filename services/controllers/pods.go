@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podbus/podbus/bus"
@@ -12,22 +11,6 @@ import (
 )
 
 func typesUID(s string) types.UID { return types.UID(s) }
-
-// podMeta is the part of a pod's metadata the collector reads.
-func podMeta(p *pb.Pod) *metav1.ObjectMeta {
-	md := p.GetMetadata()
-	m := &metav1.ObjectMeta{Name: md.GetName(), Namespace: md.GetNamespace(), UID: typesUID(md.GetUid()),
-		Finalizers: md.GetFinalizers()}
-	if md.GetDeletionTimestamp() != nil {
-		t := metav1.NewTime(md.GetDeletionTimestamp().AsTime())
-		m.DeletionTimestamp = &t
-	}
-	for _, r := range md.GetOwnerReferences() {
-		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{APIVersion: r.GetApiVersion(), Kind: r.GetKind(),
-			Name: r.GetName(), UID: typesUID(r.GetUid()), Controller: r.Controller, BlockOwnerDeletion: r.BlockOwnerDeletion})
-	}
-	return m
-}
 
 // createPod hands a new pod to the store, as the API's create does. The store refuses a second pod of
 // the same name (AlreadyExists), which is how replicas racing to create the same pod end up with one.

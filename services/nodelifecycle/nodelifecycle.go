@@ -30,6 +30,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/events"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -78,6 +79,8 @@ type Service struct {
 	byNode  map[string]map[string]bool
 	pending map[string]time.Time // pod key -> eviction deadline (the heap's valid entries)
 	timers  deadlines
+	strs    *intern.Strings                 // namespaces and node names
+	tols    *intern.Table[[]*pb.Toleration] // by their wire form
 }
 
 type cachedNode struct {
@@ -86,13 +89,18 @@ type cachedNode struct {
 	rev  uint64
 }
 
-// cachedPodMask is what a cachedPod keeps of a pod: the watch decodes only that of every change.
+// cachedPodMask is what a cachedPod keeps of a pod but its tolerations: the watch decodes only that
+// of every change.
 var cachedPodMask = bus.NewMask(&pb.Pod{}, "metadata.uid", "metadata.namespace", "metadata.name",
-	"metadata.deletion_timestamp", "spec.node_name", "spec.tolerations", "internal.correlation_id")
+	"metadata.deletion_timestamp", "spec.node_name", "internal.correlation_id")
+
+// tolerationsMask is a pod's tolerations: most pods have the same (those admission defaults), which
+// the cache decodes and keeps once.
+var tolerationsMask = bus.NewMask(&pb.Pod{}, "spec.tolerations")
 
 type cachedPod struct {
 	uid, ns, name, node, correlation string
-	tolerations                      []*pb.Toleration
+	tolerations                      []*pb.Toleration // shared with every pod of the same: read only
 	terminating, evicted             bool
 }
 
@@ -129,6 +137,8 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		pods:    map[string]*cachedPod{},
 		byNode:  map[string]map[string]bool{},
 		pending: map[string]time.Time{},
+		strs:    intern.NewStrings(intern.DefaultLimit),
+		tols:    intern.NewTable[[]*pb.Toleration](intern.DefaultLimit),
 	}, nil
 }
 
@@ -338,10 +348,14 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		metrics.Count("nodelifecycle.malformed", 1)
 		return
 	}
+	tols, ok := s.tolerations(e.Value())
+	if !ok {
+		metrics.Count("nodelifecycle.malformed", 1)
+		return
+	}
 	md := p.GetMetadata()
-	c := &cachedPod{uid: md.GetUid(), ns: md.GetNamespace(), name: md.GetName(), node: p.GetSpec().GetNodeName(),
-		correlation: p.GetInternal().GetCorrelationId(), tolerations: p.GetSpec().GetTolerations(),
-		terminating: md.GetDeletionTimestamp() != nil}
+	c := &cachedPod{uid: md.GetUid(), ns: s.strs.Get(md.GetNamespace()), name: md.GetName(), node: s.strs.Get(p.GetSpec().GetNodeName()),
+		correlation: p.GetInternal().GetCorrelationId(), tolerations: tols, terminating: md.GetDeletionTimestamp() != nil}
 	if old := s.pods[key]; old != nil && old.uid == c.uid {
 		c.evicted = old.evicted
 	}
@@ -353,6 +367,24 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		s.byNode[c.node][key] = true
 	}
 	s.evaluate(key)
+}
+
+// tolerations are a stored pod's, decoded once for all pods with the same.
+func (s *Service) tolerations(data []byte) ([]*pb.Toleration, bool) {
+	wire, ok := bus.Prune(data, tolerationsMask)
+	if !ok {
+		return nil, false
+	}
+	if len(wire) == 0 {
+		return nil, true
+	}
+	return s.tols.Get(string(wire), func() ([]*pb.Toleration, bool) {
+		p := &pb.Pod{}
+		if proto.Unmarshal(wire, p) != nil {
+			return nil, false
+		}
+		return p.GetSpec().GetTolerations(), true
+	})
 }
 
 func (s *Service) evaluateNode(name string) {

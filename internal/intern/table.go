@@ -1,0 +1,58 @@
+package intern
+
+// Table and Strings are tables that one cache owns (namespaces, node names, owners, labels,
+// tolerations), for the values the process-wide table in intern.go does not cover. Unlike it, they
+// forget their values when full.
+
+// Table shares values by key. It forgets them all when it holds limit keys, so that values no
+// object has any more do not pile up; the values already shared stay shared. The zero Table holds
+// DefaultLimit keys. It is not safe for concurrent use.
+type Table[V any] struct {
+	m     map[string]V
+	limit int
+}
+
+// DefaultLimit is the zero Table's.
+const DefaultLimit = 1 << 16
+
+// NewTable is a Table forgetting all at limit keys.
+func NewTable[V any](limit int) *Table[V] { return &Table[V]{limit: limit} }
+
+// Get is the shared value of key, made by make the first time; a value make reports not ok is
+// returned, not kept.
+func (t *Table[V]) Get(key string, make func() (V, bool)) (V, bool) {
+	if v, ok := t.m[key]; ok {
+		return v, true
+	}
+	v, ok := make()
+	if !ok {
+		return v, false
+	}
+	limit := t.limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	if t.m == nil || len(t.m) >= limit {
+		t.m = map[string]V{}
+	}
+	t.m[key] = v
+	return v, true
+}
+
+// Len is how many keys the table holds.
+func (t *Table[V]) Len() int { return len(t.m) }
+
+// Strings shares equal strings.
+type Strings struct{ t Table[string] }
+
+// NewStrings is a Strings forgetting all at limit strings.
+func NewStrings(limit int) *Strings { return &Strings{t: Table[string]{limit: limit}} }
+
+// Get is the shared string equal to s.
+func (s *Strings) Get(v string) string {
+	if v == "" {
+		return ""
+	}
+	shared, _ := s.t.Get(v, func() (string, bool) { return v, true })
+	return shared
+}

@@ -1,0 +1,48 @@
+package intern
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+func TestStringsShare(t *testing.T) {
+	s := NewStrings(3)
+	a := s.Get(strings.Repeat("a", 2))
+	b := s.Get(strings.Repeat("a", 2))
+	if unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("equal strings not shared")
+	}
+	if s.Get("") != "" {
+		t.Errorf("empty string changed")
+	}
+	s.Get("b")
+	s.Get("c")
+	if s.t.Len() != 3 {
+		t.Fatalf("table holds %d, want 3", s.t.Len())
+	}
+	s.Get("d") // full: forgets all
+	if s.t.Len() != 1 {
+		t.Errorf("table holds %d after filling up, want 1", s.t.Len())
+	}
+	if got := s.Get(strings.Repeat("a", 2)); got != "aa" {
+		t.Errorf("Get after forgetting = %q", got)
+	}
+}
+
+func TestTableMakesOnce(t *testing.T) {
+	var tb Table[[]int]
+	made := 0
+	mk := func() ([]int, bool) { made++; return []int{made}, true }
+	x, _ := tb.Get("k", mk)
+	y, _ := tb.Get("k", mk)
+	if made != 1 || &x[0] != &y[0] {
+		t.Errorf("made %d times, shared %v", made, &x[0] == &y[0])
+	}
+	if _, ok := tb.Get("bad", func() ([]int, bool) { return nil, false }); ok {
+		t.Errorf("a value made not ok is ok")
+	}
+	if _, ok := tb.Get("bad", func() ([]int, bool) { return []int{1}, true }); !ok || tb.Len() != 2 {
+		t.Errorf("a value made not ok was kept")
+	}
+}
