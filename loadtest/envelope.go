@@ -76,6 +76,8 @@ type EnvelopeResult struct {
 
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
+	// Kubectl is `kubectl get pods -A` end to end (Items: its lines), when a kubectl is on the PATH.
+	Kubectl *List `json:"kubectl_get_pods,omitempty"`
 }
 
 // Slice is the i-th group of pods, in the order they became Ready.
@@ -233,6 +235,13 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	if res.ListSelector, err = listPods(ctx, pr.client, api, "podbus-envelope=none"); err != nil {
 		return res, err
 	}
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		l, err := kubectlGetPods(ctx, kubectl, pcfg.Kubeconfig)
+		if err != nil {
+			return res, err
+		}
+		res.Kubectl = &l
+	}
 	res.Goroutines = goroutines(ctx, pprofAddr)
 	res.LiveHeap = liveHeap(ctx, pprofAddr)
 	res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
@@ -377,6 +386,33 @@ func listPods(ctx context.Context, client *http.Client, api, selector string) (L
 	return l, nil
 }
 
+// kubectlGetPods times `kubectl get pods -A` as a user runs it: the Table pages kubectl asks for,
+// printed.
+func kubectlGetPods(ctx context.Context, kubectl, kubeconfig string) (List, error) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-A", "--no-headers")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return List{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return List{}, fmt.Errorf("%w: kubectl get pods: %w", ErrEnvelope, err)
+	}
+	var l List
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		l.Items++
+		l.Bytes += int64(len(sc.Bytes()) + 1)
+	}
+	if err := cmd.Wait(); err != nil {
+		return l, fmt.Errorf("%w: kubectl get pods: %w: %s", ErrEnvelope, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	l.Seconds = time.Since(start).Seconds()
+	return l, nil
+}
+
 // Print writes the result as one table.
 func (r *EnvelopeResult) Print(w io.Writer) {
 	gib := func(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
@@ -410,6 +446,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-42s %.2f s (%d pods, %d pages, %.0f MB)\n", "list pods, pages of 500",
 		r.ListAll.Seconds, r.ListAll.Items, r.ListAll.Pages, float64(r.ListAll.Bytes)/1e6)
 	fmt.Fprintf(w, "%-42s %.3f s (%d pods)\n", "list pods, selector matching none", r.ListSelector.Seconds, r.ListSelector.Items)
+	if r.Kubectl != nil {
+		fmt.Fprintf(w, "%-42s %.2f s (%d lines)\n", "kubectl get pods -A", r.Kubectl.Seconds, r.Kubectl.Items)
+	}
 }
 
 // child is a podbus process of the envelope; its stdout and stderr go to its log file.
