@@ -16,24 +16,9 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/convert"
+	"github.com/podbus/podbus/internal/podtest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
-
-// kvEntry is a pods-bucket change as a watch delivers it.
-type kvEntry struct {
-	key   string
-	value []byte
-	rev   uint64
-	op    jetstream.KeyValueOp
-}
-
-func (e kvEntry) Bucket() string                  { return bus.BucketPods }
-func (e kvEntry) Key() string                     { return e.key }
-func (e kvEntry) Value() []byte                   { return e.value }
-func (e kvEntry) Revision() uint64                { return e.rev }
-func (e kvEntry) Created() time.Time              { return time.Time{} }
-func (e kvEntry) Delta() uint64                   { return 0 }
-func (e kvEntry) Operation() jetstream.KeyValueOp { return e.op }
 
 // runningPod is a ReplicaSet's pod as the store holds it once it runs: the API's defaults, the
 // scheduler's node, the agent's status, the store's bookkeeping.
@@ -88,14 +73,14 @@ func runningPod(t testing.TB, i int) *pb.Pod {
 // cache keeps per pod.
 func BenchmarkPodCacheMemory(b *testing.B) {
 	const n = 20000
-	entries := make([]kvEntry, n)
+	entries := make([]*podtest.Entry, n)
 	for i := range entries {
 		p := runningPod(b, i)
 		data, err := proto.Marshal(p)
 		if err != nil {
 			b.Fatal(err)
 		}
-		entries[i] = kvEntry{key: bus.PodKey("default", p.GetMetadata().GetName()), value: data, rev: uint64(i + 1), op: jetstream.KeyValuePut}
+		entries[i] = &podtest.Entry{K: bus.PodKey("default", p.GetMetadata().GetName()), V: data, Rev: uint64(i + 1), Op: jetstream.KeyValuePut}
 	}
 	var perPod float64
 	for b.Loop() {
