@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -44,6 +45,13 @@ func decodePod(data []byte) (*pb.Pod, bool) {
 	p := &pb.Pod{}
 	if !ok || proto.Unmarshal(pruned, p) != nil {
 		return nil, false
+	}
+	// Shared with the other pods of the ReplicaSet and node: cached pods are never changed.
+	if md := p.GetMetadata(); md != nil {
+		md.Labels, md.Namespace = intern.Labels(md.Labels), intern.String(md.Namespace)
+	}
+	if sp := p.GetSpec(); sp != nil {
+		sp.NodeName = intern.String(sp.NodeName)
 	}
 	if st := p.GetStatus(); st != nil {
 		ready := podutil.PodCondition(p, "Ready")
