@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	"github.com/podbus/podbus/internal/metrics"
 )
 
@@ -130,7 +131,6 @@ type watchCache struct {
 	fieldNames []string
 	fieldIdx   map[string]int
 	log        *slog.Logger
-	intern     *interner
 
 	ready     chan struct{} // closed after the first full read of the bucket
 	readyOnce sync.Once
@@ -162,7 +162,6 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 	}
 	c := &watchCache{
 		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, maxBytes: maxCacheEventBytes, bookmarks: bookmarks, log: log,
-		intern:   newInterner(),
 		fieldIdx: map[string]int{},
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
@@ -245,7 +244,6 @@ func (c *watchCache) follow(ctx context.Context, bookmark <-chan time.Time) erro
 	}
 	defer func() { _ = w.Stop() }()
 	initial := newWatchCache(c.ki, nil, 1, time.Hour, c.log) // the state being read, published at the end
-	initial.intern = c.intern
 	synced := false
 	for {
 		select {
@@ -372,10 +370,10 @@ func (c *watchCache) newEntry(key, ns, name string, value []byte, rev uint64) *c
 		case f == "status.podIP":
 			vals[i] = strings.Clone(v)
 		default:
-			vals[i] = c.intern.value(v)
+			vals[i] = intern.String(v)
 		}
 	}
-	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: c.intern.labels(lbls), fields: vals}
+	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: internLabels(lbls), fields: vals}
 }
 
 // eventType is the type of ev for a watcher selecting sel, "" if it does not see it: an object that
