@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/internal/intern"
+	"github.com/podbus/podbus/internal/podtest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/framework"
 	st "github.com/podbus/podbus/sched/schedtest"
@@ -54,7 +55,7 @@ func BenchmarkAllocMemory(b *testing.B) {
 				for n := range memNodes {
 					c.UpsertNode(st.Node(fmt.Sprintf("node-%03d", n)).Capacity("1000", "4000Gi", 1000).Obj(), uint64(n+1))
 				}
-				before := liveHeap()
+				before := podtest.HeapAlloc()
 				rev := uint64(memNodes)
 				for i := range memPods {
 					node := fmt.Sprintf("node-%03d", i%memNodes)
@@ -76,18 +77,10 @@ func BenchmarkAllocMemory(b *testing.B) {
 				if c.NumAssumed() != 0 {
 					b.Fatalf("%d pods still assumed", c.NumAssumed())
 				}
-				after := liveHeap()
+				after := podtest.HeapAlloc()
 				runtime.KeepAlive(c)
 				b.ReportMetric(float64(after-before)/memPods, "B/pod")
 			}
 		})
 	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podtest"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -55,7 +56,7 @@ func BenchmarkAllocMemory(b *testing.B) {
 					rev++
 					v.applyNode(memEntry{key: bus.NodeKey(nd.Metadata.Name), value: data, rev: rev})
 				}
-				before := liveHeap()
+				before := podtest.HeapAlloc()
 				for i := range pods {
 					rs := i / replica
 					p := pod(fmt.Sprintf("uid-%08d", i), fmt.Sprintf("web-%d-%05d", rs, i), "100m", func(p *pb.Pod) {
@@ -80,18 +81,10 @@ func BenchmarkAllocMemory(b *testing.B) {
 				if flush {
 					v.snapshot()
 				}
-				after := liveHeap()
+				after := podtest.HeapAlloc()
 				runtime.KeepAlive(s)
 				b.ReportMetric(float64(after-before)/pods, "B/pod")
 			}
 		})
 	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
