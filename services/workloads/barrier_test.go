@@ -83,3 +83,82 @@ func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
 		}
 	}
 }
+
+// The interleaving behind a flaky revision count: a replica read the Deployment at app:1, another
+// replica then rolled it to app:2, and the first one's ReplicaSets cache already held app:2's
+// ReplicaSet (revision 2) when it went on. Its app:1 ReplicaSet then looked like the target of a
+// rollback, and it raised that one's revision to 3 (the other replica then raised app:2's to 4). A
+// rollback now happens only while the Deployment is still the one the sync read.
+func TestNoRollbackFromAStaleDeployment(t *testing.T) {
+	_, url := bustest.Server(t)
+	c := bustest.Conn(t, url, "test")
+	provisionApps(t, c)
+	ctx := context.Background()
+	s, err := New(Config{ID: "b", barrierWait: 200 * time.Millisecond}, bustest.Conn(t, url, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []struct {
+		name string
+		dst  *jetstream.KeyValue
+	}{{bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}, {bus.BucketNamespaces, &s.nsKV}, {bus.BucketPods, &s.pods}} {
+		if *b.dst, err = c.JS.KeyValue(ctx, b.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seeAll feeds the cache every ReplicaSet in the bucket, as its watch would.
+	seeAll := func() {
+		for _, k := range replicaSetNames(t, c) {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.onReplicaSet(e)
+		}
+	}
+	revisions := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, k := range replicaSetNames(t, c) {
+			ns, name, _ := bus.SplitPodKey(k)
+			r, err := s.getRS(ctx, ns, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[r.obj.Spec.Template.Spec.Containers[0].Image] = revision(r.obj)
+		}
+		return out
+	}
+
+	putDeployment(t, c, webDeployment(3, "app:1", appsv1.RecreateDeploymentStrategyType))
+	if err := s.syncDeployment(ctx, "default", "web"); err != nil && !errors.Is(err, errRequeue) {
+		t.Fatalf("first sync: %v", err)
+	}
+	seeAll()
+	stale, err := s.getDeployment(ctx, "default", "web") // this sync's read, at app:1
+	if err != nil {
+		t.Fatal(err)
+	}
+	putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:2" })
+	if err := s.syncDeployment(ctx, "default", "web"); err != nil && !errors.Is(err, errRequeue) { // the other replica's, at app:2
+		t.Fatalf("sync at app:2: %v", err)
+	}
+	seeAll()
+	if got := revisions(); got["app:1"] != 1 || got["app:2"] != 2 {
+		t.Fatalf("revisions %v after the roll, want app:1 at 1 and app:2 at 2", got)
+	}
+
+	x := &dsync{s: s, d: stale.obj, dt: stale.template, drev: stale.rev}
+	if err := x.classify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ensureNewRS(ctx); !errors.Is(err, errRequeue) {
+		t.Errorf("ensureNewRS from the stale read: %v, want errRequeue", err)
+	}
+	if got := revisions(); got["app:1"] != 1 || got["app:2"] != 2 {
+		t.Errorf("revisions %v after the stale sync, want app:1 at 1 and app:2 at 2", got)
+	}
+}

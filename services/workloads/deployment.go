@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +46,18 @@ func (s *Service) getDeployment(ctx context.Context, ns, name string) (*dEntry, 
 		return nil, err
 	}
 	return &dEntry{obj: d, template: t, rev: rev}, nil
+}
+
+// deploymentRevision is the Deployment's revision in the bucket now (0: gone).
+func (s *Service) deploymentRevision(ctx context.Context, ns, name string) (uint64, error) {
+	e, err := s.dKV.Get(ctx, bus.ObjectKey(ns, name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get deployment %s/%s: %w", ns, name, err)
+	}
+	return e.Revision(), nil
 }
 
 // dsync is one sync of a Deployment: what it read, and the ReplicaSets as it changes them.
@@ -241,6 +254,14 @@ func (x *dsync) ensureNewRS(ctx context.Context) error {
 	if x.newRS != nil {
 		if revision(x.newRS.obj) >= rev {
 			return nil
+		}
+		// A ReplicaSet that another replica made for a later template looks like a rollback to a sync
+		// that read the Deployment before that template: roll back only while the Deployment is still
+		// the one this sync read.
+		if cur, err := x.s.deploymentRevision(ctx, d.Namespace, d.Name); err != nil {
+			return err
+		} else if cur != x.drev {
+			return errRequeue
 		}
 		rs := x.newRS.obj.DeepCopy()
 		old := rs.Annotations[workload.AnnotationRevision]
