@@ -487,7 +487,9 @@ func (s *Service) setController(ctx context.Context, pe podEntry, rs *appsv1.Rep
 		op = "adopt"
 	}
 	return s.pub.PublishAsync(bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, User: UserReplicaSet, ExpectedRevision: rev}, bus.Meta{
-		MsgID: op + "-" + md.GetUid() + "-" + string(rs.UID), Correlation: correlation, PodUID: md.GetUid(),
+		// The revision is part of the id: a decision taken again on a newer pod (after a 409) is a new
+		// command, not a duplicate.
+		MsgID: fmt.Sprintf("%s-%s-%s-%d", op, md.GetUid(), rs.UID, rev), Correlation: correlation, PodUID: md.GetUid(),
 		Key: md.GetNamespace() + "/" + md.GetName(), User: UserReplicaSet,
 	})
 }
