@@ -92,6 +92,13 @@ type Report struct {
 // ErrViolations is returned by Run when the checker found any.
 var ErrViolations = check.ErrViolations
 
+// Bounds of one settle attempt's reads of the audit log: whether it caught up with its sources (a few
+// stream infos), and the whole check (it reads every record).
+const (
+	caughtUpAttempt = 15 * time.Second
+	checkAttempt    = 3 * time.Minute
+)
+
 // Run brings the deployment up, runs the workload and the faults for cfg.Duration, waits for it to
 // settle, checks the history, and tears everything down.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -185,7 +192,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	deadline := time.Now().Add(cfg.Settle)
 	var res check.Result
 	for i := 0; ; i++ {
-		ok, err := check.CaughtUp(ctx, conn.JS, "")
+		// Each attempt has its own deadline: a request sent across a blackholed route gets no answer,
+		// and one lost request must not use up the whole settle window.
+		actx, cancel := context.WithTimeout(ctx, caughtUpAttempt)
+		ok, err := check.CaughtUp(actx, conn.JS, "")
+		cancel()
 		if err != nil {
 			h.logf("audit log: %v", err)
 		} else if !ok && i%5 == 4 {
@@ -193,7 +204,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		if ok {
 			o.Origins = sampler.origins()
-			res, err = check.Check(ctx, conn.JS, o)
+			actx, cancel := context.WithTimeout(ctx, checkAttempt)
+			res, err = check.Check(actx, conn.JS, o)
+			cancel()
 			if err == nil {
 				rep.Quiescence = time.Since(lastFault)
 				break
