@@ -13,15 +13,12 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 )
 
-// The interleaving a chaos run found: a replica created a Deployment's first ReplicaSet with 4 replicas,
-// the template changed before its ReplicaSets cache had seen that ReplicaSet, and its next sync counted
-// no pods and created the new ReplicaSet with 4 more: 8 pods for replicas 4 + maxSurge 1. A sync that
-// would add pods now waits for its cache to hold every ReplicaSet written before it decides.
-func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
+// unstartedReplica is a workloads replica with its buckets but no watches: a test feeds its cache.
+func unstartedReplica(t *testing.T) (*bus.Conn, *Service) {
+	t.Helper()
 	_, url := bustest.Server(t)
 	c := bustest.Conn(t, url, "test")
 	provisionApps(t, c)
-	ctx := context.Background()
 	s, err := New(Config{ID: "b", barrierWait: 200 * time.Millisecond}, bustest.Conn(t, url, "b"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,10 +27,20 @@ func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
 		name string
 		dst  *jetstream.KeyValue
 	}{{bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}, {bus.BucketNamespaces, &s.nsKV}, {bus.BucketPods, &s.pods}} {
-		if *b.dst, err = c.JS.KeyValue(ctx, b.name); err != nil {
+		if *b.dst, err = c.JS.KeyValue(context.Background(), b.name); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return c, s
+}
+
+// The interleaving a chaos run found: a replica created a Deployment's first ReplicaSet with 4 replicas,
+// the template changed before its ReplicaSets cache had seen that ReplicaSet, and its next sync counted
+// no pods and created the new ReplicaSet with 4 more: 8 pods for replicas 4 + maxSurge 1. A sync that
+// would add pods now waits for its cache to hold every ReplicaSet written before it decides.
+func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
+	c, s := unstartedReplica(t)
+	ctx := context.Background()
 	putDeployment(t, c, webDeployment(4, "app:1", appsv1.RollingUpdateDeploymentStrategyType))
 	if err := s.syncDeployment(ctx, "default", "web"); err != nil {
 		t.Fatalf("first sync: %v", err)
@@ -90,22 +97,8 @@ func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
 // rollback, and it raised that one's revision to 3 (the other replica then raised app:2's to 4). A
 // rollback now happens only while the Deployment is still the one the sync read.
 func TestNoRollbackFromAStaleDeployment(t *testing.T) {
-	_, url := bustest.Server(t)
-	c := bustest.Conn(t, url, "test")
-	provisionApps(t, c)
+	c, s := unstartedReplica(t)
 	ctx := context.Background()
-	s, err := New(Config{ID: "b", barrierWait: 200 * time.Millisecond}, bustest.Conn(t, url, "b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []struct {
-		name string
-		dst  *jetstream.KeyValue
-	}{{bus.BucketReplicaSets, &s.rsKV}, {bus.BucketDeployments, &s.dKV}, {bus.BucketNamespaces, &s.nsKV}, {bus.BucketPods, &s.pods}} {
-		if *b.dst, err = c.JS.KeyValue(ctx, b.name); err != nil {
-			t.Fatal(err)
-		}
-	}
 	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
 	if err != nil {
 		t.Fatal(err)
