@@ -79,8 +79,9 @@ type Config struct {
 	// 20) through an embedded cluster whose only node runs containerd, against the bare runtime.
 	Runtime           string
 	ContainerdAddress string
-	// CPUProfile, in scheduling-basic, writes a CPU profile of each measured window to this path with
-	// the run's label appended (the whole process: the embedded server and every service).
+	// CPUProfile writes a CPU profile of the whole process (the embedded server and every service):
+	// from the first pod sent until every pod is ready, or in scheduling-basic of each measured window,
+	// to this path with the run's label appended.
 	CPUProfile string
 	// Envelope: pods per measured slice, and the podbus binary to run the control plane and the
 	// simulated nodes with (default: this executable).
@@ -129,7 +130,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.Deployments, "deployments", deploymentsDefault, "deployments: Deployments to create and roll")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
-	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "scheduling-basic: write a CPU profile of each measured window to this path plus the run's name")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the run, from the first pod sent to the last ready (scheduling-basic: of each measured window, to this path plus the run's name)")
 	fs.IntVar(&c.Slice, "slice", envelopeSlice, "envelope: pods per measured slice")
 	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
 	fs.StringVar(&c.Out, "out", "", "pipeline: write every pod's stage times ("+OutCSV+") and plots of the latency CDF per stage and the throughput over time (PNG and SVG) into this directory")
@@ -488,6 +489,13 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 				failed: failed.Load()}
 		})
 		pwg.Go(func() { bar.run(pctx) })
+	}
+	if cfg.CPUProfile != "" {
+		stop, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
 	}
 	start := sub.run(ctx)
 	submitted := time.Since(start)
