@@ -65,8 +65,9 @@ type Config struct {
 	// Extended resources in the capacity, e.g. {"example.com/gpu": "2"}.
 	Extended map[string]string
 	// NetworkCheckInterval is how often each pod's network is verified (CNI CHECK) once it runs, jittered
-	// by ±10 % (default 30s; negative: only the check before the pod is first Ready). A failed check is
-	// retried sooner: from a tenth of the interval, doubling.
+	// by ±10 % (default 30s, or negative on a runtime whose networks cannot break on their own; negative:
+	// only the check before the pod is first Ready). A failed check is retried sooner: from a tenth of
+	// the interval, doubling.
 	NetworkCheckInterval time.Duration
 	// SecretBox opens the Secrets volumes mount (the API's encryption key); nil: only Secrets stored in
 	// clear open.
@@ -129,6 +130,10 @@ type Agent struct {
 	objs     ObjectGetter // see objects
 }
 
+// staticNetwork is a runtime whose pod networks change only when told to (the simulated one): a
+// periodic check of them finds nothing.
+type staticNetwork interface{ StaticNetwork() bool }
+
 // New returns the agent of cfg.Node using runtime rt.
 func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	if cfg.Node == "" {
@@ -180,6 +185,11 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	}
 	if cfg.NetworkCheckInterval == 0 {
 		cfg.NetworkCheckInterval = 30 * time.Second
+		if s, ok := rt.(staticNetwork); ok && s.StaticNetwork() {
+			// Nothing to find, and every pod would keep a goroutine and a timer for it: a simulated
+			// host runs thousands of nodes' pods in one process.
+			cfg.NetworkCheckInterval = -1
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -36,6 +36,8 @@ func TestFirstNetworkCheckIsConnectivityOnly(t *testing.T) {
 	}{
 		{"periodic checks on: quick first, full later", 300 * time.Millisecond, true},
 		{"periodic checks off: the only check is full", -1, false},
+		// The simulated runtime's networks break only when a test says so: off unless asked.
+		{"default on a static network: off", 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

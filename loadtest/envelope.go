@@ -87,7 +87,10 @@ type Slice struct {
 	Rate   float64 `json:"pods_per_s"` // Pods over the time since the previous slice's last (or the first POST)
 	P50    float64 `json:"created_ready_p50_ms"`
 	P99    float64 `json:"created_ready_p99_ms"`
-	Drain  bool    `json:"drain"` // ended after the last POST
+	// StageP50 is the median time from POST to each stage (created, scheduled, bound, running), so a
+	// slice that slows shows where its pods waited.
+	StageP50 [4]float64 `json:"stage_p50_ms"`
+	Drain    bool       `json:"drain"` // ended after the last POST
 }
 
 // Memory of a process, in bytes, from /proc/<pid>/status.
@@ -169,7 +172,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(log, "control plane (pid %d): API %s, NATS %s\n", cp.cmd.Process.Pid, api, natsURL)
+	fmt.Fprintf(log, "control plane (pid %d): API %s, NATS %s, pprof http://%s/debug/pprof/\n", cp.cmd.Process.Pid, api, natsURL, pprofAddr)
 
 	// `up` made a NATS credential per role: the observer reads as the admin, the agents as their pool.
 	creds := filepath.Join(dir, "up", up.NATSCredsDir)
@@ -189,8 +192,12 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	cpMem.start(ctx, cp.cmd.Process.Pid)
 	defer cpMem.stop()
 
+	agentsPprof, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	started := time.Now()
-	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), nil,
+	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), []string{"PODBUS_PPROF=" + agentsPprof},
 		"agent", "--runtime", "fake", "--nodes", strconv.Itoa(cfg.Nodes), "--node", envelopeHost, "--nats", natsURL,
 		"--nats-creds", pool, "--nats-ca", ca,
 		"--cpu", cfg.NodeCPU, "--memory", cfg.NodeMemory, "--max-pods", strconv.Itoa(cfg.MaxPods),
@@ -202,6 +209,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	defer agents.stop()
+	fmt.Fprintf(log, "agents (pid %d): pprof http://%s/debug/pprof/\n", agents.cmd.Process.Pid, agentsPprof)
 	agMem.start(ctx, agents.cmd.Process.Pid)
 	defer agMem.stop()
 	res.Registered, err = waitNodesReady(ctx, conn, cfg.Nodes, agents, log)
@@ -264,6 +272,12 @@ func sliceRates(r *Result, size int) []Slice {
 		}
 		pc := percentiles(lat)
 		s := Slice{Pods: len(part), ReadyS: end.Sub(r.start).Seconds(), P50: pc.P50, P99: pc.P99, Drain: end.After(r.lastSent)}
+		for st := range s.StageP50 {
+			for j, p := range part {
+				lat[j] = float64(p.at[st].Sub(p.sent)) / float64(time.Millisecond)
+			}
+			s.StageP50[st] = percentiles(lat).P50
+		}
 		if d := end.Sub(prev).Seconds(); d > 0 {
 			s.Rate = float64(len(part)) / d
 		}
@@ -426,8 +440,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 		if s.Drain {
 			drain = "   (drain, after the last POST)"
 		}
-		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms%s\n",
-			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99, drain)
+		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s\n",
+			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99,
+			s.StageP50[0], s.StageP50[1], s.StageP50[2], s.StageP50[3], drain)
 	}
 	fmt.Fprintf(w, "%-42s %.2f\n", "last full slice before the drain / first", r.LastToFirst)
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",

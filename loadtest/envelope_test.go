@@ -72,15 +72,16 @@ func TestSliceRates(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	r := &Result{start: t0, lastSent: at(5)}
 	for _, ready := range []float64{1, 0.5, 2, 4, 3.5, 3, 6, 5.5, 6.5} {
-		r.ready = append(r.ready, readyPod{sent: t0, ready: at(ready)})
+		r.ready = append(r.ready, readyPod{sent: t0, ready: at(ready), at: [4]time.Time{at(0), at(0.1), at(0.2), at(0.3)}})
 	}
+	stages := [4]float64{0, 100, 200, 300}
 	got := sliceRates(r, 2)
 	want := []Slice{
-		{Pods: 2, ReadyS: 1, Rate: 2, P50: 1000, P99: 1000},
-		{Pods: 2, ReadyS: 3, Rate: 1, P50: 3000, P99: 3000},
-		{Pods: 2, ReadyS: 4, Rate: 2, P50: 4000, P99: 4000},
-		{Pods: 2, ReadyS: 6, Rate: 1, P50: 6000, P99: 6000, Drain: true},
-		{Pods: 1, ReadyS: 6.5, Rate: 2, P50: 6500, P99: 6500, Drain: true},
+		{Pods: 2, ReadyS: 1, Rate: 2, P50: 1000, P99: 1000, StageP50: stages},
+		{Pods: 2, ReadyS: 3, Rate: 1, P50: 3000, P99: 3000, StageP50: stages},
+		{Pods: 2, ReadyS: 4, Rate: 2, P50: 4000, P99: 4000, StageP50: stages},
+		{Pods: 2, ReadyS: 6, Rate: 1, P50: 6000, P99: 6000, StageP50: stages, Drain: true},
+		{Pods: 1, ReadyS: 6.5, Rate: 2, P50: 6500, P99: 6500, StageP50: stages, Drain: true},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d slices, want %d: %+v", len(got), len(want), got)

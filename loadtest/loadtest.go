@@ -284,7 +284,11 @@ type Result struct {
 }
 
 // readyPod is when a pod was sent and when it became Ready.
-type readyPod struct{ sent, ready time.Time }
+// readyPod is a ready pod's times: sent, each stage (at, as in podTimes) and ready.
+type readyPod struct {
+	sent, ready time.Time
+	at          [4]time.Time
+}
 
 // podRecord is a pod's name and times, for --out.
 type podRecord struct {
@@ -535,7 +539,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		if !p.at[4].IsZero() {
 			last = maxTime(last, p.at[4])
-			res.ready = append(res.ready, readyPod{sent: p.sent, ready: p.at[4]})
+			res.ready = append(res.ready, readyPod{sent: p.sent, ready: p.at[4], at: [4]time.Time(p.at[:4])})
 		}
 	}
 	for si, s := range stages {

@@ -164,6 +164,10 @@ func (r *Runtime) CheckSandbox(_ context.Context, sb agent.Sandbox) error {
 	return nil
 }
 
+// StaticNetwork reports that a sandbox's network breaks only through SetCheckError, so an agent
+// checks it periodically only when its NetworkCheckInterval says so.
+func (r *Runtime) StaticNetwork() bool { return true }
+
 // SetCheckError makes CheckSandbox of the pod's sandbox fail with err (a broken pod network); nil
 // repairs it.
 func (r *Runtime) SetCheckError(podUID string, err error) {
