@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,9 +20,10 @@ import (
 // decoded, so a list of every pod never holds all the pods, nor the whole body, at once. The bytes are
 // those json.Marshal gives for the whole list.
 //
-// The answer's status is committed with its first bytes, once the buffer first fills: a failure
-// before that is still a Status; one after it cuts the answer short (errListCut), and the handler
-// aborts the connection so that the client sees a broken answer, not a shorter list.
+// An answer that fits in the buffer is sent with its Content-Length, a longer one chunked. The status
+// is committed with the first bytes sent, once the buffer first fills: a failure before that is still
+// a Status; one after it cuts the answer short (errListCut), and the handler aborts the connection so
+// that the client sees a broken answer, not a shorter list.
 
 // listBufferSize is how much of a list is gathered before it is written.
 const listBufferSize = 32 << 10
@@ -83,6 +85,10 @@ func streamList(ctx context.Context, w http.ResponseWriter, req request, ki *kin
 		}
 	}
 	_, _ = bw.WriteString("]}\n")
+	if !sw.sent {
+		// The whole answer is in the buffer: it goes with its length, as one marshaled at once did.
+		w.Header().Set("Content-Length", strconv.Itoa(bw.Buffered()))
+	}
 	return fail(bw.Flush())
 }
 

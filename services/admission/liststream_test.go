@@ -177,6 +177,13 @@ func TestStreamedListIsMarshaledList(t *testing.T) {
 				if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 					t.Errorf("Content-Type = %q", ct)
 				}
+				wantLen := ""
+				if len(want) <= listBufferSize {
+					wantLen = strconv.Itoa(len(want))
+				}
+				if cl := w.Header().Get("Content-Length"); cl != wantLen {
+					t.Errorf("Content-Length = %q for %d bytes, want %q", cl, len(want), wantLen)
+				}
 				pages++
 				var page struct {
 					Metadata metav1.ListMeta `json:"metadata"`
