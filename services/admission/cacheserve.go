@@ -218,11 +218,11 @@ func (s *Service) listCached(ctx context.Context, w http.ResponseWriter, req req
 			meta.RemainingItemCount = &n
 		}
 	}
-	page, end := lo, i
+	at, end := lo, i
 	next := func() (runtime.Object, error) {
-		for ; page < end; page++ {
-			if e := items[page]; c.matches(sel, e) {
-				page++
+		for ; at < end; at++ {
+			if e := items[at]; c.matches(sel, e) {
+				at++
 				return c.decode(e, e.rev)
 			}
 		}
