@@ -78,7 +78,7 @@ func (s *Service) listOrWatchCached(w http.ResponseWriter, r *http.Request, req 
 		}
 		writeList(w, req, k, objs, rv)
 	} else if err != nil {
-		writeStatus(w, err)
+		answerListError(w, err)
 	}
 }
 
@@ -131,7 +131,8 @@ func errContinueExpired() error {
 		"You can start a new list without the continue parameter.")
 }
 
-// listCached answers a list from the cache; errNotFresh when the cache could not catch up with the store.
+// listCached answers a list from the cache; errNotFresh when the cache could not catch up with the store,
+// an error wrapping errListCut when it failed after part of the answer was sent.
 func (s *Service) listCached(ctx context.Context, w http.ResponseWriter, req request, c *watchCache, sel selection) error {
 	q := req.q
 	var limit int
@@ -197,20 +198,16 @@ func (s *Service) listCached(ctx context.Context, w http.ResponseWriter, req req
 	if cont != "" {
 		lo = max(lo, after(items, startNS, startName))
 	}
-	var objs []runtime.Object
+	// The entries are in (namespace, name) order, the order of every list: the page is found first,
+	// for its metadata comes before its items, then its entries are decoded one at a time as they are
+	// written.
 	var last *cacheEntry
-	i := lo
-	for ; i < hi && (limit == 0 || len(objs) < limit); i++ {
-		e := items[i]
-		if !c.matches(sel, e) {
-			continue
+	n, i := 0, lo
+	for ; i < hi && (limit == 0 || n < limit); i++ {
+		if e := items[i]; c.matches(sel, e) {
+			n++
+			last = e
 		}
-		o, err := c.decode(e, e.rev)
-		if err != nil {
-			return apierrors.NewInternalError(err)
-		}
-		objs = append(objs, o)
-		last = e
 	}
 	meta := metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
 	if i < hi && last != nil {
@@ -221,8 +218,17 @@ func (s *Service) listCached(ctx context.Context, w http.ResponseWriter, req req
 			meta.RemainingItemCount = &n
 		}
 	}
-	writeListMeta(w, req, c.ki, objs, meta)
-	return nil
+	at, end := lo, i
+	next := func() (runtime.Object, error) {
+		for ; at < end; at++ {
+			if e := items[at]; c.matches(sel, e) {
+				at++
+				return c.decode(e, e.rev)
+			}
+		}
+		return nil, nil
+	}
+	return streamList(ctx, w, req, c.ki, meta, next)
 }
 
 func (c *watchCache) oldestRV() uint64 {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -84,23 +85,9 @@ func writeListMeta(w http.ResponseWriter, req request, ki *kind, objs []runtime.
 		}
 		return 0
 	})
-	if req.table != nil {
-		t := newTable(ki.tableColumns(), meta.ResourceVersion)
-		t.Continue, t.RemainingItemCount = meta.Continue, meta.RemainingItemCount
-		for _, o := range objs {
-			t.Rows = append(t.Rows, req.table.row(ki.row(o), o, ki.meta(o)))
-		}
-		writeJSON(w, http.StatusOK, t)
-		return
+	if err := streamList(context.Background(), w, req, ki, meta, objectsOf(objs)); err != nil {
+		answerListError(w, err)
 	}
-	if objs == nil {
-		objs = []runtime.Object{}
-	}
-	writeJSON(w, http.StatusOK, genericList{
-		TypeMeta: metav1.TypeMeta{Kind: ki.listKind(), APIVersion: ki.apiVersion()},
-		Metadata: meta,
-		Items:    objs,
-	})
 }
 
 // writeObject answers one object, or a one-row Table.

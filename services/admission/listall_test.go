@@ -3,8 +3,12 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -78,4 +82,107 @@ func BenchmarkListAllPages(b *testing.B) {
 			b.ReportMetric(float64(bytes)/1e6, "MB/list")
 		})
 	}
+}
+
+var listBenchPods = flag.Int("list-pods", 20000, "pods BenchmarkListUnpaged lists")
+
+// BenchmarkListUnpaged lists every pod in one answer, without limit, as `curl /api/v1/pods` or
+// `kubectl get pods -A --chunk-size=0` do, and reports the peak of the heap's objects during the
+// request above what the cache holds: what one such list costs the server's memory.
+func BenchmarkListUnpaged(b *testing.B) {
+	n := *listBenchPods
+	entries, _ := podtest.Entries(n)
+	initial := newWatchCache(podKind, nil, 1, time.Hour, nil)
+	for _, e := range entries {
+		initial.apply(e.Key(), e.Operation(), e.Value(), e.Revision())
+	}
+	c := newWatchCache(podKind, nil, 0, 0, nil)
+	c.replace(initial, uint64(n))
+	entries, initial = nil, nil
+	s := &Service{}
+	for _, bc := range []struct {
+		name  string
+		table bool
+	}{{"table", true}, {"objects", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var peak, base uint64
+			var body int
+			for b.Loop() {
+				q := url.Values{"resourceVersion": {"0"}}
+				req := request{kind: podKind, q: q}
+				if bc.table {
+					req.table = &tableOptions{includeObject: metav1.IncludeMetadata}
+				}
+				m, err := newMatcher(q, podKind)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w := &countingWriter{h: http.Header{}}
+				base = podtest.HeapAlloc()
+				stop := sampleHeap(&peak)
+				err = s.listCached(context.Background(), w, req, c, selectionOf(req, m))
+				stop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				body = w.n
+			}
+			b.ReportMetric(float64(peak-base), "peak-B")
+			b.ReportMetric(float64(peak-base)/float64(n), "peak-B/pod")
+			b.ReportMetric(float64(body)/1e6, "MB/list")
+		})
+	}
+	runtime.KeepAlive(c)
+}
+
+// sampleHeap records the most bytes the heap's objects took until stop is called, sampled every
+// millisecond.
+func sampleHeap(peak *uint64) (stop func()) {
+	*peak = 0
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() {
+		metrics.Read(sample)
+		*peak = max(*peak, sample[0].Value.Uint64())
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		read()
+	}
+}
+
+// countingWriter is a client that reads an answer and keeps none of it.
+type countingWriter struct {
+	h    http.Header
+	n    int
+	code int
+}
+
+func (w *countingWriter) Header() http.Header { return w.h }
+func (w *countingWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.n += len(p)
+	return len(p), nil
 }
