@@ -76,9 +76,24 @@ type EnvelopeResult struct {
 
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
-	// Kubectl is `kubectl get pods -A` end to end (Items: its lines), when a kubectl is on the PATH.
-	Kubectl *List `json:"kubectl_get_pods,omitempty"`
+	// Kubectl is `kubectl get pods -A` end to end (Items: its lines; Pages: the pages of 500 it asked
+	// for), when a kubectl is on the PATH. KubectlUnpaged is the same with --chunk-size=0: one request,
+	// so kubectl's own rate limit (KubectlThrottleS) takes no part in it.
+	Kubectl        *List `json:"kubectl_get_pods,omitempty"`
+	KubectlUnpaged *List `json:"kubectl_get_pods_unpaged,omitempty"`
 }
+
+// kubectl pages a list in requests of 500 (--chunk-size), each through client-go's client-side rate
+// limiter: 5 requests a second after a burst of 10 (rest.DefaultQPS, rest.DefaultBurst), whatever
+// the server answers.
+const (
+	kubectlChunk = 500
+	kubectlQPS   = 5
+	kubectlBurst = 10
+)
+
+// KubectlThrottleS is the least time kubectl's rate limiter lets pages requests take.
+func KubectlThrottleS(pages int) float64 { return float64(max(0, pages-kubectlBurst)) / kubectlQPS }
 
 // Slice is the i-th group of pods, in the order they became Ready.
 type Slice struct {
@@ -249,6 +264,11 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 			return res, err
 		}
 		res.Kubectl = &l
+		u, err := kubectlGetPods(ctx, kubectl, pcfg.Kubeconfig, "--chunk-size=0")
+		if err != nil {
+			return res, err
+		}
+		res.KubectlUnpaged = &u
 	}
 	res.Goroutines = goroutines(ctx, pprofAddr)
 	res.LiveHeap = liveHeap(ctx, pprofAddr)
@@ -402,9 +422,9 @@ func listPods(ctx context.Context, client *http.Client, api, selector string) (L
 
 // kubectlGetPods times `kubectl get pods -A` as a user runs it: the Table pages kubectl asks for,
 // printed.
-func kubectlGetPods(ctx context.Context, kubectl, kubeconfig string) (List, error) {
+func kubectlGetPods(ctx context.Context, kubectl, kubeconfig string, flags ...string) (List, error) {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-A", "--no-headers")
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig, "get", "pods", "-A", "--no-headers"}, flags...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -424,6 +444,10 @@ func kubectlGetPods(ctx context.Context, kubectl, kubeconfig string) (List, erro
 		return l, fmt.Errorf("%w: kubectl get pods: %w: %s", ErrEnvelope, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	l.Seconds = time.Since(start).Seconds()
+	l.Pages = 1
+	if len(flags) == 0 {
+		l.Pages = max(1, (l.Items+kubectlChunk-1)/kubectlChunk)
+	}
 	return l, nil
 }
 
@@ -462,7 +486,11 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 		r.ListAll.Seconds, r.ListAll.Items, r.ListAll.Pages, float64(r.ListAll.Bytes)/1e6)
 	fmt.Fprintf(w, "%-42s %.3f s (%d pods)\n", "list pods, selector matching none", r.ListSelector.Seconds, r.ListSelector.Items)
 	if r.Kubectl != nil {
-		fmt.Fprintf(w, "%-42s %.2f s (%d lines)\n", "kubectl get pods -A", r.Kubectl.Seconds, r.Kubectl.Items)
+		fmt.Fprintf(w, "%-42s %.2f s (%d lines, %d pages; kubectl's own rate limit alone takes %.1f s of it)\n",
+			"kubectl get pods -A", r.Kubectl.Seconds, r.Kubectl.Items, r.Kubectl.Pages, KubectlThrottleS(r.Kubectl.Pages))
+	}
+	if r.KubectlUnpaged != nil {
+		fmt.Fprintf(w, "%-42s %.2f s (%d lines, one request)\n", "kubectl get pods -A --chunk-size=0", r.KubectlUnpaged.Seconds, r.KubectlUnpaged.Items)
 	}
 }
 

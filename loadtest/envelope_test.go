@@ -98,3 +98,15 @@ func TestSliceRates(t *testing.T) {
 		t.Errorf("lastToFirst of one slice = %v, want 0", r)
 	}
 }
+
+// kubectl's limiter lets its first 10 pages go at once, then 5 a second.
+func TestKubectlThrottleS(t *testing.T) {
+	for _, tt := range []struct {
+		pages int
+		want  float64
+	}{{0, 0}, {1, 0}, {10, 0}, {11, 0.2}, {60, 10}, {300, 58}} {
+		if got := KubectlThrottleS(tt.pages); got != tt.want {
+			t.Errorf("KubectlThrottleS(%d) = %v, want %v", tt.pages, got, tt.want)
+		}
+	}
+}
