@@ -212,14 +212,15 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	started := time.Now()
-	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), []string{"PODBUS_PPROF=" + agentsPprof},
+	// The agents stand in for thousands of machines: under the default soft limit a process holding
+	// every pod of the cluster would spend its CPU collecting, and slow the nodes, not the control plane.
+	// With no limit, a GC target of 400 (the control plane's own under its limit) keeps their collections
+	// rare: each one marks every simulated pod, and its bursts took the CPU the control plane was measured on.
+	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), []string{"PODBUS_PPROF=" + agentsPprof, "GOGC=400"},
 		"agent", "--runtime", "fake", "--nodes", strconv.Itoa(cfg.Nodes), "--node", envelopeHost, "--nats", natsURL,
 		"--nats-creds", pool, "--nats-ca", ca,
 		"--cpu", cfg.NodeCPU, "--memory", cfg.NodeMemory, "--max-pods", strconv.Itoa(cfg.MaxPods),
-		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24",
-		// The agents stand in for thousands of machines: under the default soft limit a process holding
-		// every pod of the cluster would spend its CPU collecting, and slow the nodes, not the control plane.
-		"--memory-limit", "off")
+		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24", "--memory-limit", "off")
 	if err != nil {
 		return nil, err
 	}
