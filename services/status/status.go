@@ -29,7 +29,7 @@ import (
 // Config configures one status replica.
 type Config struct {
 	ID      string // replica identity
-	Workers int    // concurrent handlers per consumer, default 32
+	Workers int    // concurrent handlers per consumer, default 128
 	// NodeMonitorGracePeriod without heartbeat before a Ready node becomes Unknown (default 40s).
 	NodeMonitorGracePeriod time.Duration
 	// MonitorInterval between node monitor passes (default 5s).
@@ -78,7 +78,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("%w: connection is required", ErrConfig)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 32
+		cfg.Workers = 128
 	}
 	if cfg.NodeMonitorGracePeriod <= 0 {
 		cfg.NodeMonitorGracePeriod = 40 * time.Second
