@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -67,24 +68,18 @@ func writeList(w http.ResponseWriter, req request, ki *kind, objs []runtime.Obje
 	writeListMeta(w, req, ki, objs, metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)})
 }
 
+// byNamespaceName orders objects as every list is ordered: by namespace, then name.
+func (ki *kind) byNamespaceName(a, b runtime.Object) int {
+	ma, mb := ki.meta(a), ki.meta(b)
+	if c := strings.Compare(ma.Namespace, mb.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(ma.Name, mb.Name)
+}
+
 // writeListMeta answers objs as a list or a Table with the given list metadata (a page's continue token).
 func writeListMeta(w http.ResponseWriter, req request, ki *kind, objs []runtime.Object, meta metav1.ListMeta) {
-	slices.SortStableFunc(objs, func(a, b runtime.Object) int {
-		ma, mb := ki.meta(a), ki.meta(b)
-		if ma.Namespace != mb.Namespace {
-			if ma.Namespace < mb.Namespace {
-				return -1
-			}
-			return 1
-		}
-		switch {
-		case ma.Name < mb.Name:
-			return -1
-		case ma.Name > mb.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(objs, ki.byNamespaceName)
 	if err := streamList(context.Background(), w, req, ki, meta, objectsOf(objs)); err != nil {
 		answerListError(w, err)
 	}

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/podbus/podbus/internal/podtest"
 )
 
@@ -21,13 +19,7 @@ import (
 // does (a Table) and as a client of whole objects does: the server's side of the list.
 func BenchmarkListAllPages(b *testing.B) {
 	const n = 150_000
-	entries, _ := podtest.Entries(n)
-	initial := newWatchCache(podKind, nil, 1, time.Hour, nil)
-	for _, e := range entries {
-		initial.apply(e.Key(), e.Operation(), e.Value(), e.Revision())
-	}
-	c := newWatchCache(podKind, nil, 0, 0, nil)
-	c.replace(initial, n)
+	c := podCache(b, n)
 	s := &Service{}
 	for _, bc := range []struct {
 		name  string
@@ -46,16 +38,9 @@ func BenchmarkListAllPages(b *testing.B) {
 					} else {
 						q.Set("resourceVersion", "0")
 					}
-					req := request{kind: podKind, q: q}
-					if bc.table {
-						req.table = &tableOptions{includeObject: metav1.IncludeMetadata}
-					}
-					m, err := newMatcher(q, podKind)
-					if err != nil {
-						b.Fatal(err)
-					}
+					req, sel := listRequest(b, q, bc.table)
 					w := httptest.NewRecorder()
-					if err := s.listCached(context.Background(), w, req, c, selectionOf(req, m)); err != nil {
+					if err := s.listCached(context.Background(), w, req, c, sel); err != nil {
 						b.Fatal(err)
 					}
 					var page struct {
@@ -91,14 +76,7 @@ var listBenchPods = flag.Int("list-pods", 20000, "pods BenchmarkListUnpaged list
 // request above what the cache holds: what one such list costs the server's memory.
 func BenchmarkListUnpaged(b *testing.B) {
 	n := *listBenchPods
-	entries, _ := podtest.Entries(n)
-	initial := newWatchCache(podKind, nil, 1, time.Hour, nil)
-	for _, e := range entries {
-		initial.apply(e.Key(), e.Operation(), e.Value(), e.Revision())
-	}
-	c := newWatchCache(podKind, nil, 0, 0, nil)
-	c.replace(initial, uint64(n))
-	entries, initial = nil, nil
+	c := podCache(b, n)
 	s := &Service{}
 	for _, bc := range []struct {
 		name  string
@@ -109,19 +87,11 @@ func BenchmarkListUnpaged(b *testing.B) {
 			var peak, base uint64
 			var body int
 			for b.Loop() {
-				q := url.Values{"resourceVersion": {"0"}}
-				req := request{kind: podKind, q: q}
-				if bc.table {
-					req.table = &tableOptions{includeObject: metav1.IncludeMetadata}
-				}
-				m, err := newMatcher(q, podKind)
-				if err != nil {
-					b.Fatal(err)
-				}
+				req, sel := listRequest(b, url.Values{"resourceVersion": {"0"}}, bc.table)
 				w := &countingWriter{h: http.Header{}}
 				base = podtest.HeapAlloc()
 				stop := sampleHeap(&peak)
-				err = s.listCached(context.Background(), w, req, c, selectionOf(req, m))
+				err := s.listCached(context.Background(), w, req, c, sel)
 				stop()
 				if err != nil {
 					b.Fatal(err)

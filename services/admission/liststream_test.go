@@ -82,22 +82,7 @@ func oldList(t *testing.T, c *watchCache, req request, sel selection) []byte {
 func oldListJSON(t *testing.T, req request, ki *kind, objs []runtime.Object, meta metav1.ListMeta) []byte {
 	t.Helper()
 	objs = slices.Clone(objs)
-	slices.SortStableFunc(objs, func(a, b runtime.Object) int {
-		ma, mb := ki.meta(a), ki.meta(b)
-		if ma.Namespace != mb.Namespace {
-			if ma.Namespace < mb.Namespace {
-				return -1
-			}
-			return 1
-		}
-		switch {
-		case ma.Name < mb.Name:
-			return -1
-		case ma.Name > mb.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(objs, ki.byNamespaceName)
 	var v any
 	if req.table != nil {
 		tb := newTable(ki.tableColumns(), meta.ResourceVersion)
@@ -208,14 +193,7 @@ func TestStreamedListIsMarshaledList(t *testing.T) {
 func TestWriteListIsMarshaledList(t *testing.T) {
 	c := podCache(t, 60)
 	items, _ := c.state()
-	var objs []runtime.Object
-	for _, e := range items {
-		o, err := c.decode(e, e.rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o)
-	}
+	objs := decodeAll(t, c, items)
 	rand.Shuffle(len(objs), func(i, j int) { objs[i], objs[j] = objs[j], objs[i] })
 	for _, table := range []*tableOptions{nil, {includeObject: metav1.IncludeMetadata}} {
 		for _, objs := range [][]runtime.Object{nil, objs} {
@@ -283,14 +261,7 @@ func TestStreamedListFailures(t *testing.T) {
 func TestStreamedListOutlivesDeadline(t *testing.T) {
 	c := podCache(t, 100)
 	items, rv := c.state()
-	var objs []runtime.Object
-	for _, e := range items {
-		o, err := c.decode(e, e.rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o)
-	}
+	objs := decodeAll(t, c, items)
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	req := request{kind: podKind}
@@ -325,4 +296,32 @@ func TestCutListBreaksAnswer(t *testing.T) {
 	if err == nil {
 		t.Fatalf("read a whole answer of %d bytes from a list cut short", len(data))
 	}
+}
+
+// decodeAll decodes the cache's entries as a list answers them.
+func decodeAll(t *testing.T, c *watchCache, items []*cacheEntry) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, e := range items {
+		o, err := c.decode(e, e.rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+// listRequest is a list of pods with query q, as a Table when table, and what it selects.
+func listRequest(tb testing.TB, q url.Values, table bool) (request, selection) {
+	tb.Helper()
+	req := request{kind: podKind, q: q}
+	if table {
+		req.table = &tableOptions{includeObject: metav1.IncludeMetadata}
+	}
+	m, err := newMatcher(q, podKind)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return req, selectionOf(req, m)
 }

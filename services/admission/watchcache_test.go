@@ -544,15 +544,7 @@ func BenchmarkListSelector(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			q, _ := url.ParseQuery(bc.query)
-			req := request{kind: podKind, q: q}
-			if bc.table {
-				req.table = &tableOptions{includeObject: metav1.IncludeMetadata}
-			}
-			m, err := newMatcher(q, podKind)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sel := selectionOf(req, m)
+			req, sel := listRequest(b, q, bc.table)
 			b.ReportAllocs()
 			for b.Loop() {
 				w := httptest.NewRecorder()
