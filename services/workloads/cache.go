@@ -5,12 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/intern"
-	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -26,44 +22,7 @@ type dEntry struct {
 	rev      uint64
 }
 
-// podMask is what the controllers read of a pod: the cache keeps only that of every pod of the
-// cluster (see decodePod). A field read from a cached pod must be named here, and varied in
-// TestPodMaskKeepsWhatControllersRead; what needs the whole pod (setController) reads it from the
-// bucket.
-var podMask = bus.NewMask(&pb.Pod{},
-	"metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.owner_references",
-	"metadata.creation_timestamp", "metadata.deletion_timestamp",
-	"spec.node_name",
-	"status.phase", "status.conditions.type", "status.conditions.status", "status.conditions.last_transition_time",
-	"status.container_statuses.restart_count",
-	"internal.correlation_id")
-
-// decodePod is a pods-bucket value as the cache keeps it: podMask's fields, and of the conditions only
-// the first Ready one, the one podutil.PodCondition finds. False when the value is malformed.
-func decodePod(data []byte) (*pb.Pod, bool) {
-	pruned, ok := bus.Prune(data, podMask)
-	p := &pb.Pod{}
-	if !ok || proto.Unmarshal(pruned, p) != nil {
-		return nil, false
-	}
-	// Shared with the other pods of the ReplicaSet and node: cached pods are never changed.
-	if md := p.GetMetadata(); md != nil {
-		md.Labels, md.Namespace = intern.Labels(md.Labels), intern.String(md.Namespace)
-	}
-	if sp := p.GetSpec(); sp != nil {
-		sp.NodeName = intern.String(sp.NodeName)
-	}
-	if st := p.GetStatus(); st != nil {
-		ready := podutil.PodCondition(p, "Ready")
-		st.Conditions = nil
-		if ready != nil {
-			st.Conditions = []*pb.PodCondition{ready}
-		}
-	}
-	return p, true
-}
-
-// podEntry is a pod as decodePod keeps it, and the pods-bucket revision it was read at.
+// podEntry is a cached pod as the controllers read it, and the pods-bucket revision it was read at.
 type podEntry struct {
 	pod *pb.Pod
 	rev uint64
@@ -73,10 +32,10 @@ type podEntry struct {
 // after unlocking.
 type cache struct {
 	mu   sync.Mutex
-	pods map[string]map[string]podEntry // ns -> name -> pod
+	pods map[string]map[string]*cachedPod // ns -> name -> pod
 	// byOwner indexes pods by their controller's uid, orphans by namespace ("orphan/<ns>"), so a sync
 	// reads its own pods, not its namespace's.
-	byOwner map[string]map[string]podEntry
+	byOwner map[string]map[string]*cachedPod
 	rs      map[string]*rsEntry // ns/name
 	deploys map[string]*dEntry  // ns/name
 	// podsRev is the highest pods-bucket revision the cache has applied.
@@ -86,11 +45,12 @@ type cache struct {
 }
 
 func newCache() *cache {
-	return &cache{pods: map[string]map[string]podEntry{}, byOwner: map[string]map[string]podEntry{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{}}
+	return &cache{pods: map[string]map[string]*cachedPod{}, byOwner: map[string]map[string]*cachedPod{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{}}
 }
 
-// setPod records a pod (nil: deleted) and returns the pod it replaces.
-func (c *cache) setPod(key, ns string, p *pb.Pod, rev uint64) *pb.Pod {
+// setPod records a pod read at revision rev (nil: deleted), not cached yet, and returns the pod it
+// replaces.
+func (c *cache) setPod(key, ns string, p *cachedPod, rev uint64) *cachedPod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rev > c.podsRev {
@@ -98,7 +58,7 @@ func (c *cache) setPod(key, ns string, p *pb.Pod, rev uint64) *pb.Pod {
 	}
 	name := key[len(ns)+1:]
 	m := c.pods[ns]
-	old := m[name].pod
+	old := m[name]
 	if old != nil {
 		delete(c.byOwner[ownerIndex(ns, old)], name)
 	}
@@ -107,23 +67,23 @@ func (c *cache) setPod(key, ns string, p *pb.Pod, rev uint64) *pb.Pod {
 		return old
 	}
 	if m == nil {
-		m = map[string]podEntry{}
+		m = map[string]*cachedPod{}
 		c.pods[ns] = m
 	}
-	e := podEntry{pod: p, rev: rev}
-	m[name] = e
+	p.rev = rev
+	m[name] = p
 	idx := ownerIndex(ns, p)
 	if c.byOwner[idx] == nil {
-		c.byOwner[idx] = map[string]podEntry{}
+		c.byOwner[idx] = map[string]*cachedPod{}
 	}
-	c.byOwner[idx][name] = e
+	c.byOwner[idx][name] = p
 	return old
 }
 
 // ownerIndex is a pod's key in byOwner. A controller uid names one object in the whole cluster.
-func ownerIndex(ns string, p *pb.Pod) string {
-	if ref := controllerRefPB(p.GetMetadata().GetOwnerReferences()); ref != nil {
-		return ref.GetUid()
+func ownerIndex(ns string, p *cachedPod) string {
+	if ref := p.controllerRef(); ref != nil {
+		return ref.uid
 	}
 	return "orphan/" + ns
 }
@@ -132,17 +92,22 @@ func ownerIndex(ns string, p *pb.Pod) string {
 // revision the cache is at.
 func (c *cache) podsFor(ns, uid string, orphans bool) ([]podEntry, uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]podEntry, 0, len(c.byOwner[uid]))
+	cached := make([]*cachedPod, 0, len(c.byOwner[uid]))
 	for _, p := range c.byOwner[uid] {
-		out = append(out, p)
+		cached = append(cached, p)
 	}
 	if orphans {
 		for _, p := range c.byOwner["orphan/"+ns] {
-			out = append(out, p)
+			cached = append(cached, p)
 		}
 	}
-	return out, c.podsRev
+	rev := c.podsRev
+	c.mu.Unlock()
+	out := make([]podEntry, len(cached))
+	for i, p := range cached {
+		out[i] = podEntry{pod: p.pod(), rev: p.rev}
+	}
+	return out, rev
 }
 
 // hasPod reports whether a pod of that name exists in ns.

@@ -43,14 +43,14 @@ func TestClearedClaimsKeepTheirRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := func(name, uid string, deleting bool) *pb.Pod {
+	pod := func(name, uid string, deleting bool) *cachedPod {
 		p := testPod(name, "node-1", "Running", true, 100)
 		p.Metadata.Namespace, p.Metadata.Uid, p.Metadata.Labels = "default", uid, map[string]string{"app": "web"}
 		p.Metadata.OwnerReferences = []*pb.OwnerReference{ownerRef("apps/v1", "ReplicaSet", "web", string(r.obj.UID))}
 		if deleting {
 			p.Metadata.DeletionTimestamp = timestamppb.Now()
 		}
-		return p
+		return compactPod(p)
 	}
 	for _, s := range []*Service{a, b} {
 		s.c.setPod("default/web-1", "default", pod("web-1", "uid-1", false), 1)

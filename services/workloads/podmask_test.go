@@ -118,8 +118,8 @@ func viewOf(s *Service, p *pb.Pod, rs *appsv1.ReplicaSet, now time.Time) podView
 	md := p.GetMetadata()
 	v := podView{
 		Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Correlation: p.GetInternal().GetCorrelationId(),
-		Labels: md.GetLabels(), Created: md.GetCreationTimestamp().AsTime(), Index: ownerIndex("default", p),
-		Owners: s.podOwners("default", p), Active: isActive(p), Ready: isReady(p), Terminal: isTerminalPB(p), OwnedBy: isOwnedBy(p, rs),
+		Labels: md.GetLabels(), Created: md.GetCreationTimestamp().AsTime(), Index: ownerIndex("default", compactPod(p)),
+		Owners: s.podOwners("default", compactPod(p)), Active: isActive(p), Ready: isReady(p), Terminal: isTerminalPB(p), OwnedBy: isOwnedBy(p, rs),
 	}
 	if ref := controllerRefPB(md.GetOwnerReferences()); ref != nil {
 		v.Controller = fmt.Sprintf("%s %s %s", ref.GetKind(), ref.GetName(), ref.GetUid())

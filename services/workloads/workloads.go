@@ -340,9 +340,9 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		return
 	}
 	key := ns + "/" + name
-	var p *pb.Pod
+	var p *cachedPod
 	if e.Operation() == jetstream.KeyValuePut {
-		if p, ok = decodePod(e.Value()); !ok {
+		if p, ok = decodeCached(e.Value()); !ok {
 			metrics.Count("workloads.malformed", 1)
 			return
 		}
@@ -355,21 +355,21 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 
 // podOwners are the queue keys of the ReplicaSets a pod change concerns: its controller, before and
 // after, or, for an orphan, every ReplicaSet of its namespace that selects it.
-func (s *Service) podOwners(ns string, pods ...*pb.Pod) []string {
+func (s *Service) podOwners(ns string, pods ...*cachedPod) []string {
 	var out []string
 	for _, p := range pods {
 		if p == nil {
 			continue
 		}
-		if ref := controllerRefPB(p.GetMetadata().GetOwnerReferences()); ref != nil {
-			if ref.GetKind() == "ReplicaSet" {
-				out = append(out, qRS+ns+"/"+ref.GetName())
+		if ref := p.controllerRef(); ref != nil {
+			if ref.kind == "ReplicaSet" {
+				out = append(out, qRS+ns+"/"+ref.name)
 			}
 			continue
 		}
 		s.c.mu.Lock()
 		for k, r := range s.c.rs {
-			if r.obj.Namespace == ns && selects(r.obj.Spec.Selector, p.GetMetadata().GetLabels()) {
+			if r.obj.Namespace == ns && selects(r.obj.Spec.Selector, p.labels) {
 				out = append(out, qRS+k)
 			}
 		}
