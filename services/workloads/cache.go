@@ -57,6 +57,9 @@ func (c *cache) setPod(key, ns string, p *cachedPod, rev uint64) *cachedPod {
 		c.podsRev = rev
 	}
 	name := key[len(ns)+1:]
+	if p != nil && p.name() == name {
+		name = p.name() // the key, sharing the pod's allocation
+	}
 	m := c.pods[ns]
 	old := m[name]
 	if old != nil {

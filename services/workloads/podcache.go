@@ -28,8 +28,11 @@ var podMask = bus.NewMask(&pb.Pod{},
 // shared among the pods of a ReplicaSet or node are interned. A cachedPod is never changed once
 // cached; pod() gives it back as a message for the controllers' decisions.
 type cachedPod struct {
-	name, namespace, uid string
-	labels               map[string]string
+	// ids is the pod's name, uid and correlation id, one after the other in one allocation.
+	ids             string
+	nameLen, uidLen uint32
+	namespace       string
+	labels          map[string]string
 	// owner is the first owner reference (when has&hasOwner), moreOwners the others, in order.
 	owner      cachedOwner
 	moreOwners []cachedOwner
@@ -41,8 +44,7 @@ type cachedPod struct {
 	readyStatus string
 	readyAt     stamp
 	// restarts holds each container status's restart count, in order.
-	restarts    []int32
-	correlation string
+	restarts []int32
 	// rev is the pods-bucket revision the pod was read at, set as it is cached.
 	rev uint64
 	has presence
@@ -138,7 +140,7 @@ func compactPod(p *pb.Pod) *cachedPod {
 	c := &cachedPod{}
 	if md := p.GetMetadata(); md != nil {
 		c.has |= hasMeta
-		c.name, c.namespace, c.uid = md.GetName(), intern.String(md.GetNamespace()), md.GetUid()
+		c.namespace = intern.String(md.GetNamespace())
 		c.labels = intern.Labels(md.GetLabels())
 		if refs := md.GetOwnerReferences(); len(refs) > 0 {
 			c.has |= hasOwner
@@ -181,10 +183,12 @@ func compactPod(p *pb.Pod) *cachedPod {
 			}
 		}
 	}
-	if in := p.GetInternal(); in != nil {
+	if p.GetInternal() != nil {
 		c.has |= hasInternal
-		c.correlation = in.GetCorrelationId()
 	}
+	name, uid := p.GetMetadata().GetName(), p.GetMetadata().GetUid()
+	c.ids = name + uid + p.GetInternal().GetCorrelationId()
+	c.nameLen, c.uidLen = uint32(len(name)), uint32(len(uid))
 	return c
 }
 
@@ -212,7 +216,7 @@ func (c *cachedPod) pod() *pb.Pod {
 	if c.has&hasMeta != 0 {
 		md := &m.meta
 		p.Metadata = md
-		md.Name, md.Namespace, md.Uid, md.Labels = c.name, c.namespace, c.uid, c.labels
+		md.Name, md.Namespace, md.Uid, md.Labels = c.name(), c.namespace, c.uid(), c.labels
 		if c.has&hasOwner != 0 {
 			m.owners[0] = c.owner.message(&m.owner, &m.controller, &m.block)
 			md.OwnerReferences = m.owners[:]
@@ -262,10 +266,16 @@ func (c *cachedPod) pod() *pb.Pod {
 	}
 	if c.has&hasInternal != 0 {
 		p.Internal = &m.internal
-		m.internal.CorrelationId = c.correlation
+		m.internal.CorrelationId = c.correlation()
 	}
 	return p
 }
+
+func (c *cachedPod) name() string { return c.ids[:c.nameLen] }
+
+func (c *cachedPod) uid() string { return c.ids[c.nameLen : c.nameLen+c.uidLen] }
+
+func (c *cachedPod) correlation() string { return c.ids[c.nameLen+c.uidLen:] }
 
 // message fills and returns at.
 func (s stamp) message(at *timestamppb.Timestamp) *timestamppb.Timestamp {
