@@ -84,6 +84,10 @@ const (
 const (
 	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
 	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
+	// BucketLeases holds each node's heartbeat lease (NodeKey(name) -> podbusv1.NodeLease), renewed by
+	// the status service on every heartbeat, so the nodes bucket changes only when a node's status does
+	// (Kubernetes' node leases). Not sourced into AUDIT: a renewal is no state change.
+	BucketLeases = "leases"
 	// BucketAlloc holds what the binder committed per node, one key per placed pod (AllocPodKey ->
 	// podbusv1.PodAllocation) and one for the node's preemptions (AllocMetaKey -> podbusv1.NodeAllocation
 	// with nominated pods and, under pods, the victims' preempted_by only). Every write is a
