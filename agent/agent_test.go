@@ -84,7 +84,7 @@ func (e *env) leaseRenewedAfter(t time.Time) bool {
 		e.t.Fatal(err)
 	}
 	var l pb.NodeLease
-	_, err = bus.Get(ctx, kv, bus.NodeKey(node), &l)
+	_, err = bus.Get(ctx, kv, bus.LeaseKey(node), &l)
 	return err == nil && l.GetRenewTime().AsTime().After(t)
 }
 

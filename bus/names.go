@@ -84,7 +84,7 @@ const (
 const (
 	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
 	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
-	// BucketLeases holds each node's heartbeat lease (NodeKey(name) -> podbusv1.NodeLease), renewed by
+	// BucketLeases holds each node's heartbeat lease (LeaseKey(name) -> podbusv1.NodeLease), renewed by
 	// the status service on every heartbeat, so the nodes bucket changes only when a node's status does
 	// (Kubernetes' node leases). Not sourced into AUDIT: a renewal is no state change.
 	BucketLeases = "leases"
@@ -402,6 +402,21 @@ func SplitPodKey(key string) (namespace, name string, ok bool) {
 
 // NodeKey is the KV key of a node (nodes and alloc buckets).
 func NodeKey(name string) string { return Token(name) }
+
+// NamespaceNodeLease is the namespace of the nodes' leases, as in Kubernetes.
+const NamespaceNodeLease = "kube-node-lease"
+
+// LeaseKey is the KV key of a node's lease (leases bucket): the ObjectKey of the Lease the API serves.
+func LeaseKey(node string) string { return ObjectKey(NamespaceNodeLease, node) }
+
+// LeaseNodeKey is the NodeKey of the node whose lease has key, or "" for a key LeaseKey does not make.
+func LeaseNodeKey(key string) string {
+	node, ok := strings.CutPrefix(key, Token(NamespaceNodeLease)+".")
+	if !ok {
+		return ""
+	}
+	return node
+}
 
 // Token encodes a Kubernetes name as one subject token and one KV key part. Names are DNS subdomains
 // ([a-z0-9.-]), where '.' would split a subject: it becomes '_'. Anything else outside [A-Za-z0-9-]

@@ -444,7 +444,7 @@ func waitHeartbeatAfter(t *testing.T, c *bus.Conn, node string, t0 time.Time) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var l pb.NodeLease
-		if _, err := bus.Get(ctx, leases, bus.NodeKey(node), &l); err != nil {
+		if _, err := bus.Get(ctx, leases, bus.LeaseKey(node), &l); err != nil {
 			t.Fatal(err)
 		}
 		if l.GetRenewTime().AsTime().After(t0) {

@@ -9,7 +9,7 @@ import (
 
 // The status service alone renews node leases; no other service role may write them.
 func TestLeasesWrittenByStatusOnly(t *testing.T) {
-	renew := bus.SubjKV(bus.BucketLeases) + bus.NodeKey("n1")
+	renew := bus.SubjKV(bus.BucketLeases) + bus.LeaseKey("n1")
 	read := "$JS.API.DIRECT.GET." + bus.KVStream(bus.BucketLeases)
 	for _, role := range ServiceRoles {
 		if role == RoleAdmin {

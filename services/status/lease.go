@@ -26,7 +26,7 @@ const leaseHolder = "podbus-status"
 // horizon of now (a lease must not stay frozen by one).
 func (s *Service) leaseRenewTime(ctx context.Context, name string) (time.Time, error) {
 	var l pb.NodeLease
-	_, err := bus.Get(ctx, s.leases, bus.NodeKey(name), &l)
+	_, err := bus.Get(ctx, s.leases, bus.LeaseKey(name), &l)
 	if errors.Is(err, bus.ErrNotFound) {
 		return time.Time{}, nil
 	}
@@ -51,7 +51,7 @@ func renewTime(l *pb.NodeLease, horizon time.Time) time.Time {
 // renewLease sets name's lease's renew time to at: creates the lease if absent, else updates it at the
 // revision read; a renew time not after the stored one changes nothing.
 func (s *Service) renewLease(ctx context.Context, name string, at time.Time) error {
-	key := bus.NodeKey(name)
+	key := bus.LeaseKey(name)
 	l := &pb.NodeLease{Node: name, RenewTime: timestamppb.New(at), HolderIdentity: leaseHolder,
 		LeaseDurationSeconds: int32(s.cfg.NodeMonitorGracePeriod / time.Second)}
 	for range casAttempts {

@@ -59,12 +59,12 @@ func (i *idle) handle(hb *pb.NodeHeartbeat, at time.Time) {
 // are its stream's sequence: with one key, their difference counts the writes in between.
 func (i *idle) revs(name string) (node, lease uint64) {
 	i.t.Helper()
-	return i.rev(i.s.nodes, name), i.rev(i.s.leases, name)
+	return i.rev(i.s.nodes, bus.NodeKey(name)), i.rev(i.s.leases, bus.LeaseKey(name))
 }
 
-func (i *idle) rev(kv jetstream.KeyValue, name string) uint64 {
+func (i *idle) rev(kv jetstream.KeyValue, key string) uint64 {
 	i.t.Helper()
-	e, err := kv.Get(context.Background(), bus.NodeKey(name))
+	e, err := kv.Get(context.Background(), key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0
 	}
@@ -86,7 +86,7 @@ func (i *idle) node(name string) *pb.Node {
 func (i *idle) lease(name string) *pb.NodeLease {
 	i.t.Helper()
 	var l pb.NodeLease
-	if _, err := bus.Get(context.Background(), i.s.leases, bus.NodeKey(name), &l); err != nil {
+	if _, err := bus.Get(context.Background(), i.s.leases, bus.LeaseKey(name), &l); err != nil {
 		i.t.Fatal(err)
 	}
 	return &l
@@ -226,7 +226,7 @@ func TestNodeMonitorHonoursLease(t *testing.T) {
 	// Wait until the lease is renewed three grace periods after the record's heartbeat time.
 	bustest.Eventually(t, 3*wait, func() bool {
 		var l pb.NodeLease
-		if _, err := bus.Get(context.Background(), leases, bus.NodeKey("n1"), &l); err != nil {
+		if _, err := bus.Get(context.Background(), leases, bus.LeaseKey("n1"), &l); err != nil {
 			return false
 		}
 		return l.GetRenewTime().AsTime().Sub(heartbeatTime(e.node("n1"))) > 3*grace

@@ -193,7 +193,7 @@ type cachedNode struct {
 // monitorState is what the monitor has seen of the nodes and leases buckets.
 type monitorState struct {
 	nodes  map[string]cachedNode
-	leases map[string]time.Time // key -> renew time
+	leases map[string]time.Time // node key -> its lease's renew time
 }
 
 // monitor watches the nodes and leases buckets and, every MonitorInterval, marks Unknown the Ready
@@ -261,8 +261,9 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				leasesSynced = true
 				continue
 			}
+			key := bus.LeaseNodeKey(e.Key())
 			if e.Operation() != jetstream.KeyValuePut {
-				delete(st.leases, e.Key())
+				delete(st.leases, key)
 				continue
 			}
 			var l pb.NodeLease
@@ -270,7 +271,7 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				s.log.Warn("undecodable lease in store", "key", e.Key(), "err", err)
 				continue
 			}
-			st.leases[e.Key()] = l.GetRenewTime().AsTime()
+			st.leases[key] = l.GetRenewTime().AsTime()
 		case now := <-tick:
 			if !leasesSynced {
 				continue
