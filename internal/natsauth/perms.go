@@ -236,7 +236,7 @@ func Permissions(role string) (Perms, error) {
 		g.writeKV(bus.BucketReplicaSets, bus.BucketDeployments)
 		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
-		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
+		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketLeases}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)
 		g.readStream(bus.StreamEvents)
 		g.readStream(bus.StreamAudit) // the web view's pod timelines

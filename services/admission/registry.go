@@ -189,6 +189,7 @@ func builtinKinds() []*kind {
 				"exec": (*Service).podExec, "attach": (*Service).podAttach, "portforward": (*Service).podPortForward},
 		}),
 		nodeKind,
+		leaseKind,
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,

@@ -162,7 +162,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
 	buckets := map[string]jetstream.KeyValue{}
-	for _, name := range append([]string{bus.BucketPods, bus.BucketNodes}, bucketNames(specs)...) {
+	for _, name := range append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketLeases}, bucketNames(specs)...) {
 		kv, err := bus.OpenBucket(ctx, conn.JS, name)
 		if err != nil {
 			return nil, fmt.Errorf("admission: %w", err)

@@ -18,10 +18,6 @@ import (
 // that only the node monitor watches, so the node record, which every scheduler, binder and API watch
 // decodes, changes only when the node's status does.
 
-// leaseHolder is the holder identity of every node lease: the status service renews them for the
-// agents, which write no bucket.
-const leaseHolder = "podbus-status"
-
 // leaseRenewTime is the renew time of name's lease, zero if it has none or if it lies beyond the
 // horizon of now (a lease must not stay frozen by one).
 func (s *Service) leaseRenewTime(ctx context.Context, name string) (time.Time, error) {
@@ -49,10 +45,11 @@ func renewTime(l *pb.NodeLease, horizon time.Time) time.Time {
 }
 
 // renewLease sets name's lease's renew time to at: creates the lease if absent, else updates it at the
-// revision read; a renew time not after the stored one changes nothing.
+// revision read; a renew time not after the stored one changes nothing. The node holds its lease, as
+// the kubelet does, though the status service renews it for the agent, which writes no bucket.
 func (s *Service) renewLease(ctx context.Context, name string, at time.Time) error {
 	key := bus.LeaseKey(name)
-	l := &pb.NodeLease{Node: name, RenewTime: timestamppb.New(at), HolderIdentity: leaseHolder,
+	l := &pb.NodeLease{Node: name, RenewTime: timestamppb.New(at), HolderIdentity: name,
 		LeaseDurationSeconds: int32(s.cfg.NodeMonitorGracePeriod / time.Second)}
 	for range casAttempts {
 		var cur pb.NodeLease
