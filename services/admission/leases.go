@@ -14,10 +14,11 @@ import (
 )
 
 // Leases are the nodes' heartbeat leases in kube-node-lease, renewed by the status service on every
-// heartbeat (bus.BucketLeases). Served read-only: only the status service writes them.
+// heartbeat (bus.BucketLeases). Served read-only: only the status service writes them. Their watch
+// cache starts on first use: until someone lists them, no API replica decodes the renewals.
 var leaseKind = &kind{
 	group: coordinationv1.GroupName, version: "v1", kind: "Lease", resource: "leases", singular: "lease",
-	namespaced: true, verbs: []string{"get", "list", "watch"},
+	namespaced: true, verbs: []string{"get", "list", "watch"}, lazyCache: true,
 	newObject: func() runtime.Object { return &coordinationv1.Lease{} },
 	columns: []metav1.TableColumnDefinition{
 		col("Name", "string", "Name must be unique within a namespace.", 0),

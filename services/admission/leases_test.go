@@ -26,6 +26,13 @@ func TestLeasesServedReadOnly(t *testing.T) {
 		LeaseDurationSeconds: 40, RenewTime: timestamppb.New(renewed)}); err != nil {
 		t.Fatal(err)
 	}
+	// No replica decodes the renewals until someone asks for leases.
+	e.svc.cachesMu.Lock()
+	started := e.svc.caches[bus.BucketLeases] != nil
+	e.svc.cachesMu.Unlock()
+	if started {
+		t.Error("the leases' watch cache started with the server")
+	}
 	const path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 	for _, tt := range []struct {
 		name, method, path, body string
