@@ -244,3 +244,20 @@ func TestNodeMonitorHonoursLease(t *testing.T) {
 		return podutil.NodeCondition(e.node("n1"), podutil.NodeReady).GetStatus() == podutil.Unknown
 	}, "node marked Unknown once heartbeats stop")
 }
+
+// A node stored with a heartbeat time beyond the horizon (accepted before such heartbeats were refused)
+// is rewritten by the next real heartbeat even if nothing else changed: the monitor would otherwise
+// take it for alive until then.
+func TestHeartbeatReplacesFutureHeartbeatTime(t *testing.T) {
+	i := newIdle(t, Config{})
+	st := agentState{cpu: "4"}
+	future := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := bus.Create(context.Background(), i.s.nodes, bus.NodeKey("n1"), newNode(st.heartbeat("n1", future).Node)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	i.handle(st.heartbeat("n1", now), now)
+	if got := heartbeatTime(i.node("n1")); !got.Equal(now) {
+		t.Errorf("heartbeat time %s, want %s", got, now)
+	}
+}

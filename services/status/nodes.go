@@ -84,14 +84,16 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		if err != nil {
 			return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
 		}
-		// A stored time beyond the horizon came from a heartbeat accepted before they were refused.
+		// A stored time beyond the horizon came from a heartbeat accepted before they were refused: it
+		// is replaced, or it would keep the node alive to the monitor.
 		last := heartbeatTime(&cur)
-		if !at.After(last) && !last.After(s.horizon(time.Time{})) {
+		future := last.After(s.horizon(time.Time{}))
+		if !at.After(last) && !future {
 			return nil // older than what is stored (redelivery, replay)
 		}
 		next := proto.Clone(&cur).(*pb.Node)
 		mergeNode(next, hb)
-		if at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(&cur, next) {
+		if !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(&cur, next) {
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
 		}
