@@ -15,10 +15,12 @@ import (
 
 // Leases are the nodes' heartbeat leases in kube-node-lease, renewed by the status service on every
 // heartbeat (bus.BucketLeases). Served read-only: only the status service writes them. Their watch
-// cache starts on first use: until someone lists them, no API replica decodes the renewals.
+// cache starts on first use: until someone lists them, no API replica decodes the renewals. No owner
+// reference to their node: the garbage collector does not watch them (kind.hot), so a deleted node's
+// lease stays, renewed again if the node registers again.
 var leaseKind = &kind{
 	group: coordinationv1.GroupName, version: "v1", kind: "Lease", resource: "leases", singular: "lease",
-	namespaced: true, verbs: []string{"get", "list", "watch"}, lazyCache: true,
+	namespaced: true, verbs: []string{"get", "list", "watch"}, hot: true,
 	newObject: func() runtime.Object { return &coordinationv1.Lease{} },
 	columns: []metav1.TableColumnDefinition{
 		col("Name", "string", "Name must be unique within a namespace.", 0),
@@ -55,8 +57,7 @@ var leaseKind = &kind{
 
 func leaseFromPB(l *pb.NodeLease) *coordinationv1.Lease {
 	out := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: l.GetNode(), Namespace: bus.NamespaceNodeLease,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: l.GetNode()}}},
+		ObjectMeta: metav1.ObjectMeta{Name: l.GetNode(), Namespace: bus.NamespaceNodeLease},
 	}
 	if h := l.GetHolderIdentity(); h != "" {
 		out.Spec.HolderIdentity = &h

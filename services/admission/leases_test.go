@@ -33,6 +33,11 @@ func TestLeasesServedReadOnly(t *testing.T) {
 	if started {
 		t.Error("the leases' watch cache started with the server")
 	}
+	for _, kb := range KindBuckets() {
+		if kb.Bucket == bus.BucketLeases {
+			t.Error("the garbage collector would watch the leases")
+		}
+	}
 	const path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 	for _, tt := range []struct {
 		name, method, path, body string

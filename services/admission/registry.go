@@ -54,9 +54,10 @@ type kind struct {
 	handlers handlers
 	// serve replaces all the generic handlers (events come from a stream, not a bucket).
 	serve handlerFunc
-	// lazyCache starts the kind's watch cache on its first list or watch rather than with the server:
-	// for a bucket that changes all the time and that few read (leases).
-	lazyCache bool
+	// hot: the kind's bucket changes all the time and few read it (node leases, renewed on every
+	// heartbeat). Its watch cache starts on first use rather than with the server, and the garbage
+	// collector does not watch it (KindBuckets).
+	hot bool
 }
 
 type handlerFunc func(s *Service, w http.ResponseWriter, r *http.Request, req request)

@@ -236,7 +236,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.runUI(ctx)()
 	// Every kind's cache starts now, so watches may resume from any resourceVersion since the start.
 	for _, k := range s.reg.kinds {
-		if k.storage != nil && k.serve == nil && !k.lazyCache {
+		if k.storage != nil && k.serve == nil && !k.hot {
 			s.cache(k)
 		}
 	}
