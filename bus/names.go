@@ -84,6 +84,10 @@ const (
 const (
 	BucketPods  = "pods"  // key PodKey(ns, name) -> podbusv1.Pod; resourceVersion = revision
 	BucketNodes = "nodes" // key NodeKey(name) -> podbusv1.Node
+	// BucketLeases holds each node's heartbeat lease (LeaseKey(name) -> podbusv1.NodeLease), renewed by
+	// the status service on every heartbeat, so the nodes bucket changes only when a node's status does
+	// (Kubernetes' node leases). Not sourced into AUDIT: a renewal is no state change.
+	BucketLeases = "leases"
 	// BucketAlloc holds what the binder committed per node, one key per placed pod (AllocPodKey ->
 	// podbusv1.PodAllocation) and one for the node's preemptions (AllocMetaKey -> podbusv1.NodeAllocation
 	// with nominated pods and, under pods, the victims' preempted_by only). Every write is a
@@ -398,6 +402,21 @@ func SplitPodKey(key string) (namespace, name string, ok bool) {
 
 // NodeKey is the KV key of a node (nodes and alloc buckets).
 func NodeKey(name string) string { return Token(name) }
+
+// NamespaceNodeLease is the namespace of the nodes' leases, as in Kubernetes.
+const NamespaceNodeLease = "kube-node-lease"
+
+// LeaseKey is the KV key of a node's lease (leases bucket): the ObjectKey of the Lease the API serves.
+func LeaseKey(node string) string { return ObjectKey(NamespaceNodeLease, node) }
+
+// LeaseNodeKey is the NodeKey of the node whose lease has key, or "" for a key LeaseKey does not make.
+func LeaseNodeKey(key string) string {
+	node, ok := strings.CutPrefix(key, Token(NamespaceNodeLease)+".")
+	if !ok {
+		return ""
+	}
+	return node
+}
 
 // Token encodes a Kubernetes name as one subject token and one KV key part. Names are DNS subdomains
 // ([a-z0-9.-]), where '.' would split a subject: it becomes '_'. Anything else outside [A-Za-z0-9-]

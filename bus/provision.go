@@ -82,10 +82,11 @@ func StreamConfigs(o Options) []jetstream.StreamConfig {
 
 // AuditConfig is the AUDIT stream: it sources every pipeline stream (HEARTBEATS excepted: a node's
 // status changes reach the nodes bucket, which is sourced), the streams of the pods and nodes buckets
-// and those of the workload kinds' buckets among o.Buckets (auditedAPIBuckets). The alloc bucket is
-// left out: it is the binder's ledger, rebuilt from the pods' bindings and deletions alone, and each of
-// its records holds every pod of its node, so a log kept forever would grow with the square of the
-// pods per node, and copying it would cost CPU on every binding. Sourced messages keep their subject
+// and those of the workload kinds' buckets among o.Buckets (auditedAPIBuckets). The leases bucket is
+// left out (a renewal changes no state; the node record still records every status change), and so is
+// the alloc bucket: it is the binder's ledger, rebuilt from the pods' bindings and deletions alone, and
+// each of its records holds every pod of its node, so a log kept forever would grow with the square of
+// the pods per node, and copying it would cost CPU on every binding. Sourced messages keep their subject
 // ("pod.scheduled", "$KV.pods.default.web") and headers, plus Nats-Stream-Source naming the origin
 // stream and sequence. DenyDelete and DenyPurge make the log append-only through the API. No
 // de-duplication window: every sourced message is kept, even one whose message id repeats after the
@@ -138,6 +139,7 @@ func KVConfigs(o Options) []jetstream.KeyValueConfig {
 	out := []jetstream.KeyValueConfig{
 		mk(BucketPods, "podbus pods; revision = resourceVersion", 8),
 		mk(BucketNodes, "podbus nodes", 4),
+		mk(BucketLeases, "podbus node heartbeat leases", 1),
 		mk(BucketAlloc, "podbus committed requests per node (binder)", 1),
 		mk(BucketCommit, "podbus binders' token for commits under inter-pod constraints", 1),
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/up"
-	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/services/binder"
 )
@@ -433,26 +432,26 @@ func waitConsumersIdle(t *testing.T, c *bus.Conn) {
 	}
 }
 
-// waitHeartbeatAfter waits until the stored node shows a heartbeat sent after t0.
+// waitHeartbeatAfter waits until the node's lease shows a heartbeat applied after t0 (an unchanged
+// status renews the lease alone, not the node record).
 func waitHeartbeatAfter(t *testing.T, c *bus.Conn, node string, t0 time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	b, err := bus.OpenBuckets(ctx, c.JS)
+	leases, err := bus.OpenBucket(ctx, c.JS, bus.BucketLeases)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		var n pb.Node
-		if _, err := bus.Get(ctx, b.Nodes, bus.NodeKey(node), &n); err != nil {
+		var l pb.NodeLease
+		if _, err := bus.Get(ctx, leases, bus.LeaseKey(node), &l); err != nil {
 			t.Fatal(err)
 		}
-		cond := podutil.NodeCondition(&n, podutil.NodeReady)
-		if cond.GetLastHeartbeatTime().AsTime().After(t0) {
+		if l.GetRenewTime().AsTime().After(t0) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node %s: last heartbeat %s, none applied after the garbage (%s)", node, cond.GetLastHeartbeatTime().AsTime(), t0)
+			t.Fatalf("node %s: lease renewed at %s, no heartbeat applied after the garbage (%s)", node, l.GetRenewTime().AsTime(), t0)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

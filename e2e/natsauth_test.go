@@ -117,6 +117,8 @@ func TestNATSAuthLeastPrivilege(t *testing.T) {
 		action{agentRole, "pod command", bus.SubjPodDelete, false},
 		action{agentRole, "KV write", bus.SubjKV(bus.BucketPods) + bus.PodKey("default", "p-000"), false},
 		action{agentRole, "KV write (nodes)", bus.SubjKV(bus.BucketNodes) + bus.NodeKey("node-1"), false},
+		action{agentRole, "KV write (leases)", bus.SubjKV(bus.BucketLeases) + bus.LeaseKey("node-1"), false},
+		action{natsauth.PoolRole(up.SimHost), "KV write (leases)", bus.SubjKV(bus.BucketLeases) + bus.LeaseKey("node-1"), false},
 		action{agentRole, "subscribe to another node's pod.bound", bus.SubjPodBound("node-2"), true},
 		action{agentRole, "consumer on another node's bindings", "$JS.API.CONSUMER.CREATE.PODS." + bus.ConsumerAgent("node-2") + "." + bus.SubjAgent("node-2"), false},
 		action{agentRole, "own consumer re-filtered to another node", "$JS.API.CONSUMER.CREATE.PODS." + bus.ConsumerAgent("node-1") + "." + bus.SubjPodBound("node-2"), false},

@@ -187,12 +187,13 @@ func runStatus(ctx context.Context, args []string) error {
 	c.register(fs, "status")
 	grace := fs.Duration("node-monitor-grace-period", 40*time.Second, "a node whose heartbeats stop for this long becomes NotReady")
 	skew := fs.Duration("max-clock-skew", time.Minute, "refuse agent reports and heartbeats dated further than this ahead of the bus's clock")
+	report := fs.Duration("node-status-report-frequency", 5*time.Minute, "write a node whose status is unchanged this often (heartbeats in between renew its lease alone)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	c.consumers = []string{bus.ConsumerStatus, bus.ConsumerHeartbeats}
 	return c.serve(ctx, "status", func(cn *bus.Conn) (interface{ Run(context.Context) error }, error) {
-		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace, MaxClockSkew: *skew}, cn)
+		return status.New(status.Config{ID: c.id, NodeMonitorGracePeriod: *grace, MaxClockSkew: *skew, NodeStatusReportFrequency: *report}, cn)
 	})
 }
 

@@ -208,8 +208,8 @@ func Permissions(role string) (Perms, error) {
 		g.durable(bus.StreamStatus, bus.ConsumerStatus, bus.SubjAllPodStatus)
 		g.durable(bus.StreamHeartbeats, bus.ConsumerHeartbeats, bus.SubjAllHeartbeats)
 		g.openBuckets()
-		g.readKV(bus.BucketPods, bus.BucketNodes)
-		g.writeKV(bus.BucketPods, bus.BucketNodes)
+		g.readKV(bus.BucketPods, bus.BucketNodes, bus.BucketLeases)
+		g.writeKV(bus.BucketPods, bus.BucketNodes, bus.BucketLeases)
 		g.pub(bus.SubjPodDeleted, bus.SubjAllEvents)
 		g.park(bus.SubjAllPodStatus, bus.SubjAllHeartbeats)
 	case RoleNamespaces:
@@ -236,7 +236,7 @@ func Permissions(role string) (Perms, error) {
 		g.writeKV(bus.BucketReplicaSets, bus.BucketDeployments)
 		g.pub(bus.SubjPodCreate, bus.SubjPodUpdate, bus.SubjPodDelete, bus.SubjAllEvents)
 	case RoleAdmission:
-		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes}, apiBuckets...)...)
+		g.readKV(append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketLeases}, apiBuckets...)...)
 		g.writeKV(append([]string{bus.BucketNodes}, apiBuckets...)...)
 		g.readStream(bus.StreamEvents)
 		g.readStream(bus.StreamAudit) // the web view's pod timelines
@@ -295,7 +295,7 @@ func Permissions(role string) (Perms, error) {
 		for _, s := range []string{bus.StreamPods, bus.StreamStatus, bus.StreamHeartbeats, bus.StreamDead, bus.StreamAudit} {
 			g.deny(api + "STREAM.PURGE." + s)
 		}
-		for _, b := range append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketAlloc, bus.BucketCommit}, apiBuckets...) {
+		for _, b := range append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketLeases, bus.BucketAlloc, bus.BucketCommit}, apiBuckets...) {
 			g.deny(api + "STREAM.PURGE." + bus.KVStream(b))
 		}
 		g.PubDeny = slices.DeleteFunc(g.PubDeny, func(s string) bool { return s == api+"STREAM.PURGE.>" })

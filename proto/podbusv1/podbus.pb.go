@@ -5357,6 +5357,77 @@ func (x *NodeHeartbeat) GetSeq() uint64 {
 	return 0
 }
 
+// The leases bucket, key = node: the node's heartbeat lease (coordination.k8s.io/v1 Lease in
+// kube-node-lease), renewed on every heartbeat so the node record is written only when its status
+// changes. renew_time is dated by the bus's clock, as the node's heartbeat times are.
+type NodeLease struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Node                 string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	RenewTime            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	LeaseDurationSeconds int32                  `protobuf:"varint,3,opt,name=lease_duration_seconds,json=leaseDurationSeconds,proto3" json:"lease_duration_seconds,omitempty"`
+	HolderIdentity       string                 `protobuf:"bytes,4,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *NodeLease) Reset() {
+	*x = NodeLease{}
+	mi := &file_podbus_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeLease) ProtoMessage() {}
+
+func (x *NodeLease) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeLease.ProtoReflect.Descriptor instead.
+func (*NodeLease) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *NodeLease) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeLease) GetRenewTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RenewTime
+	}
+	return nil
+}
+
+func (x *NodeLease) GetLeaseDurationSeconds() int32 {
+	if x != nil {
+		return x.LeaseDurationSeconds
+	}
+	return 0
+}
+
+func (x *NodeLease) GetHolderIdentity() string {
+	if x != nil {
+		return x.HolderIdentity
+	}
+	return ""
+}
+
 // The alloc bucket, key = node: what the binder has committed to a node.
 // A node's allocation as one record. The alloc bucket stores it split (bus.BucketAlloc): a
 // PodAllocation per pod key, and under the node's meta key only nominated and, under pods, the victims'
@@ -5375,7 +5446,7 @@ type NodeAllocation struct {
 
 func (x *NodeAllocation) Reset() {
 	*x = NodeAllocation{}
-	mi := &file_podbus_proto_msgTypes[68]
+	mi := &file_podbus_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5458,7 @@ func (x *NodeAllocation) String() string {
 func (*NodeAllocation) ProtoMessage() {}
 
 func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[68]
+	mi := &file_podbus_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5471,7 @@ func (x *NodeAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAllocation.ProtoReflect.Descriptor instead.
 func (*NodeAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{68}
+	return file_podbus_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeAllocation) GetNode() string {
@@ -5458,7 +5529,7 @@ type PodAllocation struct {
 
 func (x *PodAllocation) Reset() {
 	*x = PodAllocation{}
-	mi := &file_podbus_proto_msgTypes[69]
+	mi := &file_podbus_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5470,7 +5541,7 @@ func (x *PodAllocation) String() string {
 func (*PodAllocation) ProtoMessage() {}
 
 func (x *PodAllocation) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[69]
+	mi := &file_podbus_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5483,7 +5554,7 @@ func (x *PodAllocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodAllocation.ProtoReflect.Descriptor instead.
 func (*PodAllocation) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{69}
+	return file_podbus_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PodAllocation) GetNamespace() string {
@@ -5582,7 +5653,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_podbus_proto_msgTypes[70]
+	mi := &file_podbus_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5665,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[70]
+	mi := &file_podbus_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5678,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{70}
+	return file_podbus_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Batch) GetEntries() []*BatchEntry {
@@ -5628,7 +5699,7 @@ type BatchEntry struct {
 
 func (x *BatchEntry) Reset() {
 	*x = BatchEntry{}
-	mi := &file_podbus_proto_msgTypes[71]
+	mi := &file_podbus_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5640,7 +5711,7 @@ func (x *BatchEntry) String() string {
 func (*BatchEntry) ProtoMessage() {}
 
 func (x *BatchEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_podbus_proto_msgTypes[71]
+	mi := &file_podbus_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5653,7 +5724,7 @@ func (x *BatchEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchEntry.ProtoReflect.Descriptor instead.
 func (*BatchEntry) Descriptor() ([]byte, []int) {
-	return file_podbus_proto_rawDescGZIP(), []int{71}
+	return file_podbus_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BatchEntry) GetData() []byte {
@@ -6215,7 +6286,13 @@ const file_podbus_proto_rawDesc = "" +
 	"\rNodeHeartbeat\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\x0f.podbus.v1.NodeR\x04node\x123\n" +
 	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xfc\x02\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xb9\x01\n" +
+	"\tNodeLease\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x129\n" +
+	"\n" +
+	"renew_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x124\n" +
+	"\x16lease_duration_seconds\x18\x03 \x01(\x05R\x14leaseDurationSeconds\x12'\n" +
+	"\x0fholder_identity\x18\x04 \x01(\tR\x0eholderIdentity\"\xfc\x02\n" +
 	"\x0eNodeAllocation\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x127\n" +
 	"\x04pods\x18\x02 \x03(\v2#.podbus.v1.NodeAllocation.PodsEntryR\x04pods\x12*\n" +
@@ -6267,7 +6344,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -6338,33 +6415,34 @@ var file_podbus_proto_goTypes = []any{
 	(*EventNote)(nil),                // 66: podbus.v1.EventNote
 	(*PodStatusReport)(nil),          // 67: podbus.v1.PodStatusReport
 	(*NodeHeartbeat)(nil),            // 68: podbus.v1.NodeHeartbeat
-	(*NodeAllocation)(nil),           // 69: podbus.v1.NodeAllocation
-	(*PodAllocation)(nil),            // 70: podbus.v1.PodAllocation
-	(*Batch)(nil),                    // 71: podbus.v1.Batch
-	(*BatchEntry)(nil),               // 72: podbus.v1.BatchEntry
-	nil,                              // 73: podbus.v1.ObjectMeta.LabelsEntry
-	nil,                              // 74: podbus.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 75: podbus.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 76: podbus.v1.PodSpec.NodeSelectorEntry
-	nil,                              // 77: podbus.v1.ResourceRequirements.LimitsEntry
-	nil,                              // 78: podbus.v1.ResourceRequirements.RequestsEntry
-	nil,                              // 79: podbus.v1.NodeStatus.CapacityEntry
-	nil,                              // 80: podbus.v1.NodeStatus.AllocatableEntry
-	nil,                              // 81: podbus.v1.Resources.ScalarEntry
-	nil,                              // 82: podbus.v1.SchedulingDecision.ReasonsEntry
-	nil,                              // 83: podbus.v1.NodeAllocation.PodsEntry
-	nil,                              // 84: podbus.v1.NodeAllocation.NominatedEntry
-	nil,                              // 85: podbus.v1.PodAllocation.LabelsEntry
-	nil,                              // 86: podbus.v1.BatchEntry.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 87: google.protobuf.Timestamp
+	(*NodeLease)(nil),                // 69: podbus.v1.NodeLease
+	(*NodeAllocation)(nil),           // 70: podbus.v1.NodeAllocation
+	(*PodAllocation)(nil),            // 71: podbus.v1.PodAllocation
+	(*Batch)(nil),                    // 72: podbus.v1.Batch
+	(*BatchEntry)(nil),               // 73: podbus.v1.BatchEntry
+	nil,                              // 74: podbus.v1.ObjectMeta.LabelsEntry
+	nil,                              // 75: podbus.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 76: podbus.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 77: podbus.v1.PodSpec.NodeSelectorEntry
+	nil,                              // 78: podbus.v1.ResourceRequirements.LimitsEntry
+	nil,                              // 79: podbus.v1.ResourceRequirements.RequestsEntry
+	nil,                              // 80: podbus.v1.NodeStatus.CapacityEntry
+	nil,                              // 81: podbus.v1.NodeStatus.AllocatableEntry
+	nil,                              // 82: podbus.v1.Resources.ScalarEntry
+	nil,                              // 83: podbus.v1.SchedulingDecision.ReasonsEntry
+	nil,                              // 84: podbus.v1.NodeAllocation.PodsEntry
+	nil,                              // 85: podbus.v1.NodeAllocation.NominatedEntry
+	nil,                              // 86: podbus.v1.PodAllocation.LabelsEntry
+	nil,                              // 87: podbus.v1.BatchEntry.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 88: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	73,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	74,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	87,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	87,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	74,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	75,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	88,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	88,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	75,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	76,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
 	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
 	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
 	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
@@ -6372,7 +6450,7 @@ var file_podbus_proto_depIdxs = []int32{
 	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
 	18,  // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
 	18,  // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	76,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	77,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
 	29,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
 	28,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
 	38,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
@@ -6398,8 +6476,8 @@ var file_podbus_proto_depIdxs = []int32{
 	19,  // 36: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
 	9,   // 37: podbus.v1.Container.security_context:type_name -> podbus.v1.SecurityContext
 	15,  // 38: podbus.v1.Container.lifecycle:type_name -> podbus.v1.Lifecycle
-	77,  // 39: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	78,  // 40: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	78,  // 39: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	79,  // 40: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
 	24,  // 41: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
 	25,  // 42: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
 	27,  // 43: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
@@ -6420,73 +6498,74 @@ var file_podbus_proto_depIdxs = []int32{
 	36,  // 58: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
 	3,   // 59: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
 	40,  // 60: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	87,  // 61: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	88,  // 61: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	41,  // 62: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
 	41,  // 63: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	87,  // 64: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	87,  // 65: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	88,  // 64: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	88,  // 65: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	42,  // 66: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
 	42,  // 67: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
 	43,  // 68: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
 	44,  // 69: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
 	45,  // 70: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	87,  // 71: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	87,  // 72: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	87,  // 73: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	88,  // 71: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	88,  // 72: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	88,  // 73: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 74: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
 	47,  // 75: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
 	49,  // 76: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
 	48,  // 77: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	87,  // 78: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	79,  // 79: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	80,  // 80: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	88,  // 78: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	80,  // 79: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	81,  // 80: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
 	50,  // 81: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
 	51,  // 82: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
 	52,  // 83: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
 	53,  // 84: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	87,  // 85: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	87,  // 86: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	88,  // 85: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	88,  // 86: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 87: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
 	55,  // 88: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
 	56,  // 89: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	87,  // 90: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	87,  // 91: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	87,  // 92: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	81,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	88,  // 90: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	88,  // 91: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	88,  // 92: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	82,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
 	0,   // 94: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
 	5,   // 95: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
-	87,  // 96: podbus.v1.PodCommand.not_after:type_name -> google.protobuf.Timestamp
+	88,  // 96: podbus.v1.PodCommand.not_after:type_name -> google.protobuf.Timestamp
 	5,   // 97: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
 	5,   // 98: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	82,  // 99: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	83,  // 99: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
 	57,  // 100: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	87,  // 101: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	88,  // 101: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
 	62,  // 102: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
 	5,   // 103: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
 	5,   // 104: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	87,  // 105: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	87,  // 106: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	88,  // 105: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	88,  // 106: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
 	39,  // 107: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
 	66,  // 108: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
 	46,  // 109: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	87,  // 110: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	83,  // 111: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
-	57,  // 112: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	84,  // 113: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
-	57,  // 114: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	85,  // 115: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
-	35,  // 116: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
-	35,  // 117: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	87,  // 118: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
-	72,  // 119: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
-	86,  // 120: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
-	70,  // 121: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	70,  // 122: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	123, // [123:123] is the sub-list for method output_type
-	123, // [123:123] is the sub-list for method input_type
-	123, // [123:123] is the sub-list for extension type_name
-	123, // [123:123] is the sub-list for extension extendee
-	0,   // [0:123] is the sub-list for field type_name
+	88,  // 110: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	88,  // 111: podbus.v1.NodeLease.renew_time:type_name -> google.protobuf.Timestamp
+	84,  // 112: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	57,  // 113: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
+	85,  // 114: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	57,  // 115: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
+	86,  // 116: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	35,  // 117: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
+	35,  // 118: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
+	88,  // 119: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	73,  // 120: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
+	87,  // 121: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
+	71,  // 122: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	71,  // 123: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	124, // [124:124] is the sub-list for method output_type
+	124, // [124:124] is the sub-list for method input_type
+	124, // [124:124] is the sub-list for extension type_name
+	124, // [124:124] is the sub-list for extension extendee
+	0,   // [0:124] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -6512,7 +6591,7 @@ func file_podbus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   86,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

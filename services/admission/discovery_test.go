@@ -43,7 +43,7 @@ func TestDiscovery(t *testing.T) {
 			for _, g := range v.Groups {
 				got = append(got, g.PreferredVersion.GroupVersion)
 			}
-			if v.Kind != "APIGroupList" || !cmp.Equal(got, []string{"apps/v1", "authorization.k8s.io/v1", "metrics.k8s.io/v1beta1", "policy/v1", "rbac.authorization.k8s.io/v1"}) {
+			if v.Kind != "APIGroupList" || !cmp.Equal(got, []string{"apps/v1", "authorization.k8s.io/v1", "coordination.k8s.io/v1", "metrics.k8s.io/v1beta1", "policy/v1", "rbac.authorization.k8s.io/v1"}) {
 				t.Errorf("/apis = %s", data)
 			}
 		}},
@@ -76,6 +76,7 @@ func TestDiscovery(t *testing.T) {
 			want := map[string]string{
 				"authorization.k8s.io/selfsubjectaccessreviews": "Cluster/create", "authorization.k8s.io/selfsubjectrulesreviews": "Cluster/create",
 				"metrics.k8s.io/pods": "Namespaced/get,list", "metrics.k8s.io/nodes": "Cluster/get,list",
+				"coordination.k8s.io/leases":      "Namespaced/get,list,watch",
 				"rbac.authorization.k8s.io/roles": "Namespaced/" + crud, "rbac.authorization.k8s.io/rolebindings": "Namespaced/" + crud,
 				"rbac.authorization.k8s.io/clusterroles": "Cluster/" + crud, "rbac.authorization.k8s.io/clusterrolebindings": "Cluster/" + crud,
 				"apps/daemonsets": "Namespaced/" + crud, "policy/poddisruptionbudgets": "Namespaced/" + crud,

@@ -99,7 +99,7 @@ func (s *Service) finishDeletion(ctx context.Context, k *kind, obj runtime.Objec
 func KindBuckets() []bus.KindBucket {
 	var out []bus.KindBucket
 	for _, k := range builtinKinds() {
-		if k.storage == nil {
+		if k.storage == nil || k.hot {
 			continue
 		}
 		out = append(out, bus.KindBucket{APIVersion: k.apiVersion(), Kind: k.kind, Bucket: k.storage.spec.Name,

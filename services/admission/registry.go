@@ -54,6 +54,10 @@ type kind struct {
 	handlers handlers
 	// serve replaces all the generic handlers (events come from a stream, not a bucket).
 	serve handlerFunc
+	// hot: the kind's bucket changes all the time and few read it (node leases, renewed on every
+	// heartbeat). Its watch cache starts on first use rather than with the server, and the garbage
+	// collector does not watch it (KindBuckets).
+	hot bool
 }
 
 type handlerFunc func(s *Service, w http.ResponseWriter, r *http.Request, req request)
@@ -189,6 +193,7 @@ func builtinKinds() []*kind {
 				"exec": (*Service).podExec, "attach": (*Service).podAttach, "portforward": (*Service).podPortForward},
 		}),
 		nodeKind,
+		leaseKind,
 		withServe(eventKind, (*Service).serveEvents),
 		namespaceKind,
 		configMapKind,

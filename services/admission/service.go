@@ -162,7 +162,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
 	buckets := map[string]jetstream.KeyValue{}
-	for _, name := range append([]string{bus.BucketPods, bus.BucketNodes}, bucketNames(specs)...) {
+	for _, name := range append([]string{bus.BucketPods, bus.BucketNodes, bus.BucketLeases}, bucketNames(specs)...) {
 		kv, err := bus.OpenBucket(ctx, conn.JS, name)
 		if err != nil {
 			return nil, fmt.Errorf("admission: %w", err)
@@ -236,7 +236,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.runUI(ctx)()
 	// Every kind's cache starts now, so watches may resume from any resourceVersion since the start.
 	for _, k := range s.reg.kinds {
-		if k.storage != nil && k.serve == nil {
+		if k.storage != nil && k.serve == nil && !k.hot {
 			s.cache(k)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -24,7 +25,8 @@ const (
 	messageNodeStatusUnknown = "Kubelet stopped posting node status."
 )
 
-// handleHeartbeat upserts the node a heartbeat carries.
+// handleHeartbeat renews the lease of the node a heartbeat carries, and writes the node when it is
+// new, when its status changed, or when the stored one is NodeStatusReportFrequency old.
 func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	var hb pb.NodeHeartbeat
 	if err := m.Decode(&hb); err != nil {
@@ -50,12 +52,29 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 		at = time.Now()
 	}
 	stampHeartbeat(hb.GetNode(), at)
+	// A heartbeat the lease already covers is a redelivery or a replay: its status may be older than
+	// the node's. The node is written before the lease is renewed, so a heartbeat whose lease renewal
+	// failed still finds its node write done when it comes again.
+	if renewed, err := s.leaseRenewTime(ctx, name); err != nil {
+		return err
+	} else if !at.After(renewed) {
+		return nil
+	}
+	if err := s.writeNode(ctx, name, hb.GetNode(), at); err != nil {
+		return err
+	}
+	return s.renewLease(ctx, name, at)
+}
+
+// writeNode creates the node or applies the heartbeat to it if its status changed or the stored one
+// is NodeStatusReportFrequency old.
+func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at time.Time) error {
 	key := bus.NodeKey(name)
 	for range casAttempts {
 		var cur pb.Node
 		rev, err := bus.Get(ctx, s.nodes, key, &cur)
 		if errors.Is(err, bus.ErrNotFound) {
-			n := newNode(hb.GetNode())
+			n := newNode(hb)
 			_, err := bus.Create(ctx, s.nodes, key, n)
 			if errors.Is(err, bus.ErrExists) {
 				continue
@@ -65,12 +84,20 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 		if err != nil {
 			return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
 		}
-		// A stored time beyond the horizon came from a heartbeat accepted before they were refused.
-		if last := heartbeatTime(&cur); !heartbeatTime(hb.GetNode()).After(last) && !last.After(s.horizon(time.Time{})) {
+		// A stored time beyond the horizon came from a heartbeat accepted before they were refused: it
+		// is replaced, or it would keep the node alive to the monitor.
+		last := heartbeatTime(&cur)
+		future := last.After(s.horizon(time.Time{}))
+		if !at.After(last) && !future {
 			return nil // older than what is stored (redelivery, replay)
 		}
-		mergeNode(&cur, hb.GetNode())
-		_, err = bus.Update(ctx, s.nodes, key, &cur, rev)
+		next := proto.Clone(&cur).(*pb.Node)
+		mergeNode(next, hb)
+		if !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(&cur, next) {
+			metrics.Count("status.heartbeat.lease_only", 1)
+			return nil
+		}
+		_, err = bus.Update(ctx, s.nodes, key, next, rev)
 		if errors.Is(err, bus.ErrConflict) {
 			continue
 		}
@@ -165,14 +192,21 @@ type cachedNode struct {
 	rev  uint64
 }
 
-// monitor watches the nodes bucket and, every MonitorInterval, marks silent Ready nodes Unknown.
+// monitorState is what the monitor has seen of the nodes and leases buckets.
+type monitorState struct {
+	nodes  map[string]cachedNode
+	leases map[string]time.Time // node key -> its lease's renew time
+}
+
+// monitor watches the nodes and leases buckets and, every MonitorInterval, marks Unknown the Ready
+// nodes heard of neither through their lease nor their record for NodeMonitorGracePeriod.
 // Several replicas may do this at once: the CAS lets one win, and only the winner records the event.
 func (s *Service) monitor(ctx context.Context) error {
-	cache := map[string]cachedNode{}
+	st := monitorState{nodes: map[string]cachedNode{}, leases: map[string]time.Time{}}
 	ticker := time.NewTicker(s.cfg.MonitorInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
-		w, err := s.nodes.WatchAll(ctx)
+		nw, err := s.nodes.WatchAll(ctx)
 		if err != nil {
 			s.log.Warn("watch nodes failed; retrying", "err", err)
 			if !sleep(ctx, time.Second) {
@@ -180,19 +214,31 @@ func (s *Service) monitor(ctx context.Context) error {
 			}
 			continue
 		}
-		s.monitorWatch(ctx, w, cache, ticker.C)
-		_ = w.Stop()
+		lw, err := s.leases.WatchAll(ctx)
+		if err != nil {
+			_ = nw.Stop()
+			s.log.Warn("watch leases failed; retrying", "err", err)
+			if !sleep(ctx, time.Second) {
+				break
+			}
+			continue
+		}
+		s.monitorWatch(ctx, nw, lw, st, ticker.C)
+		_ = nw.Stop()
+		_ = lw.Stop()
 	}
 	return nil
 }
 
-// monitorWatch runs until ctx ends or the watch breaks.
-func (s *Service) monitorWatch(ctx context.Context, w jetstream.KeyWatcher, cache map[string]cachedNode, tick <-chan time.Time) {
+// monitorWatch runs until ctx ends or a watch breaks. It judges no node before the leases' initial
+// values are in: a node whose lease it has not seen yet would look silent.
+func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher, st monitorState, tick <-chan time.Time) {
+	leasesSynced := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case e, ok := <-w.Updates():
+		case e, ok := <-nw.Updates():
 			if !ok {
 				return
 			}
@@ -200,7 +246,7 @@ func (s *Service) monitorWatch(ctx context.Context, w jetstream.KeyWatcher, cach
 				continue // end of the initial values
 			}
 			if e.Operation() != jetstream.KeyValuePut {
-				delete(cache, e.Key())
+				delete(st.nodes, e.Key())
 				continue
 			}
 			var n pb.Node
@@ -208,13 +254,37 @@ func (s *Service) monitorWatch(ctx context.Context, w jetstream.KeyWatcher, cach
 				s.log.Warn("undecodable node in store", "key", e.Key(), "err", err)
 				continue
 			}
-			cache[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
+			st.nodes[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
+		case e, ok := <-lw.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				leasesSynced = true
+				continue
+			}
+			key := bus.LeaseNodeKey(e.Key())
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(st.leases, key)
+				continue
+			}
+			var l pb.NodeLease
+			if err := proto.Unmarshal(e.Value(), &l); err != nil {
+				s.log.Warn("undecodable lease in store", "key", e.Key(), "err", err)
+				continue
+			}
+			st.leases[key] = l.GetRenewTime().AsTime()
 		case now := <-tick:
-			for key, c := range cache {
-				if c.node.GetMetadata().GetAnnotations()[podutil.AnnotationAgent] == "" {
-					continue // registered without an agent (kwok-style): nobody is expected to heartbeat
+			if !leasesSynced {
+				continue
+			}
+			for key, c := range st.nodes {
+				if !s.silent(c.node, st.leases[key], now) {
+					continue
 				}
-				if !podutil.NodeIsReady(c.node) || now.Sub(heartbeatTime(c.node)) <= s.cfg.NodeMonitorGracePeriod {
+				// The watch may lag behind a renewal: the lease as stored has the last word.
+				renewed, err := s.leaseRenewTime(ctx, c.node.GetMetadata().GetName())
+				if err == nil && !s.silent(c.node, renewed, now) {
 					continue
 				}
 				if err := s.markUnknown(ctx, key, c, now); err != nil && ctx.Err() == nil {

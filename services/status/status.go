@@ -7,9 +7,12 @@
 //	                         of the bus's clock by more than MaxClockSkew
 //	                         gone: CAS delete ─▶ pod.deleted
 //	                         event notes ─▶ event.<ns>.<name>
-//	node.heartbeat.<node> ─▶ nodes/<node>: created or status replaced (spec and user labels kept);
+//	node.heartbeat.<node> ─▶ leases/<node>: renewed (created if absent)
+//	                         nodes/<node>: created, or status replaced (spec and user labels kept) when
+//	                         it changed or was written NodeStatusReportFrequency ago;
 //	                         refused (parked) for another node or dated beyond MaxClockSkew
-//	node monitor (watch)  ─▶ Ready=True but silent for NodeMonitorGracePeriod ─▶ Ready=Unknown + NodeNotReady
+//	node monitor (watch)  ─▶ Ready=True but neither lease nor node heard of for NodeMonitorGracePeriod
+//	                         ─▶ Ready=Unknown + NodeNotReady
 package status
 
 import (
@@ -34,6 +37,10 @@ type Config struct {
 	NodeMonitorGracePeriod time.Duration
 	// MonitorInterval between node monitor passes (default 5s).
 	MonitorInterval time.Duration
+	// NodeStatusReportFrequency is how old the node's stored heartbeat time may grow while its status is
+	// unchanged before a heartbeat writes the node anyway (default 5m, as the kubelet's): in between,
+	// heartbeats renew the node's lease alone.
+	NodeStatusReportFrequency time.Duration
 	// MaxClockSkew is how far ahead of the bus's clock (the time the stream stored the message) an
 	// agent's report seq or heartbeat time may be before it is refused (default 1m).
 	MaxClockSkew time.Duration
@@ -65,8 +72,8 @@ type Service struct {
 	events *bus.Batcher
 	log    *slog.Logger
 
-	pods, nodes jetstream.KeyValue
-	last        podCache
+	pods, nodes, leases jetstream.KeyValue
+	last                podCache
 }
 
 // New returns a status replica.
@@ -85,6 +92,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	if cfg.MonitorInterval <= 0 {
 		cfg.MonitorInterval = 5 * time.Second
+	}
+	if cfg.NodeStatusReportFrequency <= 0 {
+		cfg.NodeStatusReportFrequency = 5 * time.Minute
 	}
 	if cfg.MaxClockSkew <= 0 {
 		cfg.MaxClockSkew = time.Minute
@@ -109,6 +119,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.pods, s.nodes = b.Pods, b.Nodes
+	if s.leases, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketLeases); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return bus.Consume(gctx, s.conn.JS, bus.ConsumerSpec{

@@ -38,6 +38,12 @@ type env struct {
 // newEnv starts a server and the given number of status replicas.
 func newEnv(t *testing.T, replicas int) *env {
 	t.Helper()
+	return newEnvConfig(t, replicas, Config{NodeMonitorGracePeriod: 300 * time.Millisecond, MonitorInterval: 30 * time.Millisecond})
+}
+
+// newEnvConfig starts a server and the given number of status replicas configured as cfg.
+func newEnvConfig(t *testing.T, replicas int, cfg Config) *env {
+	t.Helper()
 	_, conn := bustest.Start(t)
 	b, err := bus.OpenBuckets(context.Background(), conn.JS)
 	if err != nil {
@@ -45,7 +51,8 @@ func newEnv(t *testing.T, replicas int) *env {
 	}
 	var svcs []*Service
 	for i := range replicas {
-		s, err := New(Config{ID: fmt.Sprintf("s%d", i), NodeMonitorGracePeriod: 300 * time.Millisecond, MonitorInterval: 30 * time.Millisecond}, conn)
+		cfg.ID = fmt.Sprintf("s%d", i)
+		s, err := New(cfg, conn)
 		if err != nil {
 			t.Fatal(err)
 		}

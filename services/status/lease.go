@@ -1,0 +1,108 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/podutil"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// Node leases, as Kubernetes' kubelet keeps them in kube-node-lease: a heartbeat renews a small record
+// that only the node monitor watches, so the node record, which every scheduler, binder and API watch
+// decodes, changes only when the node's status does.
+
+// leaseRenewTime is the renew time of name's lease, zero if it has none or if it lies beyond the
+// horizon of now (a lease must not stay frozen by one).
+func (s *Service) leaseRenewTime(ctx context.Context, name string) (time.Time, error) {
+	var l pb.NodeLease
+	_, err := bus.Get(ctx, s.leases, bus.LeaseKey(name), &l)
+	if errors.Is(err, bus.ErrNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read lease %s: %v", name, err) // not wrapped: not this message's fault
+	}
+	return renewTime(&l, s.horizon(time.Time{})), nil
+}
+
+// renewTime is l's renew time, zero when it lies beyond horizon.
+func renewTime(l *pb.NodeLease, horizon time.Time) time.Time {
+	if l.GetRenewTime() == nil {
+		return time.Time{}
+	}
+	t := l.GetRenewTime().AsTime()
+	if t.After(horizon) {
+		return time.Time{}
+	}
+	return t
+}
+
+// renewLease sets name's lease's renew time to at: creates the lease if absent, else updates it at the
+// revision read; a renew time not after the stored one changes nothing. The node holds its lease, as
+// the kubelet does, though the status service renews it for the agent, which writes no bucket.
+func (s *Service) renewLease(ctx context.Context, name string, at time.Time) error {
+	key := bus.LeaseKey(name)
+	l := &pb.NodeLease{Node: name, RenewTime: timestamppb.New(at), HolderIdentity: name,
+		LeaseDurationSeconds: int32(s.cfg.NodeMonitorGracePeriod / time.Second)}
+	for range casAttempts {
+		var cur pb.NodeLease
+		rev, err := bus.Get(ctx, s.leases, key, &cur)
+		if errors.Is(err, bus.ErrNotFound) {
+			_, err := bus.Create(ctx, s.leases, key, l)
+			if errors.Is(err, bus.ErrExists) {
+				continue
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("read lease %s: %v", name, err) // not wrapped: not this message's fault
+		}
+		if !at.After(renewTime(&cur, s.horizon(time.Time{}))) {
+			return nil
+		}
+		_, err = bus.Update(ctx, s.leases, key, l, rev)
+		if errors.Is(err, bus.ErrConflict) {
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("renew lease %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
+}
+
+// sameButHeartbeat says whether a and b differ in nothing but their conditions' heartbeat times.
+func sameButHeartbeat(a, b *pb.Node) bool {
+	return proto.Equal(withoutHeartbeat(a), withoutHeartbeat(b))
+}
+
+func withoutHeartbeat(n *pb.Node) *pb.Node {
+	n = proto.Clone(n).(*pb.Node)
+	for _, c := range n.GetStatus().GetConditions() {
+		c.LastHeartbeatTime = nil
+	}
+	return n
+}
+
+// lastHeard is when the node was last heard of: the later of its heartbeat time and its lease's
+// renew time.
+func lastHeard(n *pb.Node, renewed time.Time) time.Time {
+	if hb := heartbeatTime(n); hb.After(renewed) {
+		return hb
+	}
+	return renewed
+}
+
+// silent says whether the node, Ready and heartbeating through an agent, has not been heard of for
+// NodeMonitorGracePeriod at now.
+func (s *Service) silent(n *pb.Node, renewed, now time.Time) bool {
+	if n.GetMetadata().GetAnnotations()[podutil.AnnotationAgent] == "" {
+		return false // registered without an agent (kwok-style): nobody is expected to heartbeat
+	}
+	return podutil.NodeIsReady(n) && now.Sub(lastHeard(n, renewed)) > s.cfg.NodeMonitorGracePeriod
+}
