@@ -21,15 +21,24 @@ import (
 // leaseRenewTime is the renew time of name's lease, zero if it has none or if it lies beyond the
 // horizon of now (a lease must not stay frozen by one).
 func (s *Service) leaseRenewTime(ctx context.Context, name string) (time.Time, error) {
+	l, _, err := s.readLease(ctx, name)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return renewTime(l, s.horizon(time.Time{})), nil
+}
+
+// readLease reads name's lease and its revision; nil and 0 if it has none.
+func (s *Service) readLease(ctx context.Context, name string) (*pb.NodeLease, uint64, error) {
 	var l pb.NodeLease
-	_, err := bus.Get(ctx, s.leases, bus.LeaseKey(name), &l)
+	rev, err := bus.Get(ctx, s.leases, bus.LeaseKey(name), &l)
 	if errors.Is(err, bus.ErrNotFound) {
-		return time.Time{}, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("read lease %s: %v", name, err) // not wrapped: not this message's fault
+		return nil, 0, fmt.Errorf("read lease %s: %v", name, err) // not wrapped: not this message's fault
 	}
-	return renewTime(&l, s.horizon(time.Time{})), nil
+	return &l, rev, nil
 }
 
 // renewTime is l's renew time, zero when it lies beyond horizon.
@@ -45,29 +54,31 @@ func renewTime(l *pb.NodeLease, horizon time.Time) time.Time {
 }
 
 // renewLease sets name's lease's renew time to at: creates the lease if absent, else updates it at the
-// revision read; a renew time not after the stored one changes nothing. The node holds its lease, as
+// revision read; a renew time not after the stored one changes nothing. cur and rev are the lease as
+// last read (nil: none), so that the usual renewal reads nothing more. The node holds its lease, as
 // the kubelet does, though the status service renews it for the agent, which writes no bucket.
-func (s *Service) renewLease(ctx context.Context, name string, at time.Time) error {
+func (s *Service) renewLease(ctx context.Context, name string, at time.Time, cur *pb.NodeLease, rev uint64) error {
 	key := bus.LeaseKey(name)
 	l := &pb.NodeLease{Node: name, RenewTime: timestamppb.New(at), HolderIdentity: name,
 		LeaseDurationSeconds: int32(s.cfg.NodeMonitorGracePeriod / time.Second)}
-	for range casAttempts {
-		var cur pb.NodeLease
-		rev, err := bus.Get(ctx, s.leases, key, &cur)
-		if errors.Is(err, bus.ErrNotFound) {
+	for attempt := range casAttempts {
+		if attempt > 0 {
+			var err error
+			if cur, rev, err = s.readLease(ctx, name); err != nil {
+				return err
+			}
+		}
+		if cur == nil {
 			_, err := bus.Create(ctx, s.leases, key, l)
 			if errors.Is(err, bus.ErrExists) {
 				continue
 			}
 			return err
 		}
-		if err != nil {
-			return fmt.Errorf("read lease %s: %v", name, err) // not wrapped: not this message's fault
-		}
-		if !at.After(renewTime(&cur, s.horizon(time.Time{}))) {
+		if !at.After(renewTime(cur, s.horizon(time.Time{}))) {
 			return nil
 		}
-		_, err = bus.Update(ctx, s.leases, key, l, rev)
+		_, err := bus.Update(ctx, s.leases, key, l, rev)
 		if errors.Is(err, bus.ErrConflict) {
 			continue
 		}

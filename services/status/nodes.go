@@ -55,15 +55,17 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	// A heartbeat the lease already covers is a redelivery or a replay: its status may be older than
 	// the node's. The node is written before the lease is renewed, so a heartbeat whose lease renewal
 	// failed still finds its node write done when it comes again.
-	if renewed, err := s.leaseRenewTime(ctx, name); err != nil {
+	lease, leaseRev, err := s.readLease(ctx, name)
+	if err != nil {
 		return err
-	} else if !at.After(renewed) {
+	}
+	if !at.After(renewTime(lease, s.horizon(time.Time{}))) {
 		return nil
 	}
 	if err := s.writeNode(ctx, name, hb.GetNode(), at); err != nil {
 		return err
 	}
-	return s.renewLease(ctx, name, at)
+	return s.renewLease(ctx, name, at, lease, leaseRev)
 }
 
 // writeNode creates the node or applies the heartbeat to it if its status changed or the stored one
