@@ -201,32 +201,29 @@ func (s *Service) listCached(ctx context.Context, w http.ResponseWriter, req req
 	// The entries are in (namespace, name) order, the order of every list: the page is found first,
 	// for its metadata comes before its items, then its entries are decoded one at a time as they are
 	// written.
-	var last *cacheEntry
-	n, i := 0, lo
-	for ; i < hi && (limit == 0 || n < limit); i++ {
+	var page []*cacheEntry
+	i := lo
+	for ; i < hi && (limit == 0 || len(page) < limit); i++ {
 		if e := items[i]; c.matches(sel, e) {
-			n++
-			last = e
+			page = append(page, e)
 		}
 	}
 	meta := metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
-	if i < hi && last != nil {
+	if i < hi && len(page) > 0 {
 		c.keep(rv, items)
-		meta.Continue = encodeContinue(rv, last, c.ki.namespaced)
+		meta.Continue = encodeContinue(rv, page[len(page)-1], c.ki.namespaced)
 		if sel.m.label.Empty() && sel.m.field.Empty() {
 			n := int64(hi - i)
 			meta.RemainingItemCount = &n
 		}
 	}
-	at, end := lo, i
 	next := func() (runtime.Object, error) {
-		for ; at < end; at++ {
-			if e := items[at]; c.matches(sel, e) {
-				at++
-				return c.decode(e, e.rev)
-			}
+		if len(page) == 0 {
+			return nil, nil
 		}
-		return nil, nil
+		e := page[0]
+		page = page[1:]
+		return c.decode(e, e.rev)
 	}
 	return streamList(ctx, w, req, c.ki, meta, next)
 }
