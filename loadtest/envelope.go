@@ -78,7 +78,7 @@ type EnvelopeResult struct {
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
 	// Kubectl is `kubectl get pods -A` end to end (Items: its lines; Pages: the pages of 500 it asked
 	// for), when a kubectl is on the PATH. KubectlUnpaged is the same with --chunk-size=0: one request,
-	// so kubectl's own rate limit (KubectlThrottleS) takes no part in it.
+	// so kubectl's own rate limit (kubectlThrottleS) takes no part in it.
 	Kubectl        *List `json:"kubectl_get_pods,omitempty"`
 	KubectlUnpaged *List `json:"kubectl_get_pods_unpaged,omitempty"`
 }
@@ -92,8 +92,8 @@ const (
 	kubectlBurst = 10
 )
 
-// KubectlThrottleS is the least time kubectl's rate limiter lets pages requests take.
-func KubectlThrottleS(pages int) float64 { return float64(max(0, pages-kubectlBurst)) / kubectlQPS }
+// kubectlThrottleS is the least time kubectl's rate limiter lets a list of that many pages take.
+func kubectlThrottleS(pages int) float64 { return float64(max(0, pages-kubectlBurst)) / kubectlQPS }
 
 // Slice is the i-th group of pods, in the order they became Ready.
 type Slice struct {
@@ -488,7 +488,7 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-42s %.3f s (%d pods)\n", "list pods, selector matching none", r.ListSelector.Seconds, r.ListSelector.Items)
 	if r.Kubectl != nil {
 		fmt.Fprintf(w, "%-42s %.2f s (%d lines, %d pages; kubectl's own rate limit alone takes %.1f s of it)\n",
-			"kubectl get pods -A", r.Kubectl.Seconds, r.Kubectl.Items, r.Kubectl.Pages, KubectlThrottleS(r.Kubectl.Pages))
+			"kubectl get pods -A", r.Kubectl.Seconds, r.Kubectl.Items, r.Kubectl.Pages, kubectlThrottleS(r.Kubectl.Pages))
 	}
 	if r.KubectlUnpaged != nil {
 		fmt.Fprintf(w, "%-42s %.2f s (%d lines, one request)\n", "kubectl get pods -A --chunk-size=0", r.KubectlUnpaged.Seconds, r.KubectlUnpaged.Items)

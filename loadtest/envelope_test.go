@@ -100,13 +100,13 @@ func TestSliceRates(t *testing.T) {
 }
 
 // kubectl's limiter lets its first 10 pages go at once, then 5 a second.
-func TestKubectlThrottleS(t *testing.T) {
+func TestKubectlThrottle(t *testing.T) {
 	for _, tt := range []struct {
 		pages int
 		want  float64
 	}{{0, 0}, {1, 0}, {10, 0}, {11, 0.2}, {60, 10}, {300, 58}} {
-		if got := KubectlThrottleS(tt.pages); got != tt.want {
-			t.Errorf("KubectlThrottleS(%d) = %v, want %v", tt.pages, got, tt.want)
+		if got := kubectlThrottleS(tt.pages); got != tt.want {
+			t.Errorf("kubectlThrottleS(%d) = %v, want %v", tt.pages, got, tt.want)
 		}
 	}
 }
