@@ -182,10 +182,17 @@ func merge(cur, want *pb.Pod) *pb.Pod {
 func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (*pb.CommandResult, error) {
 	md := cmd.GetPod().GetMetadata()
 	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	// deleting is the answer for the pod as this command went to delete it at once. If the pod is gone
+	// when the command reads again after a conflict, its deletion is done, not missing: a forced pod's
+	// agent reports it gone, and the status service removes it, as soon as deleteNow has marked it.
+	var deleting *pb.CommandResult
 	for range maxAttempts {
 		cur := &pb.Pod{}
 		curRev, err := bus.Get(ctx, s.pods, key, cur)
 		if errors.Is(err, bus.ErrNotFound) {
+			if deleting != nil {
+				return deleting, nil
+			}
 			return notFound(md.GetName()), nil
 		}
 		if err != nil {
@@ -206,6 +213,7 @@ func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 		var res *pb.CommandResult
 		switch {
 		case node == "" || grace == 0 || forced:
+			deleting = &pb.CommandResult{Code: http.StatusOK, Pod: cur, Revision: curRev}
 			res, err = s.deleteNow(ctx, key, cur, curRev, cmd.GetReason(), in)
 		case cm.GetDeletionTimestamp() != nil:
 			// Already terminating: the same answer, and the same (deduplicated) message to the agent in
