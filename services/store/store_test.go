@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,8 @@ type harness struct {
 	pub  *bus.Publisher
 }
 
-func start(t *testing.T) *harness {
+// start runs a store replica; each of opts may change it before it runs.
+func start(t *testing.T, opts ...func(*Service)) *harness {
 	t.Helper()
 	_, conn := bustest.Start(t)
 	svc, err := New(Config{ID: "s1"}, conn)
@@ -40,6 +42,9 @@ func start(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	svc.now = func() time.Time { return fixedNow }
+	for _, o := range opts {
+		o(svc)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
@@ -751,6 +756,45 @@ func TestForcedDeleteAfterGracefulIsSent(t *testing.T) {
 		if g := bustest.Decode(t, terms[i], &pb.PodTermination{}).GetGracePeriodSeconds(); g != want {
 			t.Errorf("termination %d: grace %d, want %d", i, g, want)
 		}
+	}
+}
+
+// goneFirst is the pods bucket as the store sees it when the status service removes a force-deleted
+// pod (its agent reported it gone) between the store's mark and the store's own delete.
+type goneFirst struct {
+	jetstream.KeyValue
+	t    *testing.T
+	once sync.Once
+}
+
+func (g *goneFirst) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	g.once.Do(func() {
+		if err := g.KeyValue.Delete(ctx, key); err != nil {
+			g.t.Errorf("remove %s first: %v", key, err)
+		}
+	})
+	return g.KeyValue.Delete(ctx, key, opts...)
+}
+
+// A forced delete whose pod is removed by someone else after the store marked it is answered as the
+// deletion it was, 200 with the pod, not 404.
+func TestForcedDeleteOfAPodGoneMeanwhile(t *testing.T) {
+	h := start(t, func(s *Service) {
+		b, err := bus.OpenBuckets(context.Background(), s.conn.JS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.pods = &goneFirst{KeyValue: b.Pods, t: t}
+	})
+	h.put(pod("u1", bound("n1"), graceSpec(30)))
+	got := h.send(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, GracePeriodSeconds: proto.Int64(0),
+		Pod: &pb.Pod{Metadata: &pb.ObjectMeta{Namespace: "default", Name: "web"}}})
+	if got.GetCode() != 200 || got.GetPod().GetMetadata().GetUid() != "u1" {
+		t.Fatalf("forced delete: code %d, pod uid %q; want 200 with u1 (%s)", got.GetCode(),
+			got.GetPod().GetMetadata().GetUid(), got.GetMessage())
+	}
+	if _, _, err := h.get(); !errors.Is(err, bus.ErrNotFound) {
+		t.Errorf("pod still stored: %v", err)
 	}
 }
 
