@@ -73,6 +73,8 @@ type Config struct {
 	Variant  string // scheduling-basic: basic, anti-affinity or spread
 	InitPods int    // scheduling-basic: pods placed before the measurement
 	Replicas string // scheduling-basic: scheduler replica counts to measure, comma separated
+	// NoWarmup: scheduling-basic measures from a fresh process, without the unmeasured run first.
+	NoWarmup bool
 	// NodePools shapes the embedded cluster's nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods.
 	NodePools *nodepool.Pools
 	// Runtime "containerd" runs the real-node benchmark instead (runContainerd): Pods real pods (default
@@ -127,6 +129,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&c.Variant, "variant", VariantBasic, "scheduling-basic: basic, anti-affinity or spread")
 	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
 	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated; deployments: replicas of each Deployment (default 50)")
+	fs.BoolVar(&c.NoWarmup, "no-warmup", false, "scheduling-basic: no unmeasured run before the measured ones (the first then also pays for growing the process's heap)")
 	fs.IntVar(&c.Deployments, "deployments", deploymentsDefault, "deployments: Deployments to create and roll")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
