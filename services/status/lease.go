@@ -87,17 +87,28 @@ func (s *Service) renewLease(ctx context.Context, name string, at time.Time, cur
 	return fmt.Errorf("renew lease %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
 }
 
-// sameButHeartbeat says whether a and b differ in nothing but their conditions' heartbeat times.
+// sameButHeartbeat says whether a and b differ in nothing but their conditions' heartbeat times. It
+// compares them in place, with those times set aside and put back, rather than cloning two nodes for
+// every heartbeat: the caller must be their only user meanwhile.
 func sameButHeartbeat(a, b *pb.Node) bool {
-	return proto.Equal(withoutHeartbeat(a), withoutHeartbeat(b))
-}
-
-func withoutHeartbeat(n *pb.Node) *pb.Node {
-	n = proto.Clone(n).(*pb.Node)
-	for _, c := range n.GetStatus().GetConditions() {
-		c.LastHeartbeatTime = nil
+	type saved struct {
+		c  *pb.NodeCondition
+		at *timestamppb.Timestamp
 	}
-	return n
+	var keep []saved
+	for _, n := range []*pb.Node{a, b} {
+		for _, c := range n.GetStatus().GetConditions() {
+			keep = append(keep, saved{c, c.LastHeartbeatTime})
+		}
+	}
+	for _, k := range keep {
+		k.c.LastHeartbeatTime = nil
+	}
+	same := proto.Equal(a, b)
+	for _, k := range keep {
+		k.c.LastHeartbeatTime = k.at
+	}
+	return same
 }
 
 // lastHeard is when the node was last heard of: the later of its heartbeat time and its lease's

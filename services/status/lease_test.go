@@ -261,3 +261,50 @@ func TestHeartbeatReplacesFutureHeartbeatTime(t *testing.T) {
 		t.Errorf("heartbeat time %s, want %s", got, now)
 	}
 }
+
+func TestSameButHeartbeat(t *testing.T) {
+	t0, t1 := timestamppb.New(time.Unix(1_700_000_000, 0)), timestamppb.New(time.Unix(1_700_000_010, 0))
+	node := func(hb *timestamppb.Timestamp, mods ...func(*pb.Node)) *pb.Node {
+		n := &pb.Node{
+			Metadata: &pb.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "a"}},
+			Status: &pb.NodeStatus{Conditions: []*pb.NodeCondition{
+				{Type: podutil.NodeReady, Status: podutil.True, LastHeartbeatTime: hb, LastTransitionTime: t0},
+				{Type: "MemoryPressure", Status: "False", LastHeartbeatTime: hb, LastTransitionTime: t0},
+			}},
+		}
+		for _, m := range mods {
+			m(n)
+		}
+		return n
+	}
+	tests := []struct {
+		name string
+		a, b *pb.Node
+		want bool
+	}{
+		{"equal", node(t0), node(t0), true},
+		{"heartbeat times only", node(t0), node(t1), true},
+		{"one without heartbeat times", node(nil), node(t1), true},
+		{"a condition's status", node(t0), node(t1, func(n *pb.Node) { n.Status.Conditions[1].Status = "True" }), false},
+		{"a transition time", node(t0), node(t0, func(n *pb.Node) { n.Status.Conditions[0].LastTransitionTime = t1 }), false},
+		{"a label", node(t0), node(t1, func(n *pb.Node) { n.Metadata.Labels["zone"] = "b" }), false},
+		{"a condition less", node(t0), node(t1, func(n *pb.Node) { n.Status.Conditions = n.Status.Conditions[:1] }), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantA, wantB := proto.Clone(tc.a), proto.Clone(tc.b)
+			if got := sameButHeartbeat(tc.a, tc.b); got != tc.want {
+				t.Errorf("sameButHeartbeat = %v, want %v", got, tc.want)
+			}
+			if !proto.Equal(tc.a, wantA) || !proto.Equal(tc.b, wantB) {
+				t.Error("the nodes compared were changed")
+			}
+		})
+	}
+	// Both nodes holding the same condition: its time is put back too.
+	shared := node(t1)
+	other := node(t0, func(n *pb.Node) { n.Status.Conditions[0] = shared.Status.Conditions[0] })
+	if !sameButHeartbeat(shared, other) || shared.Status.Conditions[0].LastHeartbeatTime != t1 {
+		t.Errorf("shared condition: heartbeat time %v after the comparison, want %v", shared.Status.Conditions[0].LastHeartbeatTime, t1)
+	}
+}
