@@ -11,7 +11,8 @@ import (
 
 // kubectl drain of a node whose pods a PodDisruptionBudget covers (maxUnavailable 1) evicts them one at
 // a time: the evictions kubectl sends at once are refused with 429 but one, and retried. A DaemonSet's
-// pod on the node stays (--ignore-daemonsets).
+// pod on the node stays (--ignore-daemonsets). Each pod takes a few seconds to stop (a preStop sleep),
+// so the budget stays spent while the other evictions arrive, however slowly the machine serves them.
 func TestDrainHonoursDisruptionBudget(t *testing.T) {
 	needKubectl(t)
 	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 20 * time.Millisecond})
@@ -23,8 +24,12 @@ kind: Pod
 metadata: {name: web-%d, labels: {app: web}}
 spec:
   nodeSelector: {kubernetes.io/hostname: node-1}
-  terminationGracePeriodSeconds: 1
-  containers: [{name: app, image: example.local/web:1, resources: {requests: {cpu: 10m}}}]
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: app
+    image: example.local/web:1
+    resources: {requests: {cpu: 10m}}
+    lifecycle: {preStop: {sleep: {seconds: 3}}}
 `, i))
 	}
 	objs = append(objs, `apiVersion: policy/v1
