@@ -12,7 +12,7 @@ import (
 // kubectl drain of a node whose pods a PodDisruptionBudget covers (maxUnavailable 1) evicts them one at
 // a time: the evictions kubectl sends at once are refused with 429 but one, and retried. A DaemonSet's
 // pod on the node stays (--ignore-daemonsets). Each pod takes a few seconds to stop (a preStop sleep),
-// so the budget stays spent while the other evictions arrive, however slowly the machine serves them.
+// so the budget stays spent while the other evictions arrive, unless the API takes longer than that.
 func TestDrainHonoursDisruptionBudget(t *testing.T) {
 	needKubectl(t)
 	cl, _ := startCluster(t, up.Config{Nodes: 2, StartDelay: 20 * time.Millisecond})
