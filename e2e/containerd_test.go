@@ -169,6 +169,11 @@ func (n realNode) cleanup(t *testing.T) {
 	_ = exec.Command("ip", "link", "del", rt.BridgeName()).Run()
 }
 
+// noEviction turns the real node's hard eviction thresholds off. The kubelet's defaults would taint
+// the node with disk pressure on a machine whose disk is more than 85 % full, and these tests are
+// about the pipeline, not about the machine they run on; TestTopAndNodePressure sets its own.
+const noEviction = "none"
+
 // startAgent runs the node's agent in this process on a connection of its own until the test ends;
 // each of more changes its configuration first.
 func (n realNode) startAgent(t *testing.T, natsURL string, more ...func(*agent.Config)) {
@@ -178,6 +183,7 @@ func (n realNode) startAgent(t *testing.T, natsURL string, more ...func(*agent.C
 	cfg := agent.Config{
 		Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
 		HeartbeatInterval: time.Second, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
+		EvictionHard: noEviction,
 	}
 	for _, f := range more {
 		f(&cfg)
@@ -195,6 +201,33 @@ func (n realNode) startAgent(t *testing.T, natsURL string, more ...func(*agent.C
 			t.Errorf("agent %s: %v", n.name, err)
 		}
 		_ = rt.Close()
+	})
+	logNodeOnFailure(t, conn, n.name)
+}
+
+// logNodeOnFailure logs the node's taints and conditions if the test fails: a pod that stays Pending
+// on a real node is most often a node the scheduler may not use.
+func logNodeOnFailure(t *testing.T, c *bus.Conn, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		kv, err := c.JS.KeyValue(ctx, bus.BucketNodes)
+		if err != nil {
+			t.Logf("node %s: %v", name, err)
+			return
+		}
+		var nd pb.Node
+		if _, err := bus.Get(ctx, kv, bus.NodeKey(name), &nd); err != nil {
+			t.Logf("node %s: %v", name, err)
+			return
+		}
+		t.Logf("node %s at the failure: taints %v", name, nd.GetSpec().GetTaints())
+		for _, cond := range nd.GetStatus().GetConditions() {
+			t.Logf("  condition %s=%s %s: %s", cond.GetType(), cond.GetStatus(), cond.GetReason(), cond.GetMessage())
+		}
 	})
 }
 

@@ -31,7 +31,8 @@ func TestDownRemovesRealPods(t *testing.T) {
 	defer cancel()
 	cl, err := up.Start(ctx, up.Config{DataDir: data, NATSPort: -1, APIAddr: "127.0.0.1:0", Nodes: 0,
 		Runtime: up.RuntimeContainerd, ContainerdAddress: containerdAddress(), RealNode: n.name,
-		RealNodePodCIDR: n.cidr, ContainerdNamespace: n.ns, RegistryAddr: "off", HeartbeatInterval: time.Second})
+		RealNodePodCIDR: n.cidr, ContainerdNamespace: n.ns, RegistryAddr: "off", HeartbeatInterval: time.Second,
+		RealNodeEvictionHard: noEviction})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 // that dies does; the next start re-adopts them from the same containerd namespace and state dir.
 func (n realNode) agentRunner(t *testing.T, natsURL string, hb time.Duration) (start func() (stop func())) {
 	t.Helper()
+	logNodeOnFailure(t, bustest.Conn(t, natsURL, "node-log-"+n.name), n.name)
 	runs := 0
 	return func() func() {
 		runs++
@@ -26,6 +27,7 @@ func (n realNode) agentRunner(t *testing.T, natsURL string, hb time.Duration) (s
 		a, err := agent.New(agent.Config{
 			Node: n.name, PodCIDR: n.cidr, CPU: "4", Memory: "8Gi", MaxPods: 20,
 			HeartbeatInterval: hb, BackoffBase: time.Second, BackoffMax: 5 * time.Second,
+			EvictionHard: noEviction,
 		}, conn, rt)
 		if err != nil {
 			t.Fatal(err)

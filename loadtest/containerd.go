@@ -194,6 +194,8 @@ func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, l
 		NATSPort: -1, DataDir: dir, APIAddr: "127.0.0.1:0", Nodes: 0,
 		Runtime: up.RuntimeContainerd, ContainerdAddress: cfg.ContainerdAddress, RealNode: node,
 		RealNodePodCIDR: realPodCIDR, ContainerdNamespace: ns, Memory: cfg.Memory, NoAudit: cfg.NoAudit, Logger: log,
+		// A pressure taint on a nearly full disk would stop the run instead of timing it.
+		RealNodeEvictionHard: "none",
 	})
 	if err != nil {
 		ccancel()
