@@ -41,6 +41,19 @@ func (s *Service) readLease(ctx context.Context, name string) (*pb.NodeLease, ui
 	return &l, rev, nil
 }
 
+// viewLease is name's lease and its revision as in the view, else as stored (nil and 0 if none).
+func (s *Service) viewLease(ctx context.Context, name string) (*pb.NodeLease, uint64, error) {
+	key := bus.NodeKey(name)
+	if c, ok := s.view.lease(key); ok {
+		return c.lease, c.rev, nil
+	}
+	l, rev, err := s.readLease(ctx, name)
+	if err == nil && l != nil {
+		s.view.setLease(key, l, rev)
+	}
+	return l, rev, err
+}
+
 // renewTime is l's renew time, zero when it lies beyond horizon.
 func renewTime(l *pb.NodeLease, horizon time.Time) time.Time {
 	if l.GetRenewTime() == nil {
@@ -68,19 +81,23 @@ func (s *Service) renewLease(ctx context.Context, name string, at time.Time, cur
 				return err
 			}
 		}
+		var err error
 		if cur == nil {
-			_, err := bus.Create(ctx, s.leases, key, l)
+			rev, err = bus.Create(ctx, s.leases, key, l)
 			if errors.Is(err, bus.ErrExists) {
 				continue
 			}
-			return err
+		} else {
+			if !at.After(renewTime(cur, s.horizon(time.Time{}))) {
+				return nil
+			}
+			rev, err = bus.Update(ctx, s.leases, key, l, rev)
+			if errors.Is(err, bus.ErrConflict) {
+				continue
+			}
 		}
-		if !at.After(renewTime(cur, s.horizon(time.Time{}))) {
-			return nil
-		}
-		_, err := bus.Update(ctx, s.leases, key, l, rev)
-		if errors.Is(err, bus.ErrConflict) {
-			continue
+		if err == nil {
+			s.view.setLease(bus.NodeKey(name), l, rev)
 		}
 		return err
 	}
@@ -88,25 +105,26 @@ func (s *Service) renewLease(ctx context.Context, name string, at time.Time, cur
 }
 
 // sameButHeartbeat says whether a and b differ in nothing but their conditions' heartbeat times. It
-// compares them in place, with those times set aside and put back, rather than cloning two nodes for
-// every heartbeat: the caller must be their only user meanwhile.
+// compares them in place rather than cloning two nodes for every heartbeat: b's heartbeat times are
+// set to a's for the comparison and put back, so a is only read (it may be the shared cached node)
+// and b must be the caller's alone meanwhile.
 func sameButHeartbeat(a, b *pb.Node) bool {
-	type saved struct {
-		c  *pb.NodeCondition
-		at *timestamppb.Timestamp
+	ac, bc := a.GetStatus().GetConditions(), b.GetStatus().GetConditions()
+	if len(ac) != len(bc) {
+		return false
 	}
-	var keep []saved
-	for _, n := range []*pb.Node{a, b} {
-		for _, c := range n.GetStatus().GetConditions() {
-			keep = append(keep, saved{c, c.LastHeartbeatTime})
+	saved := make([]*timestamppb.Timestamp, len(bc))
+	for i, c := range bc {
+		saved[i] = c.LastHeartbeatTime
+		if c != ac[i] {
+			c.LastHeartbeatTime = ac[i].LastHeartbeatTime
 		}
 	}
-	for _, k := range keep {
-		k.c.LastHeartbeatTime = nil
-	}
 	same := proto.Equal(a, b)
-	for _, k := range keep {
-		k.c.LastHeartbeatTime = k.at
+	for i, c := range bc {
+		if c != ac[i] {
+			c.LastHeartbeatTime = saved[i]
+		}
 	}
 	return same
 }

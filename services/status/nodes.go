@@ -55,7 +55,7 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	// A heartbeat the lease already covers is a redelivery or a replay: its status may be older than
 	// the node's. The node is written before the lease is renewed, so a heartbeat whose lease renewal
 	// failed still finds its node write done when it comes again.
-	lease, leaseRev, err := s.readLease(ctx, name)
+	lease, leaseRev, err := s.viewLease(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -69,39 +69,51 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 }
 
 // writeNode creates the node or applies the heartbeat to it if its status changed or the stored one
-// is NodeStatusReportFrequency old.
+// is NodeStatusReportFrequency old. The first attempt judges against the node in the view; after a
+// conflict, or without one, it reads the node.
 func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at time.Time) error {
 	key := bus.NodeKey(name)
-	for range casAttempts {
-		var cur pb.Node
-		rev, err := bus.Get(ctx, s.nodes, key, &cur)
-		if errors.Is(err, bus.ErrNotFound) {
-			n := newNode(hb)
-			_, err := bus.Create(ctx, s.nodes, key, n)
-			if errors.Is(err, bus.ErrExists) {
-				continue
+	for attempt := range casAttempts {
+		c, ok := s.view.node(key)
+		if !ok || attempt > 0 {
+			var n pb.Node
+			rev, err := bus.Get(ctx, s.nodes, key, &n)
+			if errors.Is(err, bus.ErrNotFound) {
+				n := newNode(hb)
+				rev, err := bus.Create(ctx, s.nodes, key, n)
+				if errors.Is(err, bus.ErrExists) {
+					continue
+				}
+				if err == nil {
+					s.view.setNode(key, n, rev)
+				}
+				return err
 			}
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
+			if err != nil {
+				return fmt.Errorf("read node %s: %v", name, err) // not wrapped: not this message's fault
+			}
+			c = cachedNode{node: &n, rev: rev}
+			s.view.setNode(key, c.node, c.rev)
 		}
 		// A stored time beyond the horizon came from a heartbeat accepted before they were refused: it
 		// is replaced, or it would keep the node alive to the monitor.
-		last := heartbeatTime(&cur)
+		last := heartbeatTime(c.node)
 		future := last.After(s.horizon(time.Time{}))
 		if !at.After(last) && !future {
 			return nil // older than what is stored (redelivery, replay)
 		}
-		next := proto.Clone(&cur).(*pb.Node)
+		next := proto.Clone(c.node).(*pb.Node)
 		mergeNode(next, hb)
-		if !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(&cur, next) {
+		if !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(c.node, next) {
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
 		}
-		_, err = bus.Update(ctx, s.nodes, key, next, rev)
+		rev, err := bus.Update(ctx, s.nodes, key, next, c.rev)
 		if errors.Is(err, bus.ErrConflict) {
 			continue
+		}
+		if err == nil {
+			s.view.setNode(key, next, rev)
 		}
 		return err
 	}
@@ -249,6 +261,7 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 			}
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(st.nodes, e.Key())
+				s.view.setNode(e.Key(), nil, e.Revision())
 				continue
 			}
 			var n pb.Node
@@ -257,6 +270,7 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				continue
 			}
 			st.nodes[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
+			s.view.setNode(e.Key(), &n, e.Revision())
 		case e, ok := <-lw.Updates():
 			if !ok {
 				return
@@ -268,6 +282,7 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 			key := bus.LeaseNodeKey(e.Key())
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(st.leases, key)
+				s.view.setLease(key, nil, e.Revision())
 				continue
 			}
 			var l pb.NodeLease
@@ -276,6 +291,7 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				continue
 			}
 			st.leases[key] = l.GetRenewTime().AsTime()
+			s.view.setLease(key, &l, e.Revision())
 		case now := <-tick:
 			if !leasesSynced {
 				continue
@@ -307,13 +323,15 @@ func (s *Service) markUnknown(ctx context.Context, key string, c cachedNode, now
 		cond.Message = messageNodeStatusUnknown
 		cond.LastTransitionTime = ts
 	}
-	_, err := bus.Update(ctx, s.nodes, key, n, c.rev)
+	rev, err := bus.Update(ctx, s.nodes, key, n, c.rev)
 	if errors.Is(err, bus.ErrConflict) {
 		return nil // a heartbeat or another replica got there first; the watch brings the new state
 	}
 	if err != nil {
 		return err
 	}
+	// The next heartbeat must find the node Unknown, not the Ready the watch has not replaced yet.
+	s.view.setNode(key, n, rev)
 	name := n.GetMetadata().GetName()
 	rec := events.NewRecorder(s.events, "node-controller", s.cfg.ID)
 	obj := &pb.ObjectReference{Kind: "Node", ApiVersion: "v1", Name: name, Uid: n.GetMetadata().GetUid()}

@@ -74,6 +74,7 @@ type Service struct {
 
 	pods, nodes, leases jetstream.KeyValue
 	last                podCache
+	view                *nodeView
 }
 
 // New returns a status replica.
@@ -109,6 +110,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		pub:    bus.NewPublisher(conn.JS, actor),
 		events: bus.NewBatcher(conn.JS, actor),
 		log:    cfg.Logger.With("actor", actor),
+		view:   newNodeView(),
 	}, nil
 }
 
