@@ -28,7 +28,8 @@ FUZZ_TARGETS := \
 	./services/admission:FuzzPatchPod \
 	./services/admission:FuzzSelectors \
 	./services/admission:FuzzResourceVersion \
-	./services/admission:FuzzAccept
+	./services/admission:FuzzAccept \
+	./internal/usage:FuzzDecode
 FUZZTIME ?= 3s
 
 ## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)

@@ -6,8 +6,8 @@
 //	  ─▶ podbus.usage.node.<node> (one node) or podbus.usage.pool.<host> (a host's simulated nodes)
 //	  ─▶ API server cache (latest report per node) ─▶ GET /apis/metrics.k8s.io/v1beta1/...
 //
-// Messages are core NATS, not JetStream: only the latest usage matters, so a report lost or missed by
-// an API server started later is simply replaced by the next one.
+// Messages are podbusv1.UsageReport on core NATS, not JetStream: only the latest usage matters, so a
+// report lost or missed by an API server started later is simply replaced by the next one.
 package usage
 
 import (
@@ -15,6 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Report is one message: the usage of one node, or of several nodes of a pool.
@@ -56,21 +62,198 @@ func (n *Node) Window() time.Duration { return time.Duration(n.WindowMillis) * t
 // ErrMalformed is returned by Decode for a message that is not a usage report.
 var ErrMalformed = errors.New("malformed usage report")
 
-// Encode marshals r.
-func Encode(r *Report) ([]byte, error) { return json.Marshal(r) }
+// Encode marshals r as a podbusv1.UsageReport.
+func Encode(r *Report) ([]byte, error) {
+	m := &pb.UsageReport{Nodes: make([]*pb.NodeUsage, len(r.Nodes))}
+	for i, n := range r.Nodes {
+		nu := &pb.NodeUsage{Name: n.Name, WindowMs: n.WindowMillis, CpuNanoCores: n.CPUNanoCores,
+			MemoryBytes: n.MemoryBytes, Pods: make([]*pb.PodUsage, len(n.Pods))}
+		if !n.Time.IsZero() {
+			nu.TimeUnixNano = n.Time.UnixNano()
+		}
+		for j, p := range n.Pods {
+			pu := &pb.PodUsage{Namespace: p.Namespace, Name: p.Name, Uid: p.UID,
+				Containers: make([]*pb.ContainerUsage, len(p.Containers))}
+			for k, c := range p.Containers {
+				pu.Containers[k] = &pb.ContainerUsage{Name: c.Name, CpuNanoCores: c.CPUNanoCores, MemoryBytes: c.MemoryBytes}
+			}
+			nu.Pods[j] = pu
+		}
+		m.Nodes[i] = nu
+	}
+	return proto.Marshal(m)
+}
 
-// Decode unmarshals a report; every node must have a name.
+// Decode unmarshals a report; every node must have a name. A JSON report, as agents before the
+// protobuf format sent, is read too: a protobuf UsageReport never starts with '{'.
 func Decode(data []byte) (*Report, error) {
-	var r Report
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	var r *Report
+	if len(data) > 0 && data[0] == '{' {
+		r = &Report{}
+		if err := json.Unmarshal(data, r); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+	} else {
+		var err error
+		if r, err = decodePB(data); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
 	}
 	for _, n := range r.Nodes {
 		if n.Name == "" {
 			return nil, fmt.Errorf("%w: node without a name", ErrMalformed)
 		}
 	}
-	return &r, nil
+	return r, nil
+}
+
+// decodePB reads a podbusv1.UsageReport straight into a Report: the API server decodes every pod of
+// the cluster once per UsageInterval, so no message tree is built only to be copied, and the
+// namespaces and container names that repeat from pod to pod are allocated once per message.
+func decodePB(data []byte) (*Report, error) {
+	d := decoder{strs: map[string]string{}}
+	r := &Report{}
+	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num == 1 && typ == protowire.BytesType {
+			n, err := d.node(v)
+			r.Nodes = append(r.Nodes, n)
+			return err
+		}
+		return nil
+	})
+	return r, err
+}
+
+type decoder struct {
+	strs map[string]string
+}
+
+// errUTF8 is a string field that is not UTF-8, which protobuf refuses for proto3 strings.
+var errUTF8 = errors.New("string field is not valid UTF-8")
+
+// text is b as a string.
+func text(b []byte) (string, error) {
+	if !utf8.Valid(b) {
+		return "", errUTF8
+	}
+	return string(b), nil
+}
+
+// str is text, one copy per distinct value in the message.
+func (d decoder) str(b []byte) (string, error) {
+	if s, ok := d.strs[string(b)]; ok {
+		return s, nil
+	}
+	s, err := text(b)
+	if err == nil {
+		d.strs[s] = s
+	}
+	return s, err
+}
+
+func (d decoder) node(data []byte) (Node, error) {
+	var n Node
+	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			var err error
+			n.Name, err = text(v)
+			return err
+		case num == 2 && typ == protowire.VarintType:
+			if x != 0 {
+				n.Time = time.Unix(0, int64(x)).UTC()
+			}
+		case num == 3 && typ == protowire.VarintType:
+			n.WindowMillis = int64(x)
+		case num == 4 && typ == protowire.VarintType:
+			n.CPUNanoCores = x
+		case num == 5 && typ == protowire.VarintType:
+			n.MemoryBytes = x
+		case num == 6 && typ == protowire.BytesType:
+			p, err := d.pod(v)
+			n.Pods = append(n.Pods, p)
+			return err
+		}
+		return nil
+	})
+	return n, err
+}
+
+func (d decoder) pod(data []byte) (Pod, error) {
+	var p Pod
+	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		var err error
+		switch num {
+		case 1:
+			p.Namespace, err = d.str(v)
+		case 2:
+			p.Name, err = text(v)
+		case 3:
+			p.UID, err = text(v)
+		case 4:
+			var c Container
+			c, err = d.container(v)
+			p.Containers = append(p.Containers, c)
+		}
+		return err
+	})
+	return p, err
+}
+
+func (d decoder) container(data []byte) (Container, error) {
+	var c Container
+	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			var err error
+			c.Name, err = d.str(v)
+			return err
+		case num == 2 && typ == protowire.VarintType:
+			c.CPUNanoCores = x
+		case num == 3 && typ == protowire.VarintType:
+			c.MemoryBytes = x
+		}
+		return nil
+	})
+	return c, err
+}
+
+// fields calls f with each field of a message: v for a length-delimited one, x for a varint; other
+// wire types are skipped, as protobuf skips unknown fields.
+func fields(data []byte, f func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if !num.IsValid() {
+			return fmt.Errorf("field number %d out of range", num)
+		}
+		data = data[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(data)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(data)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, data)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		data = data[n:]
+		if typ == protowire.BytesType || typ == protowire.VarintType {
+			if err := f(num, typ, v, x); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Chunk splits nodes into reports of at most maxPods pods each (a node is never split; a node with

@@ -1,11 +1,17 @@
 package usage
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 func TestChunk(t *testing.T) {
@@ -56,9 +62,100 @@ func TestRoundTrip(t *testing.T) {
 	if got.Nodes[0].Window() != 15*time.Second {
 		t.Errorf("window %v", got.Nodes[0].Window())
 	}
-	for _, bad := range []string{`nope`, `{"nodes":[{"cpu":1}]}`} {
+	old, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Decode(old); err != nil || cmp.Diff(r, got) != "" {
+		t.Errorf("a JSON report of an earlier agent: %v, (-want +got):\n%s", err, cmp.Diff(r, got))
+	}
+	for _, bad := range []string{`nope`, `{"nodes":[{"cpu":1}]}`, "\x0a\x02\x20\x01"} {
 		if _, err := Decode([]byte(bad)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%s) = %v, want ErrMalformed", bad, err)
 		}
 	}
+}
+
+// A pool's report of maxPods-sized chunks, as the simulated agents send every UsageInterval: the API
+// server decodes one per chunk. The json case is the format before protobuf.
+func BenchmarkDecode(b *testing.B) {
+	at := time.Unix(1700000000, 0).UTC()
+	r := &Report{}
+	for n := range 20 {
+		node := Node{Name: fmt.Sprintf("node-%04d", n), Time: at, WindowMillis: 15000, CPUNanoCores: 1e9, MemoryBytes: 1 << 30}
+		for p := range 100 {
+			node.Pods = append(node.Pods, Pod{Namespace: "default", Name: fmt.Sprintf("pod-%04d-%03d", n, p),
+				UID: "6f1c2e8a-3b5d-4c7e-9f0a-1b2c3d4e5f60", Containers: []Container{{Name: "app", CPUNanoCores: 1e7, MemoryBytes: 16 << 20}}})
+		}
+		r.Nodes = append(r.Nodes, node)
+	}
+	pbData, err := Encode(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	jsonData, err := json.Marshal(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"protobuf", pbData}, {"json", jsonData}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if _, err := Decode(c.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Decode reads what the generated protobuf code reads, and what it decodes encodes back to itself.
+func FuzzDecode(f *testing.F) {
+	r := &Report{Nodes: []Node{{Name: "n1", Time: time.Unix(1700000000, 5).UTC(), WindowMillis: 15000, CPUNanoCores: 7,
+		Pods: []Pod{{Namespace: "ns", Name: "p", UID: "u", Containers: []Container{{Name: "c", CPUNanoCores: 1, MemoryBytes: 2}}}}}}}
+	data, err := Encode(r)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte("\x0a\x02\x20\x01"))
+	f.Add([]byte("\x0a\x04\x0a\x02\xff\xfe"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := Decode(data)
+		if len(data) > 0 && data[0] == '{' {
+			return
+		}
+		var m pb.UsageReport
+		perr := proto.Unmarshal(data, &m)
+		if perr != nil {
+			if err == nil {
+				t.Fatalf("Decode accepted what protobuf refuses (%v)", perr)
+			}
+			return
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if len(got.Nodes) != len(m.GetNodes()) {
+			t.Fatalf("%d nodes, protobuf reads %d", len(got.Nodes), len(m.GetNodes()))
+		}
+		again, err := Encode(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Decode(again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(got, back, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("round trip (-first +second):\n%s", d)
+		}
+	})
 }

@@ -5741,6 +5741,263 @@ func (x *BatchEntry) GetHeaders() map[string]string {
 	return nil
 }
 
+// UsageReport is one usage message: one node's, or several nodes' of a pool of simulated nodes.
+type UsageReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeUsage           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReport) Reset() {
+	*x = UsageReport{}
+	mi := &file_podbus_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReport) ProtoMessage() {}
+
+func (x *UsageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
+func (*UsageReport) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *UsageReport) GetNodes() []*NodeUsage {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type NodeUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // when measured
+	WindowMs      int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`               // the span the CPU rates are averaged over
+	CpuNanoCores  uint64                 `protobuf:"varint,4,opt,name=cpu_nano_cores,json=cpuNanoCores,proto3" json:"cpu_nano_cores,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Pods          []*PodUsage            `protobuf:"bytes,6,rep,name=pods,proto3" json:"pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeUsage) Reset() {
+	*x = NodeUsage{}
+	mi := &file_podbus_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUsage) ProtoMessage() {}
+
+func (x *NodeUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
+func (*NodeUsage) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *NodeUsage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeUsage) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetCpuNanoCores() uint64 {
+	if x != nil {
+		return x.CpuNanoCores
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetPods() []*PodUsage {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+type PodUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uid           string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Containers    []*ContainerUsage      `protobuf:"bytes,4,rep,name=containers,proto3" json:"containers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodUsage) Reset() {
+	*x = PodUsage{}
+	mi := &file_podbus_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodUsage) ProtoMessage() {}
+
+func (x *PodUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodUsage.ProtoReflect.Descriptor instead.
+func (*PodUsage) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *PodUsage) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PodUsage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PodUsage) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *PodUsage) GetContainers() []*ContainerUsage {
+	if x != nil {
+		return x.Containers
+	}
+	return nil
+}
+
+type ContainerUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CpuNanoCores  uint64                 `protobuf:"varint,2,opt,name=cpu_nano_cores,json=cpuNanoCores,proto3" json:"cpu_nano_cores,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // working set
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerUsage) Reset() {
+	*x = ContainerUsage{}
+	mi := &file_podbus_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerUsage) ProtoMessage() {}
+
+func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_podbus_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
+func (*ContainerUsage) Descriptor() ([]byte, []int) {
+	return file_podbus_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ContainerUsage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContainerUsage) GetCpuNanoCores() uint64 {
+	if x != nil {
+		return x.CpuNanoCores
+	}
+	return 0
+}
+
+func (x *ContainerUsage) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
 var File_podbus_proto protoreflect.FileDescriptor
 
 const file_podbus_proto_rawDesc = "" +
@@ -6329,7 +6586,27 @@ const file_podbus_proto_rawDesc = "" +
 	"\aheaders\x18\x02 \x03(\v2\".podbus.v1.BatchEntry.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
+	"\vUsageReport\x12*\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x14.podbus.v1.NodeUsageR\x05nodes\"\xd4\x01\n" +
+	"\tNodeUsage\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x1b\n" +
+	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x12$\n" +
+	"\x0ecpu_nano_cores\x18\x04 \x01(\x04R\fcpuNanoCores\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x04R\vmemoryBytes\x12'\n" +
+	"\x04pods\x18\x06 \x03(\v2\x13.podbus.v1.PodUsageR\x04pods\"\x89\x01\n" +
+	"\bPodUsage\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x129\n" +
+	"\n" +
+	"containers\x18\x04 \x03(\v2\x19.podbus.v1.ContainerUsageR\n" +
+	"containers\"m\n" +
+	"\x0eContainerUsage\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
+	"\x0ecpu_nano_cores\x18\x02 \x01(\x04R\fcpuNanoCores\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytesB2Z0github.com/podbus/podbus/proto/podbusv1;podbusv1b\x06proto3"
 
 var (
 	file_podbus_proto_rawDescOnce sync.Once
@@ -6344,7 +6621,7 @@ func file_podbus_proto_rawDescGZIP() []byte {
 }
 
 var file_podbus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_podbus_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_podbus_proto_goTypes = []any{
 	(PodCommand_Op)(0),               // 0: podbus.v1.PodCommand.Op
 	(*ObjectMeta)(nil),               // 1: podbus.v1.ObjectMeta
@@ -6420,29 +6697,33 @@ var file_podbus_proto_goTypes = []any{
 	(*PodAllocation)(nil),            // 71: podbus.v1.PodAllocation
 	(*Batch)(nil),                    // 72: podbus.v1.Batch
 	(*BatchEntry)(nil),               // 73: podbus.v1.BatchEntry
-	nil,                              // 74: podbus.v1.ObjectMeta.LabelsEntry
-	nil,                              // 75: podbus.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 76: podbus.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 77: podbus.v1.PodSpec.NodeSelectorEntry
-	nil,                              // 78: podbus.v1.ResourceRequirements.LimitsEntry
-	nil,                              // 79: podbus.v1.ResourceRequirements.RequestsEntry
-	nil,                              // 80: podbus.v1.NodeStatus.CapacityEntry
-	nil,                              // 81: podbus.v1.NodeStatus.AllocatableEntry
-	nil,                              // 82: podbus.v1.Resources.ScalarEntry
-	nil,                              // 83: podbus.v1.SchedulingDecision.ReasonsEntry
-	nil,                              // 84: podbus.v1.NodeAllocation.PodsEntry
-	nil,                              // 85: podbus.v1.NodeAllocation.NominatedEntry
-	nil,                              // 86: podbus.v1.PodAllocation.LabelsEntry
-	nil,                              // 87: podbus.v1.BatchEntry.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 88: google.protobuf.Timestamp
+	(*UsageReport)(nil),              // 74: podbus.v1.UsageReport
+	(*NodeUsage)(nil),                // 75: podbus.v1.NodeUsage
+	(*PodUsage)(nil),                 // 76: podbus.v1.PodUsage
+	(*ContainerUsage)(nil),           // 77: podbus.v1.ContainerUsage
+	nil,                              // 78: podbus.v1.ObjectMeta.LabelsEntry
+	nil,                              // 79: podbus.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 80: podbus.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 81: podbus.v1.PodSpec.NodeSelectorEntry
+	nil,                              // 82: podbus.v1.ResourceRequirements.LimitsEntry
+	nil,                              // 83: podbus.v1.ResourceRequirements.RequestsEntry
+	nil,                              // 84: podbus.v1.NodeStatus.CapacityEntry
+	nil,                              // 85: podbus.v1.NodeStatus.AllocatableEntry
+	nil,                              // 86: podbus.v1.Resources.ScalarEntry
+	nil,                              // 87: podbus.v1.SchedulingDecision.ReasonsEntry
+	nil,                              // 88: podbus.v1.NodeAllocation.PodsEntry
+	nil,                              // 89: podbus.v1.NodeAllocation.NominatedEntry
+	nil,                              // 90: podbus.v1.PodAllocation.LabelsEntry
+	nil,                              // 91: podbus.v1.BatchEntry.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 92: google.protobuf.Timestamp
 }
 var file_podbus_proto_depIdxs = []int32{
-	74,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
-	75,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
-	88,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
-	88,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 0: podbus.v1.ObjectMeta.labels:type_name -> podbus.v1.ObjectMeta.LabelsEntry
+	79,  // 1: podbus.v1.ObjectMeta.annotations:type_name -> podbus.v1.ObjectMeta.AnnotationsEntry
+	92,  // 2: podbus.v1.ObjectMeta.creation_timestamp:type_name -> google.protobuf.Timestamp
+	92,  // 3: podbus.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
 	2,   // 4: podbus.v1.ObjectMeta.owner_references:type_name -> podbus.v1.OwnerReference
-	76,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
+	80,  // 5: podbus.v1.LabelSelector.match_labels:type_name -> podbus.v1.LabelSelector.MatchLabelsEntry
 	4,   // 6: podbus.v1.LabelSelector.match_expressions:type_name -> podbus.v1.LabelSelectorRequirement
 	1,   // 7: podbus.v1.Pod.metadata:type_name -> podbus.v1.ObjectMeta
 	7,   // 8: podbus.v1.Pod.spec:type_name -> podbus.v1.PodSpec
@@ -6450,7 +6731,7 @@ var file_podbus_proto_depIdxs = []int32{
 	6,   // 10: podbus.v1.Pod.internal:type_name -> podbus.v1.PodInternal
 	18,  // 11: podbus.v1.PodSpec.containers:type_name -> podbus.v1.Container
 	18,  // 12: podbus.v1.PodSpec.init_containers:type_name -> podbus.v1.Container
-	77,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
+	81,  // 13: podbus.v1.PodSpec.node_selector:type_name -> podbus.v1.PodSpec.NodeSelectorEntry
 	29,  // 14: podbus.v1.PodSpec.affinity:type_name -> podbus.v1.Affinity
 	28,  // 15: podbus.v1.PodSpec.tolerations:type_name -> podbus.v1.Toleration
 	38,  // 16: podbus.v1.PodSpec.topology_spread_constraints:type_name -> podbus.v1.TopologySpreadConstraint
@@ -6476,8 +6757,8 @@ var file_podbus_proto_depIdxs = []int32{
 	19,  // 36: podbus.v1.Container.volume_mounts:type_name -> podbus.v1.VolumeMount
 	9,   // 37: podbus.v1.Container.security_context:type_name -> podbus.v1.SecurityContext
 	15,  // 38: podbus.v1.Container.lifecycle:type_name -> podbus.v1.Lifecycle
-	78,  // 39: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
-	79,  // 40: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
+	82,  // 39: podbus.v1.ResourceRequirements.limits:type_name -> podbus.v1.ResourceRequirements.LimitsEntry
+	83,  // 40: podbus.v1.ResourceRequirements.requests:type_name -> podbus.v1.ResourceRequirements.RequestsEntry
 	24,  // 41: podbus.v1.Probe.exec:type_name -> podbus.v1.ExecAction
 	25,  // 42: podbus.v1.Probe.http_get:type_name -> podbus.v1.HTTPGetAction
 	27,  // 43: podbus.v1.Probe.tcp_socket:type_name -> podbus.v1.TCPSocketAction
@@ -6498,74 +6779,77 @@ var file_podbus_proto_depIdxs = []int32{
 	36,  // 58: podbus.v1.WeightedPodAffinityTerm.term:type_name -> podbus.v1.PodAffinityTerm
 	3,   // 59: podbus.v1.TopologySpreadConstraint.label_selector:type_name -> podbus.v1.LabelSelector
 	40,  // 60: podbus.v1.PodStatus.conditions:type_name -> podbus.v1.PodCondition
-	88,  // 61: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
+	92,  // 61: podbus.v1.PodStatus.start_time:type_name -> google.protobuf.Timestamp
 	41,  // 62: podbus.v1.PodStatus.init_container_statuses:type_name -> podbus.v1.ContainerStatus
 	41,  // 63: podbus.v1.PodStatus.container_statuses:type_name -> podbus.v1.ContainerStatus
-	88,  // 64: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
-	88,  // 65: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	92,  // 64: podbus.v1.PodCondition.last_probe_time:type_name -> google.protobuf.Timestamp
+	92,  // 65: podbus.v1.PodCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	42,  // 66: podbus.v1.ContainerStatus.state:type_name -> podbus.v1.ContainerState
 	42,  // 67: podbus.v1.ContainerStatus.last_state:type_name -> podbus.v1.ContainerState
 	43,  // 68: podbus.v1.ContainerState.waiting:type_name -> podbus.v1.ContainerStateWaiting
 	44,  // 69: podbus.v1.ContainerState.running:type_name -> podbus.v1.ContainerStateRunning
 	45,  // 70: podbus.v1.ContainerState.terminated:type_name -> podbus.v1.ContainerStateTerminated
-	88,  // 71: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
-	88,  // 72: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
-	88,  // 73: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
+	92,  // 71: podbus.v1.ContainerStateRunning.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 72: podbus.v1.ContainerStateTerminated.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 73: podbus.v1.ContainerStateTerminated.finished_at:type_name -> google.protobuf.Timestamp
 	1,   // 74: podbus.v1.Node.metadata:type_name -> podbus.v1.ObjectMeta
 	47,  // 75: podbus.v1.Node.spec:type_name -> podbus.v1.NodeSpec
 	49,  // 76: podbus.v1.Node.status:type_name -> podbus.v1.NodeStatus
 	48,  // 77: podbus.v1.NodeSpec.taints:type_name -> podbus.v1.Taint
-	88,  // 78: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
-	80,  // 79: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
-	81,  // 80: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
+	92,  // 78: podbus.v1.Taint.time_added:type_name -> google.protobuf.Timestamp
+	84,  // 79: podbus.v1.NodeStatus.capacity:type_name -> podbus.v1.NodeStatus.CapacityEntry
+	85,  // 80: podbus.v1.NodeStatus.allocatable:type_name -> podbus.v1.NodeStatus.AllocatableEntry
 	50,  // 81: podbus.v1.NodeStatus.conditions:type_name -> podbus.v1.NodeCondition
 	51,  // 82: podbus.v1.NodeStatus.addresses:type_name -> podbus.v1.NodeAddress
 	52,  // 83: podbus.v1.NodeStatus.node_info:type_name -> podbus.v1.NodeSystemInfo
 	53,  // 84: podbus.v1.NodeStatus.images:type_name -> podbus.v1.ContainerImage
-	88,  // 85: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	88,  // 86: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	92,  // 85: podbus.v1.NodeCondition.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	92,  // 86: podbus.v1.NodeCondition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,   // 87: podbus.v1.Event.metadata:type_name -> podbus.v1.ObjectMeta
 	55,  // 88: podbus.v1.Event.involved_object:type_name -> podbus.v1.ObjectReference
 	56,  // 89: podbus.v1.Event.source:type_name -> podbus.v1.EventSource
-	88,  // 90: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
-	88,  // 91: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
-	88,  // 92: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
-	82,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
+	92,  // 90: podbus.v1.Event.first_timestamp:type_name -> google.protobuf.Timestamp
+	92,  // 91: podbus.v1.Event.last_timestamp:type_name -> google.protobuf.Timestamp
+	92,  // 92: podbus.v1.Event.event_time:type_name -> google.protobuf.Timestamp
+	86,  // 93: podbus.v1.Resources.scalar:type_name -> podbus.v1.Resources.ScalarEntry
 	0,   // 94: podbus.v1.PodCommand.op:type_name -> podbus.v1.PodCommand.Op
 	5,   // 95: podbus.v1.PodCommand.pod:type_name -> podbus.v1.Pod
-	88,  // 96: podbus.v1.PodCommand.not_after:type_name -> google.protobuf.Timestamp
+	92,  // 96: podbus.v1.PodCommand.not_after:type_name -> google.protobuf.Timestamp
 	5,   // 97: podbus.v1.CommandResult.pod:type_name -> podbus.v1.Pod
 	5,   // 98: podbus.v1.PendingPod.pod:type_name -> podbus.v1.Pod
-	83,  // 99: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
+	87,  // 99: podbus.v1.SchedulingDecision.reasons:type_name -> podbus.v1.SchedulingDecision.ReasonsEntry
 	57,  // 100: podbus.v1.SchedulingDecision.requests:type_name -> podbus.v1.Resources
-	88,  // 101: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
+	92,  // 101: podbus.v1.SchedulingDecision.decided_at:type_name -> google.protobuf.Timestamp
 	62,  // 102: podbus.v1.SchedulingDecision.victims:type_name -> podbus.v1.PreemptionVictim
 	5,   // 103: podbus.v1.SchedulingDecision.pod:type_name -> podbus.v1.Pod
 	5,   // 104: podbus.v1.PodBinding.pod:type_name -> podbus.v1.Pod
-	88,  // 105: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	88,  // 106: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
+	92,  // 105: podbus.v1.PodTermination.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	92,  // 106: podbus.v1.EventNote.at:type_name -> google.protobuf.Timestamp
 	39,  // 107: podbus.v1.PodStatusReport.status:type_name -> podbus.v1.PodStatus
 	66,  // 108: podbus.v1.PodStatusReport.events:type_name -> podbus.v1.EventNote
 	46,  // 109: podbus.v1.NodeHeartbeat.node:type_name -> podbus.v1.Node
-	88,  // 110: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
-	88,  // 111: podbus.v1.NodeLease.renew_time:type_name -> google.protobuf.Timestamp
-	84,  // 112: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
+	92,  // 110: podbus.v1.NodeHeartbeat.sent_at:type_name -> google.protobuf.Timestamp
+	92,  // 111: podbus.v1.NodeLease.renew_time:type_name -> google.protobuf.Timestamp
+	88,  // 112: podbus.v1.NodeAllocation.pods:type_name -> podbus.v1.NodeAllocation.PodsEntry
 	57,  // 113: podbus.v1.NodeAllocation.total:type_name -> podbus.v1.Resources
-	85,  // 114: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
+	89,  // 114: podbus.v1.NodeAllocation.nominated:type_name -> podbus.v1.NodeAllocation.NominatedEntry
 	57,  // 115: podbus.v1.PodAllocation.requests:type_name -> podbus.v1.Resources
-	86,  // 116: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
+	90,  // 116: podbus.v1.PodAllocation.labels:type_name -> podbus.v1.PodAllocation.LabelsEntry
 	35,  // 117: podbus.v1.PodAllocation.pod_affinity:type_name -> podbus.v1.PodAffinity
 	35,  // 118: podbus.v1.PodAllocation.pod_anti_affinity:type_name -> podbus.v1.PodAffinity
-	88,  // 119: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
+	92,  // 119: podbus.v1.PodAllocation.creation_timestamp:type_name -> google.protobuf.Timestamp
 	73,  // 120: podbus.v1.Batch.entries:type_name -> podbus.v1.BatchEntry
-	87,  // 121: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
-	71,  // 122: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
-	71,  // 123: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
-	124, // [124:124] is the sub-list for method output_type
-	124, // [124:124] is the sub-list for method input_type
-	124, // [124:124] is the sub-list for extension type_name
-	124, // [124:124] is the sub-list for extension extendee
-	0,   // [0:124] is the sub-list for field type_name
+	91,  // 121: podbus.v1.BatchEntry.headers:type_name -> podbus.v1.BatchEntry.HeadersEntry
+	75,  // 122: podbus.v1.UsageReport.nodes:type_name -> podbus.v1.NodeUsage
+	76,  // 123: podbus.v1.NodeUsage.pods:type_name -> podbus.v1.PodUsage
+	77,  // 124: podbus.v1.PodUsage.containers:type_name -> podbus.v1.ContainerUsage
+	71,  // 125: podbus.v1.NodeAllocation.PodsEntry.value:type_name -> podbus.v1.PodAllocation
+	71,  // 126: podbus.v1.NodeAllocation.NominatedEntry.value:type_name -> podbus.v1.PodAllocation
+	127, // [127:127] is the sub-list for method output_type
+	127, // [127:127] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_podbus_proto_init() }
@@ -6591,7 +6875,7 @@ func file_podbus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_podbus_proto_rawDesc), len(file_podbus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   87,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
