@@ -17,8 +17,8 @@ import (
 // The nodes and leases in the view are shared: nobody changes them once they are in.
 type nodeView struct {
 	mu     sync.Mutex
-	nodes  map[string]cachedNode  // node key -> node; node nil: deleted at rev
-	leases map[string]cachedLease // node key -> its lease; lease nil: deleted at rev
+	nodes  latest[pb.Node]      // node key -> node
+	leases latest[pb.NodeLease] // node key -> its lease
 }
 
 type cachedLease struct {
@@ -27,42 +27,53 @@ type cachedLease struct {
 }
 
 func newNodeView() *nodeView {
-	return &nodeView{nodes: map[string]cachedNode{}, leases: map[string]cachedLease{}}
+	return &nodeView{nodes: latest[pb.Node]{}, leases: latest[pb.NodeLease]{}}
 }
 
 // node is the node stored under key as last seen, ok false if none is known.
 func (v *nodeView) node(key string) (cachedNode, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	c, ok := v.nodes[key]
-	return c, ok && c.node != nil
+	e := v.nodes[key]
+	return cachedNode{node: e.v, rev: e.rev}, e.v != nil
 }
 
-// setNode records n at rev (nil: deleted) unless the view holds a later revision. At the same revision
-// the newer copy replaces the older, so that the view and the monitor share the watch's.
+// setNode records n at rev (nil: deleted) unless the view holds a later revision.
 func (v *nodeView) setNode(key string, n *pb.Node, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if c, ok := v.nodes[key]; ok && c.rev > rev {
-		return
-	}
-	v.nodes[key] = cachedNode{node: n, rev: rev}
+	v.nodes.set(key, n, rev)
 }
 
 // lease is the lease of the node stored under key as last seen, ok false if none is known.
 func (v *nodeView) lease(key string) (cachedLease, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	c, ok := v.leases[key]
-	return c, ok && c.lease != nil
+	e := v.leases[key]
+	return cachedLease{lease: e.v, rev: e.rev}, e.v != nil
 }
 
 // setLease records l at rev (nil: deleted) unless the view holds a later revision.
 func (v *nodeView) setLease(key string, l *pb.NodeLease, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if c, ok := v.leases[key]; ok && c.rev > rev {
+	v.leases.set(key, l, rev)
+}
+
+// latest keeps the last revision of each key: v nil is a deletion, kept so that an older copy arriving
+// later (a watch behind the replica's own write) does not bring the key back.
+type latest[T any] map[string]revision[T]
+
+type revision[T any] struct {
+	v   *T
+	rev uint64
+}
+
+// set records v at rev unless a later revision is in. At the same revision the newer copy replaces the
+// older, so that the view and the monitor share the watch's.
+func (m latest[T]) set(key string, v *T, rev uint64) {
+	if e, ok := m[key]; ok && e.rev > rev {
 		return
 	}
-	v.leases[key] = cachedLease{lease: l, rev: rev}
+	m[key] = revision[T]{v, rev}
 }
