@@ -78,7 +78,7 @@ type Config struct {
 	// UsageInterval is how often usage is measured and published (default DefaultUsageInterval).
 	UsageInterval time.Duration
 	// EvictionHard holds the hard eviction thresholds (the kubelet's --eviction-hard syntax); ""
-	// is DefaultEvictionHard, "none" is none. Only a runtime that measures (StatsProvider) applies them.
+	// is DefaultEvictionHard, EvictionNone is none. Only a runtime that measures (StatsProvider) applies them.
 	EvictionHard string
 	// AllowPrivileged lets pods run privileged containers (--allow-privileged); without it they are
 	// rejected with ReasonPrivilegedDisallowed.
@@ -158,7 +158,7 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 	switch cfg.EvictionHard {
 	case "":
 		cfg.EvictionHard = DefaultEvictionHard
-	case "none":
+	case EvictionNone:
 		cfg.EvictionHard = ""
 	}
 	thresholds, err := ParseThresholds(cfg.EvictionHard)

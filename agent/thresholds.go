@@ -23,6 +23,9 @@ const (
 // DefaultEvictionHard is the kubelet's default on Linux.
 const DefaultEvictionHard = "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"
 
+// EvictionNone, as Config.EvictionHard or --eviction-hard, turns hard eviction off.
+const EvictionNone = "none"
+
 // Node conditions the thresholds drive.
 const (
 	CondMemoryPressure     = "MemoryPressure"

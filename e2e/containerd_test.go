@@ -172,7 +172,7 @@ func (n realNode) cleanup(t *testing.T) {
 // noEviction turns the real node's hard eviction thresholds off. The kubelet's defaults would taint
 // the node with disk pressure on a machine whose disk is more than 85 % full, and these tests are
 // about the pipeline, not about the machine they run on; TestTopAndNodePressure sets its own.
-const noEviction = "none"
+const noEviction = agent.EvictionNone
 
 // startAgent runs the node's agent in this process on a connection of its own until the test ends;
 // each of more changes its configuration first.

@@ -195,7 +195,7 @@ func startPodbus(ctx context.Context, cfg Config, dir, node, ns, image string, l
 		Runtime: up.RuntimeContainerd, ContainerdAddress: cfg.ContainerdAddress, RealNode: node,
 		RealNodePodCIDR: realPodCIDR, ContainerdNamespace: ns, Memory: cfg.Memory, NoAudit: cfg.NoAudit, Logger: log,
 		// A pressure taint on a nearly full disk would stop the run instead of timing it.
-		RealNodeEvictionHard: "none",
+		RealNodeEvictionHard: agent.EvictionNone,
 	})
 	if err != nil {
 		ccancel()

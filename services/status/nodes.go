@@ -206,17 +206,10 @@ type cachedNode struct {
 	rev  uint64
 }
 
-// monitorState is what the monitor has seen of the nodes and leases buckets.
-type monitorState struct {
-	nodes  map[string]cachedNode
-	leases map[string]time.Time // node key -> its lease's renew time
-}
-
 // monitor watches the nodes and leases buckets and, every MonitorInterval, marks Unknown the Ready
 // nodes heard of neither through their lease nor their record for NodeMonitorGracePeriod.
 // Several replicas may do this at once: the CAS lets one win, and only the winner records the event.
 func (s *Service) monitor(ctx context.Context) error {
-	st := monitorState{nodes: map[string]cachedNode{}, leases: map[string]time.Time{}}
 	ticker := time.NewTicker(s.cfg.MonitorInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
@@ -237,16 +230,17 @@ func (s *Service) monitor(ctx context.Context) error {
 			}
 			continue
 		}
-		s.monitorWatch(ctx, nw, lw, st, ticker.C)
+		s.monitorWatch(ctx, nw, lw, ticker.C)
 		_ = nw.Stop()
 		_ = lw.Stop()
 	}
 	return nil
 }
 
-// monitorWatch runs until ctx ends or a watch breaks. It judges no node before the leases' initial
-// values are in: a node whose lease it has not seen yet would look silent.
-func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher, st monitorState, tick <-chan time.Time) {
+// monitorWatch feeds the view from the watches until ctx ends or a watch breaks, and judges the nodes
+// in it. It judges no node before the leases' initial values are in: a node whose lease it has not
+// seen yet would look silent.
+func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher, tick <-chan time.Time) {
 	leasesSynced := false
 	for {
 		select {
@@ -260,7 +254,6 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				continue // end of the initial values
 			}
 			if e.Operation() != jetstream.KeyValuePut {
-				delete(st.nodes, e.Key())
 				s.view.setNode(e.Key(), nil, e.Revision())
 				continue
 			}
@@ -269,7 +262,6 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				s.log.Warn("undecodable node in store", "key", e.Key(), "err", err)
 				continue
 			}
-			st.nodes[e.Key()] = cachedNode{node: &n, rev: e.Revision()}
 			s.view.setNode(e.Key(), &n, e.Revision())
 		case e, ok := <-lw.Updates():
 			if !ok {
@@ -281,7 +273,6 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 			}
 			key := bus.LeaseNodeKey(e.Key())
 			if e.Operation() != jetstream.KeyValuePut {
-				delete(st.leases, key)
 				s.view.setLease(key, nil, e.Revision())
 				continue
 			}
@@ -290,16 +281,13 @@ func (s *Service) monitorWatch(ctx context.Context, nw, lw jetstream.KeyWatcher,
 				s.log.Warn("undecodable lease in store", "key", e.Key(), "err", err)
 				continue
 			}
-			st.leases[key] = l.GetRenewTime().AsTime()
 			s.view.setLease(key, &l, e.Revision())
 		case now := <-tick:
 			if !leasesSynced {
 				continue
 			}
-			for key, c := range st.nodes {
-				if !s.silent(c.node, st.leases[key], now) {
-					continue
-				}
+			silent := s.view.nodesWhere(func(n *pb.Node, renewed time.Time) bool { return s.silent(n, renewed, now) })
+			for key, c := range silent {
 				// The watch may lag behind a renewal: the lease as stored has the last word.
 				renewed, err := s.leaseRenewTime(ctx, c.node.GetMetadata().GetName())
 				if err == nil && !s.silent(c.node, renewed, now) {

@@ -2,12 +2,13 @@ package status
 
 import (
 	"sync"
+	"time"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // nodeView is the nodes and their leases as this replica last saw them: from the monitor's watches
-// and from its own writes. A heartbeat that changes nothing but the heartbeat times is judged against
+// and from its own writes. The monitor judges the nodes in it. A heartbeat that changes nothing but the heartbeat times is judged against
 // it and renews the lease at the revision it holds, reading nothing, as the kubelet compares its
 // status with its informer's copy of the node. Writes stay compare-and-set at the revision in the
 // view, so a stale view costs a conflict and a read, never a lost or doubled write. A view that lags
@@ -58,6 +59,27 @@ func (v *nodeView) setLease(key string, l *pb.NodeLease, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.leases.set(key, l, rev)
+}
+
+// nodesWhere returns the nodes for which keep holds, given each node and its lease's renew time (zero
+// without one), by node key.
+func (v *nodeView) nodesWhere(keep func(n *pb.Node, renewed time.Time) bool) map[string]cachedNode {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]cachedNode{}
+	for key, e := range v.nodes {
+		if e.v == nil {
+			continue
+		}
+		var renewed time.Time
+		if l := v.leases[key].v; l.GetRenewTime() != nil {
+			renewed = l.GetRenewTime().AsTime()
+		}
+		if keep(e.v, renewed) {
+			out[key] = cachedNode{node: e.v, rev: e.rev}
+		}
+	}
+	return out
 }
 
 // latest keeps the last revision of each key: v nil is a deletion, kept so that an older copy arriving
