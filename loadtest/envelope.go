@@ -68,6 +68,9 @@ type EnvelopeResult struct {
 
 	ControlPlane Memory `json:"control_plane"`
 	Agents       Memory `json:"agents"`
+	// ControlPlaneCost is what the control plane spent per Ready pod from the first POST to the last
+	// pod Ready (nil: not measured).
+	ControlPlaneCost *Cost `json:"control_plane_cost,omitempty"`
 	// Goroutines of the control-plane process once every pod is Ready (0: not measured).
 	Goroutines int `json:"control_plane_goroutines"`
 	// LiveHeap of the control plane after a forced collection at the end (0: not measured): what the
@@ -241,8 +244,10 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	// `up` writes the admin's kubeconfig (the CA and a client certificate) into its data directory.
 	pcfg.API, pcfg.NATS, pcfg.Kubeconfig = api, natsURL, filepath.Join(dir, "up", "kubeconfig")
 	pcfg.NATSCreds, pcfg.NATSCA = admin, ca
+	before := childSpent(ctx, cp.cmd.Process.Pid, pprofAddr)
 	pr, err := run(ctx, pcfg)
 	if pr != nil {
+		res.ControlPlaneCost = costOf(before, childSpent(ctx, cp.cmd.Process.Pid, pprofAddr), pr.Ready)
 		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
 		res.Slices = sliceRates(pr, slice)
 		res.LastToFirst = lastToFirst(res.Slices, slice)
@@ -473,6 +478,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
 		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)
 	fmt.Fprintf(w, "%-42s peak %s, at end %s\n", "agents RSS (other process)", gib(r.Agents.PeakRSS), gib(r.Agents.EndRSS))
+	if r.ControlPlaneCost != nil {
+		fmt.Fprintf(w, "%-42s %s\n", "control-plane cost, first POST to last Ready", r.ControlPlaneCost)
+	}
 	if r.LiveHeap > 0 {
 		fmt.Fprintf(w, "%-42s %s, %.1f KB per pod\n", "control-plane live heap at end (after GC)", gib(r.LiveHeap), float64(r.LiveHeap)/float64(max(r.Pods, 1))/1000)
 	}

@@ -48,6 +48,9 @@ func TestEnvelopeReduced(t *testing.T) {
 	if res.Ready != pods || res.Failed != 0 {
 		t.Errorf("%d of %d pods Ready, %d failed requests", res.Ready, pods, res.Failed)
 	}
+	if c := res.ControlPlaneCost; c == nil || c.CPUPerPodMS <= 0 || c.BytesPerPod <= 0 || c.AllocsPerPod <= 0 {
+		t.Errorf("control-plane cost per pod = %+v, want CPU time and allocations read from the child", c)
+	}
 	if len(res.Slices) != pods/slice {
 		t.Fatalf("%d slices, want %d", len(res.Slices), pods/slice)
 	}

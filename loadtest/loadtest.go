@@ -277,6 +277,9 @@ type Result struct {
 	SubmitRate    float64                `json:"submit_pods_per_s"`
 	Throughput    float64                `json:"ready_pods_per_s"`
 	Stages        map[string]Percentiles `json:"stages"`
+	// Cost is what the whole process (control plane, simulated agents and this load generator) spent
+	// per Ready pod; only with the embedded cluster.
+	Cost *Cost `json:"process_cost,omitempty"`
 
 	start    time.Time    // the first POST
 	lastSent time.Time    // the last POST answered
@@ -344,7 +347,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.Runtime == "containerd" {
 		return runContainerd(ctx, cfg, w)
 	}
-	if cfg.API == "" {
+	embedded := cfg.API == ""
+	if embedded {
 		var log *slog.Logger
 		if cfg.Quiet {
 			// The cluster's info lines (the NATS server's banner among them) would bury the result.
@@ -356,7 +360,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		}
 		defer stop()
 	}
+	before := selfSpent()
 	res, err := run(ctx, cfg)
+	if res != nil && embedded {
+		res.Cost = costOf(before, selfSpent(), res.Ready)
+	}
 	if res != nil && cfg.Out != "" {
 		if werr := writeOut(cfg.Out, res); werr != nil {
 			return errors.Join(err, fmt.Errorf("--out: %w", werr))
@@ -381,6 +389,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	for _, s := range stages {
 		p := res.Stages[s]
 		fmt.Fprintf(w, "%-10s %7d %9.1f %9.1f %9.1f %9.1f %9.1f\n", s, p.Count, p.P50, p.P90, p.P99, p.P999, p.Max)
+	}
+	if res.Cost != nil {
+		fmt.Fprintf(w, "whole process (cluster, agents, load generator): %s\n", res.Cost)
 	}
 	if cfg.Verbose {
 		printHandlerTimes(w)
