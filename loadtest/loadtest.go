@@ -593,6 +593,11 @@ func (t *tracker) waitWindow(ctx context.Context, window int, sent int64) bool {
 	return true
 }
 
+// trackedPodMask is what observe reads of a pod: the load generator decodes every change of every
+// pod, on the same cores as the cluster it measures.
+var trackedPodMask = bus.NewMask(&pb.Pod{}, "metadata.name", "spec.node_name", "status.phase",
+	"status.conditions.type", "status.conditions.status")
+
 // observe marks the stages of the tracker's pods as they happen: decisions on pod.scheduled (a core
 // subscription, no consumer state) and the pods bucket's updates (bound, running, ready).
 func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string) (stop func(), err error) {
@@ -630,7 +635,7 @@ func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string)
 			}
 			now := time.Now()
 			var p pb.Pod
-			if proto.Unmarshal(e.Value(), &p) != nil {
+			if pruned, ok := bus.Prune(e.Value(), trackedPodMask); !ok || proto.Unmarshal(pruned, &p) != nil {
 				continue
 			}
 			name := p.GetMetadata().GetName()
