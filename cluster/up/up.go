@@ -237,7 +237,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c.NATSURL = url
+	// The shared watches outlive the services that use them, so that none sees its watch end before
+	// its own context does; they stop once every service has.
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	fail := func(err error) (*Cluster, error) {
+		stopHub()
 		c.closeConns()
 		if c.srv != nil {
 			c.srv.Shutdown()
@@ -291,24 +295,34 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.CAFile = ca.CertFile()
 	}
 	if !cfg.NoServices {
+		// The services that follow the whole pods, nodes and alloc buckets share one watch of each: the
+		// server delivers a change once to the process rather than once to each of them.
+		wcn, err := dial("podbus-shared-watches", natsauth.RoleReader)
+		if err != nil {
+			return fail(err)
+		}
+		shared := bus.NewWatchHub(hubCtx, wcn.JS, log, bus.BucketPods, bus.BucketNodes, bus.BucketAlloc)
+		apiCfg.SharedWatches = shared
 		type mk func(cn *bus.Conn) (runner, error)
 		services := []struct {
 			name string
 			mk   mk
 		}{
 			{"store", func(cn *bus.Conn) (runner, error) { return store.New(store.Config{ID: "store-0", Logger: log}, cn) }},
-			{"binder", func(cn *bus.Conn) (runner, error) { return binder.New(binder.Config{ID: "binder-0", Logger: log}, cn) }},
+			{"binder", func(cn *bus.Conn) (runner, error) {
+				return binder.New(binder.Config{ID: "binder-0", Logger: log, SharedWatches: shared}, cn)
+			}},
 			{"status", func(cn *bus.Conn) (runner, error) {
-				return status.New(status.Config{ID: "status-0", Logger: log, NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod}, cn)
+				return status.New(status.Config{ID: "status-0", Logger: log, NodeMonitorGracePeriod: cfg.NodeMonitorGracePeriod, SharedWatches: shared}, cn)
 			}},
 			{"nodelifecycle", func(cn *bus.Conn) (runner, error) {
-				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log}, cn)
+				return nodelifecycle.New(nodelifecycle.Config{ID: "nodelifecycle-0", EvictionRate: cfg.NodeEvictionRate, Logger: log, SharedWatches: shared}, cn)
 			}},
 			{"controllers", func(cn *bus.Conn) (runner, error) {
-				return controllers.New(controllers.Config{ID: "controllers-0", Kinds: admission.KindBuckets(), Logger: log}, cn)
+				return controllers.New(controllers.Config{ID: "controllers-0", Kinds: admission.KindBuckets(), Logger: log, SharedWatches: shared}, cn)
 			}},
 			{"workloads", func(cn *bus.Conn) (runner, error) {
-				return workloads.New(workloads.Config{ID: "workloads-0", Logger: log}, cn)
+				return workloads.New(workloads.Config{ID: "workloads-0", Logger: log, SharedWatches: shared}, cn)
 			}},
 			{"namespaces", func(cn *bus.Conn) (runner, error) {
 				return namespaces.New(namespaces.Config{ID: "namespaces-0", Logger: log, Buckets: admission.NamespacedBuckets()}, cn)
@@ -328,7 +342,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 				name string
 				mk   mk
 			}{"scheduler", func(cn *bus.Conn) (runner, error) {
-				return scheduler.New(scheduler.Config{ID: id, Profiles: cfg.Profiles, Logger: log}, cn)
+				return scheduler.New(scheduler.Config{ID: id, Profiles: cfg.Profiles, Logger: log, SharedWatches: shared}, cn)
 			}})
 		}
 		for _, s := range services {
@@ -449,6 +463,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		defer close(c.stopped)
 		<-ctx.Done()
 		c.wg.Wait()
+		stopHub()
 		c.closeConns()
 		if c.srv != nil {
 			c.srv.Shutdown()

@@ -55,6 +55,9 @@ const (
 // Config configures one admission replica.
 type Config struct {
 	ID string
+	// SharedWatches, when set, serves the watch caches' reads of the buckets it shares from one watch
+	// per process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// Addr is the listen address; "127.0.0.1:0" picks a free port (see Service.Addr).
 	Addr string
 	// TLSCertFile and TLSKeyFile are the serving certificate and key (kube-apiserver's --tls-cert-file and
@@ -167,7 +170,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("admission: %w", err)
 		}
-		buckets[name] = kv
+		buckets[name] = cfg.SharedWatches.Wrap(kv)
 	}
 	s := &Service{
 		cfg:     cfg,

@@ -47,6 +47,9 @@ import (
 type Config struct {
 	ID     string       // replica identity, stamped on messages as "binder/<ID>"
 	Logger *slog.Logger // nil: slog.Default()
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// Workers handle decisions concurrently; decisions for the same node go to the same worker. A
 	// decision waits on several round trips in turn, so nodes that share a worker queue behind each
 	// other: the default leaves about one worker per node in a cluster of a hundred.
@@ -166,7 +169,7 @@ func (s *Service) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("binder: %w", err)
 	}
-	s.b = b
+	s.b = s.cfg.SharedWatches.WrapBuckets(b)
 	st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
 	if err != nil {
 		return fmt.Errorf("binder: %w", err)

@@ -38,6 +38,9 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// Kinds are the stored kinds (admission.KindBuckets): the collector watches them all. Empty: pods,
 	// nodes, daemonsets and poddisruptionbudgets.
 	Kinds []bus.KindBucket
@@ -144,6 +147,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("controllers: %w", err)
 		}
+		kv = s.cfg.SharedWatches.Wrap(kv)
 		s.kv[kb.Bucket] = kv
 		w, err := kv.WatchAll(ctx)
 		if err != nil {

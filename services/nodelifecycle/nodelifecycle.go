@@ -50,6 +50,9 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// EvictionRate is the evictions per second this replica makes at most (token bucket); default
 	// DefaultEvictionRate.
 	EvictionRate float64
@@ -152,6 +155,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("nodelifecycle: %w", err)
 	}
+	s.nodesK, podsK = s.cfg.SharedWatches.Wrap(s.nodesK), s.cfg.SharedWatches.Wrap(podsK)
 	nw, err := s.nodesK.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("nodelifecycle: watch nodes: %w", err)

@@ -41,6 +41,9 @@ import (
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// Workers handle pending pods concurrently, per pending consumer (default 32): the scheduling cycle
 	// itself is serialized, waiting for decisions to be stored overlaps, and the decisions that wait
 	// together are stored together (bus.Batcher). Messages of one pod go to one worker.
@@ -172,6 +175,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	b = s.cfg.SharedWatches.WrapBuckets(b)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }() // every goroutine below ends with ctx

@@ -33,6 +33,9 @@ import (
 type Config struct {
 	ID      string // replica identity
 	Workers int    // concurrent handlers per consumer, default 128
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// NodeMonitorGracePeriod without heartbeat before a Ready node becomes Unknown (default 40s).
 	NodeMonitorGracePeriod time.Duration
 	// MonitorInterval between node monitor passes (default 5s).
@@ -120,6 +123,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b = s.cfg.SharedWatches.WrapBuckets(b)
 	s.pods, s.nodes = b.Pods, b.Nodes
 	if s.leases, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketLeases); err != nil {
 		return err

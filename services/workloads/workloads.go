@@ -58,6 +58,9 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
+	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
+	// process (cluster/up runs every service in one).
+	SharedWatches *bus.WatchHub
 	// Resync re-examines every object this often (availability after minReadySeconds, progress deadlines,
 	// expired claims). Default DefaultResync.
 	Resync time.Duration
@@ -183,6 +186,7 @@ func (s *Service) run(ctx context.Context) error {
 		if *b.dst, err = bus.OpenBucket(ctx, s.conn.JS, b.name); err != nil {
 			return fmt.Errorf("workloads: %w", err)
 		}
+		*b.dst = s.cfg.SharedWatches.Wrap(*b.dst)
 	}
 	pw, err := s.pods.WatchAll(ctx)
 	if err != nil {
