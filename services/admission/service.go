@@ -55,8 +55,7 @@ const (
 // Config configures one admission replica.
 type Config struct {
 	ID string
-	// SharedWatches, when set, serves the watch caches' reads of the buckets it shares from one watch
-	// per process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// Addr is the listen address; "127.0.0.1:0" picks a free port (see Service.Addr).
 	Addr string

@@ -47,8 +47,7 @@ import (
 type Config struct {
 	ID     string       // replica identity, stamped on messages as "binder/<ID>"
 	Logger *slog.Logger // nil: slog.Default()
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// Workers handle decisions concurrently; decisions for the same node go to the same worker. A
 	// decision waits on several round trips in turn, so nodes that share a worker queue behind each

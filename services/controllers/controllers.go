@@ -38,8 +38,7 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// Kinds are the stored kinds (admission.KindBuckets): the collector watches them all. Empty: pods,
 	// nodes, daemonsets and poddisruptionbudgets.

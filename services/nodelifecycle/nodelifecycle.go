@@ -50,8 +50,7 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// EvictionRate is the evictions per second this replica makes at most (token bucket); default
 	// DefaultEvictionRate.

@@ -41,8 +41,7 @@ import (
 // Config configures one scheduler replica.
 type Config struct {
 	ID string // replica identity, stamped on messages as "scheduler/<ID>"
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// Workers handle pending pods concurrently, per pending consumer (default 32): the scheduling cycle
 	// itself is serialized, waiting for decisions to be stored overlaps, and the decisions that wait

@@ -33,8 +33,7 @@ import (
 type Config struct {
 	ID      string // replica identity
 	Workers int    // concurrent handlers per consumer, default 128
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// NodeMonitorGracePeriod without heartbeat before a Ready node becomes Unknown (default 40s).
 	NodeMonitorGracePeriod time.Duration

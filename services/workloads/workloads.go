@@ -58,8 +58,7 @@ const (
 // Config configures one replica.
 type Config struct {
 	ID string
-	// SharedWatches, when set, serves the whole-bucket watches of the buckets it shares from one watch per
-	// process (cluster/up runs every service in one).
+	// SharedWatches, when set, shares whole-bucket watches with the process's other services.
 	SharedWatches *bus.WatchHub
 	// Resync re-examines every object this often (availability after minReadySeconds, progress deadlines,
 	// expired claims). Default DefaultResync.
