@@ -5,7 +5,7 @@ PROTOC    ?= protoc
 GOTESTFLAGS ?= -count=1 -timeout 20m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: chaos run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test webview-assets
+.PHONY: chaos run test unit fuzz lint vet fmt-check tidy-check staticcheck proto proto-check build bench loadtest clean images images-oci compose-test compose-bench webview-assets
 
 ## run: everything in one process on an embedded NATS server (API on 127.0.0.1:6443, 3 simulated nodes)
 run:
@@ -135,7 +135,12 @@ images-oci:
 ## a NATS node and a scheduler stopped mid-batch, down -v. Skips without docker unless CI=true.
 compose-test:
 	$(GO) vet -tags compose ./e2e/
-	$(GO) test -count=1 -timeout 12m -tags compose -run TestCompose -v ./e2e/
+	$(GO) test -count=1 -timeout 12m -tags compose -run '^TestCompose$$' -v ./e2e/
+
+## compose-bench: images, deploy/docker-compose.yml up (3 NATS nodes, R3, 10 simulated agents), the idle
+## cluster's CPU, then 2,000 pods through the API from a loadtest container on the project's network; down -v
+compose-bench:
+	PODBUS_COMPOSE_BENCH=1 $(GO) test -count=1 -timeout 15m -tags compose -run TestComposeThroughputBench -v ./e2e/
 
 ## webview-assets: refresh the web view's vendored htmx from npm at the versions pinned in
 ## internal/webview/assets/vendor/package.json (the files are committed; a build needs no npm)

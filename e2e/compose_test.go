@@ -291,7 +291,11 @@ func (c *composeEnv) leftovers() []string {
 	return left
 }
 
-func TestCompose(t *testing.T) {
+// startCompose builds the image, starts the project with agents simulated nodes and one scheduler, and
+// waits until every container is healthy, the kubeconfig is out and the nodes are Ready; it returns how
+// long that took. Unless the test sets *downDone, cleanup takes the project down (logs first on failure).
+func startCompose(t *testing.T, agents int) (c *composeEnv, healthy time.Duration, downDone *bool) {
+	t.Helper()
 	dc := needDocker(t)
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -301,7 +305,7 @@ func TestCompose(t *testing.T) {
 	if port == "" {
 		port = "16443"
 	}
-	c := &composeEnv{t: t, root: root, compose: dc, api: "https://127.0.0.1:" + port}
+	c = &composeEnv{t: t, root: root, compose: dc, api: "https://127.0.0.1:" + port}
 	c.kube = kube{t: t, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
 
 	start := time.Now()
@@ -310,9 +314,9 @@ func TestCompose(t *testing.T) {
 
 	// A previous run killed half-way may have left the project behind.
 	_, _ = c.dc(2*time.Minute, "down", "-v", "--remove-orphans", "-t", "5")
-	downDone := false
+	downDone = new(bool)
 	t.Cleanup(func() {
-		if downDone {
+		if *downDone {
 			return
 		}
 		if t.Failed() && os.Getenv("PODBUS_COMPOSE_KEEP") != "" {
@@ -328,15 +332,20 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	start = time.Now()
+	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=1", "--scale", fmt.Sprintf("agent=%d", agents))
+	c.waitHealthy(composeServices+agents, 3*time.Minute)
+	c.fetchKubeconfig()
+	c.waitNodes(agents, time.Minute)
+	healthy = time.Since(start)
+	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", composeServices+agents, agents, healthy.Round(100*time.Millisecond))
+	return c, healthy, downDone
+}
+
+func TestCompose(t *testing.T) {
 	// 1. Up: 3 NATS nodes, admission, store, binder, status, namespaces, nodelifecycle, controllers, workloads,
 	// auditseal, one scheduler, 5 agents.
-	start = time.Now()
-	c.mustDC(5*time.Minute, "up", "-d", "--scale", "scheduler=1", "--scale", fmt.Sprintf("agent=%d", composeAgents))
-	c.waitHealthy(composeServices+composeAgents, 3*time.Minute)
-	c.fetchKubeconfig()
-	c.waitNodes(composeAgents, time.Minute)
-	healthy := time.Since(start)
-	t.Logf("FIGURE up -> all %d containers healthy and %d nodes Ready: %s", composeServices+composeAgents, composeAgents, healthy.Round(100*time.Millisecond))
+	c, healthy, downDone := startCompose(t, composeAgents)
 	c.checkReplicas()
 	c.checkNATSAuth()
 
@@ -352,7 +361,7 @@ func TestCompose(t *testing.T) {
 
 	// 4. A third batch while one NATS node and one scheduler stop (SIGTERM; both must exit 0).
 	file := manifest(t, "b3", composeBatch)
-	start = time.Now()
+	start := time.Now()
 	var wg sync.WaitGroup
 	var attempts int
 	wg.Add(1)
@@ -406,7 +415,7 @@ func TestCompose(t *testing.T) {
 		}
 	}
 	c.mustDC(3*time.Minute, "down", "-v", "--remove-orphans")
-	downDone = true
+	*downDone = true
 	if left := c.leftovers(); len(left) > 0 {
 		t.Errorf("left behind after down -v: %v", left)
 	}
