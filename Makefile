@@ -101,7 +101,8 @@ build:
 ## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
 ## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd), Kubernetes'
 ## scale envelope (5,000 nodes, 150,000 pods, control plane and agents in two processes), the workload
-## controllers (100 Deployments × 100 replicas on 500 nodes: created→ready, then a rolling update of all) and Go benchmarks
+## controllers (100 Deployments × 100 replicas on 500 nodes: created→ready, then a rolling update of all), Go benchmarks
+## and the compose deployment's rate (compose-bench)
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
 	$(BIN)/podbus loadtest --scenario envelope --quiet   # 5,000 nodes, 150,000 pods, slices of 10,000
@@ -110,6 +111,7 @@ bench: build
 	$(BIN)/podbus loadtest --scenario deployments --deployments 100 --replicas 100 --nodes 500 --timeout 30m --quiet   # created→ready and a full rolling update
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./bus/ ./sched/... ./services/...
 	$(GO) test -run '^$$' -bench Audit -benchtime 3x ./audit/   # PODBUS_AUDIT_RECORDS=1000000 for a bigger history
+	$(MAKE) compose-bench   # the compose deployment (R3): 2,000 pods through the API; skipped without docker
 
 loadtest: build
 	$(BIN)/podbus loadtest $(ARGS)
