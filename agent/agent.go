@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -128,6 +129,10 @@ type Agent struct {
 
 	objsOnce sync.Once
 	objs     ObjectGetter // see objects
+
+	// podStore is the pods bucket, set by Host.Run: a binding from before this run is checked against
+	// it before its pod starts (see handleBound).
+	podStore jetstream.KeyValue
 }
 
 // staticNetwork is a runtime whose pod networks change only when told to (the simulated one): a
@@ -258,10 +263,46 @@ func (a *Agent) handleBound(ctx context.Context, m *bus.Msg) error {
 	if err := m.Decode(&b); err != nil {
 		return err
 	}
-	if b.GetPod().GetMetadata().GetUid() == "" || b.GetPod().GetMetadata().GetName() == "" {
+	md := b.GetPod().GetMetadata()
+	if md.GetUid() == "" || md.GetName() == "" {
 		return fmt.Errorf("%w: binding without pod uid or name", bus.ErrMalformed)
 	}
+	// The gone set that keeps a late binding from reviving a terminated pod lives in this process. A
+	// binding delivered again, or sent before this run began, may be older than a termination an
+	// earlier run handled: its pod starts only if the store still holds it, alive.
+	if a.podStore != nil && (m.Delivered > 1 || m.Time.Before(a.startedAt)) && !a.runs(md.GetUid()) {
+		left, err := a.leftStore(ctx, md)
+		if err != nil {
+			return err
+		}
+		if left {
+			a.log.Info("binding of a pod that left the store: not started", "pod", md.GetNamespace()+"/"+md.GetName(), "uid", md.GetUid())
+			return a.reportGone(ctx, &pb.PodTermination{Uid: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), Node: a.cfg.Node})
+		}
+	}
 	return a.bind(ctx, b.GetPod(), m.Time)
+}
+
+// runs says whether the pod of uid is this run's already.
+func (a *Agent) runs(uid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.pods[uid]
+	return ok
+}
+
+// leftStore says whether the pod of md is gone from the store, replaced by another of its name, or
+// being deleted there.
+func (a *Agent) leftStore(ctx context.Context, md *pb.ObjectMeta) (bool, error) {
+	var p pb.Pod
+	_, err := bus.Get(ctx, a.podStore, bus.PodKey(md.GetNamespace(), md.GetName()), &p)
+	if errors.Is(err, bus.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read pod %s/%s: %v", md.GetNamespace(), md.GetName(), err) // not wrapped: not this message's fault
+	}
+	return p.GetMetadata().GetUid() != md.GetUid() || p.GetMetadata().GetDeletionTimestamp() != nil, nil
 }
 
 func (a *Agent) handleTerminate(ctx context.Context, m *bus.Msg) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/agent"
@@ -672,4 +673,42 @@ func TestReportsAppliedAfterClockStepsBack(t *testing.T) {
 	e.until(db, "running", isRunningReady)
 	e.terminate(web, 0)
 	bustest.Eventually(t, wait, func() bool { return e.get(web) == nil }, "terminated pod reported gone")
+}
+
+// A binding sent before the agent's run began is checked against the store: an earlier run may have
+// handled the pod's termination, which this run's gone set does not remember.
+func TestBindingFromBeforeRunChecksStore(t *testing.T) {
+	e := newEnv(t, testConfig(), fake.Config{})
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, bus.ConsumerAgent(node)) }, "agent consuming")
+	e.stopAgent()
+	ctx := context.Background()
+
+	deleted := newPod("deleted-meanwhile")
+	key := bus.PodKey(deleted.Metadata.Namespace, deleted.Metadata.Name)
+	e.create(deleted)
+	if err := e.pods.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	replaced := newPod("replaced-meanwhile")
+	e.create(replaced)
+	again := newPod("replaced-meanwhile") // same name, another uid
+	data, err := proto.Marshal(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pods.Put(ctx, bus.PodKey(again.Metadata.Namespace, again.Metadata.Name), data); err != nil {
+		t.Fatal(err)
+	}
+	alive := newPod("still-stored")
+	e.create(alive)
+
+	e.startAgent(testConfig())
+	e.until(alive, "Running", func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == "Running" })
+	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, bus.ConsumerAgent(node)) }, "bindings handled")
+	if n := e.rt.IPsInUse(); n != 1 {
+		t.Errorf("%d pods have IPs, want 1 (only the pod still stored)", n)
+	}
+	if got := e.get(again); got == nil || got.GetMetadata().GetUid() != again.Metadata.Uid || got.GetStatus().GetPhase() == "Running" {
+		t.Errorf("the pod that replaced a bound one was touched: %v", got.GetStatus())
+	}
 }

@@ -124,6 +124,7 @@ func (h *Host) Run(ctx context.Context) error {
 		if err := a.prepare(ctx); err != nil {
 			return err
 		}
+		a.podStore = buckets.Pods
 	}
 	defer func() {
 		for _, a := range h.agents {
