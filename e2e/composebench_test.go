@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podbus/podbus/internal/nodestats"
 )
 
 // composeBenchAgents simulated nodes of 250 pods each hold composeBenchPods with room to spare.
@@ -63,37 +66,17 @@ type cpuUse struct {
 
 func machineCPU(t *testing.T, f func()) cpuUse {
 	t.Helper()
-	b0, n := procStat(t)
-	start := time.Now()
-	f()
-	wall := time.Since(start).Seconds()
-	b1, _ := procStat(t)
-	spent := b1 - b0
-	return cpuUse{busy: spent / wall, seconds: spent, cores: n}
-}
-
-// procStat returns the CPU seconds spent by the whole machine outside idle and iowait, and its cores.
-func procStat(t *testing.T) (float64, int) {
-	t.Helper()
-	data, err := os.ReadFile("/proc/stat")
+	b0, err := nodestats.ReadCPUNanos("/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var busy float64
-	cores := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") {
-			continue
-		}
-		if f[0] != "cpu" {
-			cores++
-			continue
-		}
-		for _, i := range []int{1, 2, 3, 6, 7, 8} { // user, nice, system, irq, softirq, steal (guest is in user)
-			n, _ := strconv.ParseFloat(f[i], 64)
-			busy += n
-		}
+	start := time.Now()
+	f()
+	wall := time.Since(start).Seconds()
+	b1, err := nodestats.ReadCPUNanos("/")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return busy / 100, cores // USER_HZ is 100 on Linux
+	spent := float64(b1-b0) / 1e9
+	return cpuUse{busy: spent / wall, seconds: spent, cores: runtime.NumCPU()}
 }
