@@ -84,6 +84,11 @@ type Config struct {
 	// AllowPrivileged lets pods run privileged containers (--allow-privileged); without it they are
 	// rejected with ReasonPrivilegedDisallowed.
 	AllowPrivileged bool
+	// CleanupInterval is how often the agent looks for pods it runs, and sandboxes the runtime holds,
+	// whose pod left the store without a termination reaching the agent (default
+	// DefaultCleanupInterval; negative: never, the default on a simulated runtime, whose thousands of
+	// nodes a process runs would each read every pod of theirs).
+	CleanupInterval time.Duration
 	// Clock is the agent's wall clock (nil: time.Now); tests and the chaos harness step it. Report
 	// sequences read it once per start only (see internal/reportseq); heartbeats are dated by it.
 	Clock func() time.Time
@@ -196,6 +201,12 @@ func New(cfg Config, conn *bus.Conn, rt Runtime) (*Agent, error) {
 			cfg.NetworkCheckInterval = -1
 		}
 	}
+	if cfg.CleanupInterval == 0 {
+		cfg.CleanupInterval = DefaultCleanupInterval
+		if s, ok := rt.(staticNetwork); ok && s.StaticNetwork() {
+			cfg.CleanupInterval = -1
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -294,15 +305,11 @@ func (a *Agent) runs(uid string) bool {
 // leftStore says whether the pod of md is gone from the store, replaced by another of its name, or
 // being deleted there.
 func (a *Agent) leftStore(ctx context.Context, md *pb.ObjectMeta) (bool, error) {
-	var p pb.Pod
-	_, err := bus.Get(ctx, a.podStore, bus.PodKey(md.GetNamespace(), md.GetName()), &p)
-	if errors.Is(err, bus.ErrNotFound) {
-		return true, nil
-	}
+	p, err := a.storedPod(ctx, md.GetNamespace(), md.GetName())
 	if err != nil {
-		return false, fmt.Errorf("read pod %s/%s: %v", md.GetNamespace(), md.GetName(), err) // not wrapped: not this message's fault
+		return false, err
 	}
-	return p.GetMetadata().GetUid() != md.GetUid() || p.GetMetadata().GetDeletionTimestamp() != nil, nil
+	return p == nil || p.GetMetadata().GetUid() != md.GetUid() || p.GetMetadata().GetDeletionTimestamp() != nil, nil
 }
 
 func (a *Agent) handleTerminate(ctx context.Context, m *bus.Msg) error {

@@ -712,3 +712,50 @@ func TestBindingFromBeforeRunChecksStore(t *testing.T) {
 		t.Errorf("the pod that replaced a bound one was touched: %v", got.GetStatus())
 	}
 }
+
+// Housekeeping stops a pod whose deletion never reached the agent, and removes a sandbox the runtime
+// holds for a pod the store does not; a pod still stored keeps running.
+func TestCleanupRemovesWhatLeftTheStore(t *testing.T) {
+	cfg := testConfig()
+	cfg.CleanupInterval = 50 * time.Millisecond
+	e := newEnv(t, cfg, fake.Config{})
+	ctx := context.Background()
+
+	deleted := newPod("deleted-unannounced")
+	kept := newPod("kept")
+	for _, p := range []*pb.Pod{deleted, kept} {
+		e.create(p)
+		e.until(p, "Running", isRunningReady)
+	}
+	// Deleted from the store with no termination sent: only housekeeping can find it.
+	if err := e.pods.Delete(ctx, bus.PodKey(deleted.Metadata.Namespace, deleted.Metadata.Name)); err != nil {
+		t.Fatal(err)
+	}
+	// A sandbox no worker owns, of a pod never stored (as a crash between the runtime's calls leaves).
+	stray := newPod("stray")
+	if _, err := e.rt.RunSandbox(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxes := func() map[string]bool {
+		infos, err := e.rt.ListSandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, info := range infos {
+			out[info.PodUID] = true
+		}
+		return out
+	}
+	bustest.Eventually(t, wait, func() bool {
+		sb := sandboxes()
+		return !sb[deleted.Metadata.Uid] && !sb[stray.Metadata.Uid]
+	}, "the deleted pod's and the stray sandbox removed")
+	if !sandboxes()[kept.Metadata.Uid] || e.rt.Running() != 1 {
+		t.Errorf("the stored pod's sandbox or container went: sandboxes %v, %d containers running", sandboxes(), e.rt.Running())
+	}
+	if got := e.get(kept); !isRunningReady(got) {
+		t.Errorf("the stored pod is no longer Running and Ready: %v", got.GetStatus())
+	}
+}

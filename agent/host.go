@@ -182,6 +182,7 @@ func (h *Host) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, a := range h.agents {
 		g.Go(func() error { a.heartbeats(gctx); return nil })
+		g.Go(func() error { a.cleanupLoop(gctx); return nil })
 		if sp, ok := a.rt.(StatsProvider); ok {
 			g.Go(func() error { a.measureLoop(gctx, sp); return nil })
 		}
