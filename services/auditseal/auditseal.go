@@ -205,62 +205,80 @@ func (s *Sealer) seal(ctx context.Context) error {
 	default:
 		close(s.ready)
 	}
+	// One iterator for the whole run: each Fetch of an ordered consumer would create a new consumer on
+	// the servers (a meta-layer proposal in a cluster) every BlockInterval.
+	it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.BlockRecords))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
+	}
+	defer it.Stop()
+	// An open block is flushed BlockInterval after its first record, whether more come or not.
+	var block *openBlock
+	closeBlock := func() {
+		if block != nil {
+			block.cancel()
+			block = nil
+		}
+	}
+	defer closeBlock()
+	flush := func() error {
+		closeBlock()
+		return w.flush(ctx)
+	}
 	var buf []byte
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
+		wait := ctx
+		if block != nil {
+			wait = block.ctx
 		}
-		batch, err := cons.Fetch(s.cfg.BlockRecords-len(w.recs), jetstream.FetchMaxWait(s.cfg.BlockInterval))
+		m, err := it.Next(jetstream.NextContext(wait))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if block != nil && errors.Is(err, context.DeadlineExceeded) {
+				if err := flush(); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
+		}
+		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
 		}
-		msgs := batch.Messages()
-		for {
-			// A fetch is not bound to ctx: a stop must not wait for its batch to end.
-			var m jetstream.Msg
-			var ok bool
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case m, ok = <-msgs:
-			}
-			if !ok {
-				break
-			}
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
-			}
-			raw := audit.RawMsg{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-			if raw.Seq < w.p.next {
-				continue // already sealed
-			}
-			if raw.Seq > w.p.next {
-				// Records left the log unsealed (MaxAge, a shrunk MaxMsgs): close the block before them.
-				if err := w.flush(ctx); err != nil {
-					return err
-				}
-				s.log.Error("audit records left the log before they were sealed", "from", w.p.next, "to", raw.Seq-1)
-				w.skipped, w.p.next = raw.Seq-w.p.next, raw.Seq
-			}
-			var cd audit.Digest
-			cd, buf = audit.ContentDigest(&raw, buf)
-			w.add(&raw, cd)
-			if len(w.recs) >= s.cfg.BlockRecords || w.bytes >= maxBlockBytes {
-				if err := w.flush(ctx); err != nil {
-					return err
-				}
-			}
+		raw := audit.RawMsg{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+		if raw.Seq < w.p.next {
+			continue // already sealed
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
+		if raw.Seq > w.p.next {
+			// Records left the log unsealed (MaxAge, a shrunk MaxMsgs): close the block before them.
+			if err := flush(); err != nil {
+				return err
+			}
+			s.log.Error("audit records left the log before they were sealed", "from", w.p.next, "to", raw.Seq-1)
+			w.skipped, w.p.next = raw.Seq-w.p.next, raw.Seq
 		}
-		if len(w.recs) > 0 && time.Since(w.started) >= s.cfg.BlockInterval {
-			if err := w.flush(ctx); err != nil {
+		var cd audit.Digest
+		cd, buf = audit.ContentDigest(&raw, buf)
+		w.add(&raw, cd)
+		if block == nil {
+			block = &openBlock{}
+			block.ctx, block.cancel = context.WithDeadline(ctx, w.started.Add(s.cfg.BlockInterval))
+		}
+		if len(w.recs) >= s.cfg.BlockRecords || w.bytes >= maxBlockBytes {
+			if err := flush(); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// openBlock is the deadline of the block being gathered.
+type openBlock struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // blockWriter gathers the records of the next block.

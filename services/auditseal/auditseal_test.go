@@ -163,3 +163,46 @@ func TestNewNeedsAKey(t *testing.T) {
 		t.Fatalf("New without a key or data dir: %v, want ErrConfig", err)
 	}
 }
+
+// A block short of BlockRecords is sealed BlockInterval after its first record, and the sealer reads
+// the log through one consumer for its whole run, however many intervals pass.
+func TestIntervalSealsOneConsumer(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	consumers := func() []string {
+		t.Helper()
+		st, err := c.JS.Stream(ctx, bus.StreamAudit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		l := st.ConsumerNames(ctx)
+		for n := range l.Name() {
+			names = append(names, n)
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	start(t, c, auditseal.Config{ID: "a", DataDir: t.TempDir(), BlockRecords: 100})
+	var last uint64
+	var first []string
+	for i := range 3 {
+		publish(t, c, 3)
+		last = auditLast(t, c, last+3)
+		bs := sealedUpTo(t, c, last)
+		if n := len(bs); n != i+1 {
+			t.Fatalf("%d blocks after %d partial ones", n, i+1)
+		}
+		if i == 0 {
+			first = consumers()
+			continue
+		}
+		// Each partial block waited out an interval, over which a consumer per fetch would be replaced.
+		if got := consumers(); len(got) != 1 || len(first) != 1 || got[0] != first[0] {
+			t.Fatalf("consumers of %s: %v, at the first block %v", bus.StreamAudit, got, first)
+		}
+	}
+	contiguous(t, sealedUpTo(t, c, last), last)
+}
