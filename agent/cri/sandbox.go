@@ -249,13 +249,17 @@ func (r *Runtime) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 
 // ListSandboxes implements agent.SandboxManager from the records and the containers' labels.
 func (r *Runtime) ListSandboxes(ctx context.Context) ([]agent.SandboxInfo, error) {
-	entries, err := os.ReadDir(sandboxDir(r.cfg.StateDir))
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
+	// Containers first, then records: a pod's record is written before its first container and
+	// removed after its last, so a container listed here has its record found below unless the pod
+	// was removed meanwhile. The other order would take a container created between the two reads,
+	// while the agent starts pods, for one without a record, and remove it.
 	byUID, err := r.podContainers(ctx, "")
 	if err != nil {
 		return nil, err
+	}
+	entries, err := os.ReadDir(sandboxDir(r.cfg.StateDir))
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	var out []agent.SandboxInfo
 	for _, e := range entries {
