@@ -1,7 +1,6 @@
 package cri_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/status"
 )
 
 // The real agent on the real runtime: a bound pod becomes Ready through an httpGet readiness probe,
@@ -28,57 +26,14 @@ func TestAgentRunsRealPod(t *testing.T) {
 	node, cidr := testNode(), testCIDR()
 	rt := newRuntime(t, node, cidr, testNamespace(), "")
 
-	_, conn := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	buckets, err := bus.OpenBuckets(ctx, conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := status.New(status.Config{ID: "s1"}, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
-		BackoffBase: 400 * time.Millisecond, BackoffMax: 2 * time.Second}, conn, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{}, 2)
-	for _, run := range []func(context.Context) error{svc.Run, a.Run} {
-		go func() {
-			if err := run(ctx); err != nil {
-				t.Errorf("run: %v", err)
-			}
-			done <- struct{}{}
-		}()
-	}
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	r := startRealAgent(t, agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
+		BackoffBase: 400 * time.Millisecond, BackoffMax: 2 * time.Second}, rt)
+	ctx, conn, pub, bind, getPod := r.ctx, r.conn, r.pub, r.bind, r.pod
 
 	web := webServer(busybox)
 	web.Command[2] = "echo serving; " + web.Command[2]
 	web.Ports = []*pb.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: "TCP"}}
 	web.ReadinessProbe = &pb.Probe{HttpGet: &pb.HTTPGetAction{Path: "/index.html", Port: "http"}, PeriodSeconds: 1}
-	pub := bus.NewPublisher(conn.JS, "test")
-	bind := func(p *pb.Pod) {
-		p.Spec.NodeName = node
-		p.Metadata.CreationTimestamp = timestamppb.Now()
-		p.Status = &pb.PodStatus{Phase: "Pending"}
-		rev, err := bus.Create(ctx, buckets.Pods, bus.PodKey("default", p.Metadata.Name), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta := bus.Meta{MsgID: "bound-" + p.Metadata.Uid, PodUID: p.Metadata.Uid, Key: "default/" + p.Metadata.Name}
-		if err := pub.Publish(ctx, bus.SubjPodBound(node), &pb.PodBinding{Pod: p, Revision: rev, Node: node}, meta); err != nil {
-			t.Fatal(err)
-		}
-	}
-	getPod := func(name string) *pb.Pod {
-		var got pb.Pod
-		if _, err := bus.Get(ctx, buckets.Pods, bus.PodKey("default", name), &got); err != nil {
-			return nil
-		}
-		return &got
-	}
 	get := func() *pb.Pod { return getPod("web") }
 	waiting := func(name string) (string, string) {
 		cs := getPod(name).GetStatus().GetContainerStatuses()

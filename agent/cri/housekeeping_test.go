@@ -1,17 +1,13 @@
 package cri_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
-	"github.com/podbus/podbus/services/status"
 )
 
 // On the real runtime, housekeeping removes the containers and sandbox of a pod deleted from the
@@ -22,51 +18,10 @@ func TestHousekeepingRemovesDeletedPod(t *testing.T) {
 	node, cidr := testNode(), testCIDR()
 	rt := newRuntime(t, node, cidr, testNamespace(), "")
 
-	_, conn := bustest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	buckets, err := bus.OpenBuckets(ctx, conn.JS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := status.New(status.Config{ID: "s1"}, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
-		CleanupInterval: 200 * time.Millisecond}, conn, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{}, 2)
-	for _, run := range []func(context.Context) error{svc.Run, a.Run} {
-		go func() {
-			if err := run(ctx); err != nil {
-				t.Errorf("run: %v", err)
-			}
-			done <- struct{}{}
-		}()
-	}
-	t.Cleanup(func() { cancel(); <-done; <-done })
-
-	pub := bus.NewPublisher(conn.JS, "test")
-	bind := func(p *pb.Pod) {
-		p.Spec.NodeName = node
-		p.Metadata.CreationTimestamp = timestamppb.Now()
-		p.Status = &pb.PodStatus{Phase: "Pending"}
-		rev, err := bus.Create(ctx, buckets.Pods, bus.PodKey("default", p.Metadata.Name), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta := bus.Meta{MsgID: "bound-" + p.Metadata.Uid, PodUID: p.Metadata.Uid, Key: "default/" + p.Metadata.Name}
-		if err := pub.Publish(ctx, bus.SubjPodBound(node), &pb.PodBinding{Pod: p, Revision: rev, Node: node}, meta); err != nil {
-			t.Fatal(err)
-		}
-	}
-	running := func(name string) bool {
-		var p pb.Pod
-		_, err := bus.Get(ctx, buckets.Pods, bus.PodKey("default", name), &p)
-		return err == nil && p.GetStatus().GetPhase() == "Running"
-	}
+	r := startRealAgent(t, agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
+		CleanupInterval: 200 * time.Millisecond}, rt)
+	ctx := r.ctx
+	running := func(name string) bool { return r.pod(name).GetStatus().GetPhase() == "Running" }
 	sandboxes := func() map[string][]agent.ContainerStatus {
 		infos, err := rt.ListSandboxes(ctx)
 		if err != nil {
@@ -82,10 +37,10 @@ func TestHousekeepingRemovesDeletedPod(t *testing.T) {
 	gone := newPod("gone", ctr("gone", busybox, "sleep", "3600"))
 	kept := newPod("kept", ctr("kept", busybox, "sleep", "3600"))
 	for _, p := range []*pb.Pod{gone, kept} {
-		bind(p)
+		r.bind(p)
 	}
 	bustest.Eventually(t, 30*time.Second, func() bool { return running("gone") && running("kept") }, "both pods Running")
-	if err := buckets.Pods.Delete(ctx, bus.PodKey("default", "gone")); err != nil {
+	if err := r.pods.Delete(ctx, bus.PodKey("default", "gone")); err != nil {
 		t.Fatal(err)
 	}
 	bustest.Eventually(t, 30*time.Second, func() bool {
