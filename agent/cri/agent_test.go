@@ -21,14 +21,8 @@ import (
 // crashing command reaches CrashLoopBackOff, a failing exec liveness probe restarts its container, a
 // missing image shows ErrImagePull then ImagePullBackOff.
 func TestAgentRunsRealPod(t *testing.T) {
-	requireContainerd(t)
-	_, busybox := startRegistry(t)
-	node, cidr := testNode(), testCIDR()
-	rt := newRuntime(t, node, cidr, testNamespace(), "")
-
-	r := startRealAgent(t, agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
-		BackoffBase: 400 * time.Millisecond, BackoffMax: 2 * time.Second}, rt)
-	ctx, conn, pub, bind, getPod := r.ctx, r.conn, r.pub, r.bind, r.pod
+	r := startRealAgent(t, agent.Config{BackoffBase: 400 * time.Millisecond, BackoffMax: 2 * time.Second})
+	ctx, conn, pub, bind, getPod, rt, node, busybox := r.ctx, r.conn, r.pub, r.bind, r.pod, r.rt, r.node, r.busybox
 
 	web := webServer(busybox)
 	web.Command[2] = "echo serving; " + web.Command[2]

@@ -13,14 +13,8 @@ import (
 // On the real runtime, housekeeping removes the containers and sandbox of a pod deleted from the
 // store without a termination reaching the agent, and leaves a stored pod's running.
 func TestHousekeepingRemovesDeletedPod(t *testing.T) {
-	requireContainerd(t)
-	_, busybox := startRegistry(t)
-	node, cidr := testNode(), testCIDR()
-	rt := newRuntime(t, node, cidr, testNamespace(), "")
-
-	r := startRealAgent(t, agent.Config{Node: node, PodCIDR: cidr, HeartbeatInterval: 100 * time.Millisecond,
-		CleanupInterval: 200 * time.Millisecond}, rt)
-	ctx := r.ctx
+	r := startRealAgent(t, agent.Config{CleanupInterval: 200 * time.Millisecond})
+	ctx, rt, busybox := r.ctx, r.rt, r.busybox
 	running := func(name string) bool { return r.pod(name).GetStatus().GetPhase() == "Running" }
 	sandboxes := func() map[string][]agent.ContainerStatus {
 		infos, err := rt.ListSandboxes(ctx)

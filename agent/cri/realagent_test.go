@@ -3,6 +3,7 @@ package cri_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -15,19 +16,29 @@ import (
 	"github.com/podbus/podbus/services/status"
 )
 
-// realAgent is an embedded server with a status service and cfg's agent on rt, run until the test
-// ends.
+// realAgent is an embedded server with a status service and an agent on a real runtime of a node of
+// its own, run until the test ends.
 type realAgent struct {
 	t    *testing.T
 	ctx  context.Context
 	conn *bus.Conn
 	pods jetstream.KeyValue
 	pub  *bus.Publisher
+	rt   *cri.Runtime
 	node string
+	// busybox is the busybox image in the test's registry.
+	busybox string
 }
 
-func startRealAgent(t *testing.T, cfg agent.Config, rt *cri.Runtime) *realAgent {
+// startRealAgent runs an agent configured by cfg, with the node, its pod CIDR and heartbeats every
+// 100 ms filled in, and a registry holding busybox. Without containerd it skips the test (fails it
+// in CI).
+func startRealAgent(t *testing.T, cfg agent.Config) *realAgent {
 	t.Helper()
+	requireContainerd(t)
+	_, busybox := startRegistry(t)
+	cfg.Node, cfg.PodCIDR, cfg.HeartbeatInterval = testNode(), testCIDR(), 100*time.Millisecond
+	rt := newRuntime(t, cfg.Node, cfg.PodCIDR, testNamespace(), "")
 	_, conn := bustest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	buckets, err := bus.OpenBuckets(ctx, conn.JS)
@@ -52,7 +63,7 @@ func startRealAgent(t *testing.T, cfg agent.Config, rt *cri.Runtime) *realAgent 
 		}()
 	}
 	t.Cleanup(func() { cancel(); <-done; <-done })
-	return &realAgent{t: t, ctx: ctx, conn: conn, pods: buckets.Pods, pub: bus.NewPublisher(conn.JS, "test"), node: cfg.Node}
+	return &realAgent{t: t, ctx: ctx, conn: conn, pods: buckets.Pods, pub: bus.NewPublisher(conn.JS, "test"), rt: rt, node: cfg.Node, busybox: busybox}
 }
 
 // bind stores p on the agent's node and hands it to the agent as the binder would.
