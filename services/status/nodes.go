@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -73,6 +74,7 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 // conflict, or without one, it reads the node.
 func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at time.Time) error {
 	key := bus.NodeKey(name)
+	print, printed := heartbeatPrint(hb)
 	for attempt := range casAttempts {
 		c, ok := s.view.node(key)
 		if !ok || attempt > 0 {
@@ -102,9 +104,19 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		if !at.After(last) && !future {
 			return nil // older than what is stored (redelivery, replay)
 		}
+		recent := !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency
+		// The same heartbeat, times aside, as one already applied to this revision of the node changes
+		// it no more than that one did: nothing to merge or compare.
+		if recent && printed && s.view.printedAt(key, c.rev, print) {
+			metrics.Count("status.heartbeat.lease_only", 1)
+			return nil
+		}
 		next := proto.Clone(c.node).(*pb.Node)
 		mergeNode(next, hb)
-		if !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency && sameButHeartbeat(c.node, next) {
+		if recent && sameButHeartbeat(c.node, next) {
+			if printed {
+				s.view.setPrint(key, c.rev, print)
+			}
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
 		}
@@ -114,10 +126,37 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		}
 		if err == nil {
 			s.view.setNode(key, next, rev)
+			if printed {
+				s.view.setPrint(key, rev, print)
+			}
 		}
 		return err
 	}
 	return fmt.Errorf("upsert node %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
+}
+
+// heartbeatPrint is a digest of what a heartbeat would merge into its node (see mergeNode): the
+// conditions' heartbeat times left out, and of their transition times only whether they are set (a
+// condition whose status did not change keeps the stored one); ok false if hb does not encode.
+func heartbeatPrint(hb *pb.Node) (sum [sha256.Size]byte, ok bool) {
+	conds := hb.GetStatus().GetConditions()
+	saved := make([][2]*timestamppb.Timestamp, len(conds))
+	set := &timestamppb.Timestamp{}
+	for i, c := range conds {
+		saved[i] = [2]*timestamppb.Timestamp{c.LastHeartbeatTime, c.LastTransitionTime}
+		c.LastHeartbeatTime = nil
+		if c.LastTransitionTime != nil {
+			c.LastTransitionTime = set
+		}
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(hb)
+	for i, c := range conds {
+		c.LastHeartbeatTime, c.LastTransitionTime = saved[i][0], saved[i][1]
+	}
+	if err != nil {
+		return sum, false
+	}
+	return sha256.Sum256(data), true
 }
 
 // newNode is the node an agent registers with its first heartbeat: its labels, and the taints it

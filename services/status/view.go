@@ -1,6 +1,7 @@
 package status
 
 import (
+	"crypto/sha256"
 	"sync"
 	"time"
 
@@ -20,6 +21,14 @@ type nodeView struct {
 	mu     sync.Mutex
 	nodes  latest[pb.Node]      // node key -> node
 	leases latest[pb.NodeLease] // node key -> its lease
+	// prints holds, by node key, the digest of the last heartbeat applied or judged unchanged against
+	// the node at a revision (heartbeatPrint).
+	prints map[string]heartbeatSeen
+}
+
+type heartbeatSeen struct {
+	print [sha256.Size]byte
+	rev   uint64
 }
 
 type cachedLease struct {
@@ -28,7 +37,7 @@ type cachedLease struct {
 }
 
 func newNodeView() *nodeView {
-	return &nodeView{nodes: latest[pb.Node]{}, leases: latest[pb.NodeLease]{}}
+	return &nodeView{nodes: latest[pb.Node]{}, leases: latest[pb.NodeLease]{}, prints: map[string]heartbeatSeen{}}
 }
 
 // node is the node stored under key as last seen, ok false if none is known.
@@ -44,6 +53,25 @@ func (v *nodeView) setNode(key string, n *pb.Node, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes.set(key, n, rev)
+	if n == nil {
+		delete(v.prints, key)
+	}
+}
+
+// printedAt says whether a heartbeat of digest print was applied, or judged to change nothing, against
+// the node under key at rev.
+func (v *nodeView) printedAt(key string, rev uint64, print [sha256.Size]byte) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p, ok := v.prints[key]
+	return ok && p.rev == rev && p.print == print
+}
+
+// setPrint records that a heartbeat of digest print was applied, or changed nothing, at rev.
+func (v *nodeView) setPrint(key string, rev uint64, print [sha256.Size]byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.prints[key] = heartbeatSeen{print: print, rev: rev}
 }
 
 // lease is the lease of the node stored under key as last seen, ok false if none is known.

@@ -88,12 +88,18 @@ func TestStaleViewLosesNoWrite(t *testing.T) {
 }
 
 // Once this replica's monitor marks a node Unknown, the node's next heartbeat writes it Ready again,
-// though nothing but the times differs from what the agent sent before.
+// though nothing but the times differs from what the agent sent before: the same heartbeat judged
+// unchanged against the node's earlier revision is judged again against the new one.
 func TestHeartbeatAfterUnknownWritesReady(t *testing.T) {
 	i := newIdle(t, Config{})
 	base := time.Now().Add(-10 * time.Minute)
 	st := agentState{cpu: "4"}
 	i.handle(st.heartbeat("n1", base), base)
+	node0, _ := i.revs("n1")
+	i.handle(st.heartbeat("n1", base.Add(10*time.Second)), base.Add(10*time.Second))
+	if node1, _ := i.revs("n1"); node1 != node0 {
+		t.Fatal("an unchanged heartbeat wrote the node")
+	}
 	key := bus.NodeKey("n1")
 	c, ok := i.s.view.node(key)
 	if !ok {
