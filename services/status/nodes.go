@@ -74,7 +74,7 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 // conflict, or without one, it reads the node.
 func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at time.Time) error {
 	key := bus.NodeKey(name)
-	print, printed := heartbeatPrint(hb)
+	digest, printed := heartbeatPrint(hb)
 	for attempt := range casAttempts {
 		c, ok := s.view.node(key)
 		if !ok || attempt > 0 {
@@ -107,7 +107,7 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		recent := !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency
 		// The same heartbeat, times aside, as one already applied to this revision of the node changes
 		// it no more than that one did: nothing to merge or compare.
-		if recent && printed && s.view.printedAt(key, c.rev, print) {
+		if recent && printed && s.view.printedAt(key, c.rev, digest) {
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
 		}
@@ -115,7 +115,7 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		mergeNode(next, hb)
 		if recent && sameButHeartbeat(c.node, next) {
 			if printed {
-				s.view.setPrint(key, c.rev, print)
+				s.view.setPrint(key, c.rev, digest)
 			}
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
@@ -127,7 +127,7 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		if err == nil {
 			s.view.setNode(key, next, rev)
 			if printed {
-				s.view.setPrint(key, rev, print)
+				s.view.setPrint(key, rev, digest)
 			}
 		}
 		return err

@@ -27,8 +27,8 @@ type nodeView struct {
 }
 
 type heartbeatSeen struct {
-	print [sha256.Size]byte
-	rev   uint64
+	digest [sha256.Size]byte
+	rev    uint64
 }
 
 type cachedLease struct {
@@ -58,20 +58,20 @@ func (v *nodeView) setNode(key string, n *pb.Node, rev uint64) {
 	}
 }
 
-// printedAt says whether a heartbeat of digest print was applied, or judged to change nothing, against
+// printedAt says whether a heartbeat with this digest was applied, or judged to change nothing, against
 // the node under key at rev.
-func (v *nodeView) printedAt(key string, rev uint64, print [sha256.Size]byte) bool {
+func (v *nodeView) printedAt(key string, rev uint64, digest [sha256.Size]byte) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p, ok := v.prints[key]
-	return ok && p.rev == rev && p.print == print
+	return ok && p.rev == rev && p.digest == digest
 }
 
-// setPrint records that a heartbeat of digest print was applied, or changed nothing, at rev.
-func (v *nodeView) setPrint(key string, rev uint64, print [sha256.Size]byte) {
+// setPrint records that a heartbeat with this digest was applied, or changed nothing, at rev.
+func (v *nodeView) setPrint(key string, rev uint64, digest [sha256.Size]byte) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.prints[key] = heartbeatSeen{print: print, rev: rev}
+	v.prints[key] = heartbeatSeen{digest: digest, rev: rev}
 }
 
 // lease is the lease of the node stored under key as last seen, ok false if none is known.
