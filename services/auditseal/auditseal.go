@@ -212,32 +212,16 @@ func (s *Sealer) seal(ctx context.Context) error {
 		return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
 	}
 	defer it.Stop()
-	// An open block is flushed BlockInterval after its first record, whether more come or not.
-	var block *openBlock
-	closeBlock := func() {
-		if block != nil {
-			block.cancel()
-			block = nil
-		}
-	}
-	defer closeBlock()
-	flush := func() error {
-		closeBlock()
-		return w.flush(ctx)
-	}
+	defer w.closeDue()
 	var buf []byte
 	for {
-		wait := ctx
-		if block != nil {
-			wait = block.ctx
-		}
-		m, err := it.Next(jetstream.NextContext(wait))
+		m, err := it.Next(jetstream.NextContext(w.waitContext(ctx)))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if block != nil && errors.Is(err, context.DeadlineExceeded) {
-				if err := flush(); err != nil {
+			if len(w.recs) > 0 && errors.Is(err, context.DeadlineExceeded) {
+				if err := w.flush(ctx); err != nil {
 					return err
 				}
 				continue
@@ -254,7 +238,7 @@ func (s *Sealer) seal(ctx context.Context) error {
 		}
 		if raw.Seq > w.p.next {
 			// Records left the log unsealed (MaxAge, a shrunk MaxMsgs): close the block before them.
-			if err := flush(); err != nil {
+			if err := w.flush(ctx); err != nil {
 				return err
 			}
 			s.log.Error("audit records left the log before they were sealed", "from", w.p.next, "to", raw.Seq-1)
@@ -263,22 +247,12 @@ func (s *Sealer) seal(ctx context.Context) error {
 		var cd audit.Digest
 		cd, buf = audit.ContentDigest(&raw, buf)
 		w.add(&raw, cd)
-		if block == nil {
-			block = &openBlock{}
-			block.ctx, block.cancel = context.WithDeadline(ctx, w.started.Add(s.cfg.BlockInterval))
-		}
 		if len(w.recs) >= s.cfg.BlockRecords || w.bytes >= maxBlockBytes {
-			if err := flush(); err != nil {
+			if err := w.flush(ctx); err != nil {
 				return err
 			}
 		}
 	}
-}
-
-// openBlock is the deadline of the block being gathered.
-type openBlock struct {
-	ctx    context.Context
-	cancel context.CancelFunc
 }
 
 // blockWriter gathers the records of the next block.
@@ -292,6 +266,28 @@ type blockWriter struct {
 	recs    []audit.SealedRecord
 	bytes   int
 	started time.Time
+	// due ends BlockInterval after the open block's first record (nil: none yet); see waitContext.
+	due       context.Context
+	cancelDue context.CancelFunc
+}
+
+// waitContext is what reading the next record may wait for: ctx, and while a block is open, until it
+// is due, so that a block is sealed BlockInterval after its first record whether more come or not.
+func (w *blockWriter) waitContext(ctx context.Context) context.Context {
+	if len(w.recs) == 0 {
+		return ctx
+	}
+	if w.due == nil {
+		w.due, w.cancelDue = context.WithDeadline(ctx, w.started.Add(w.s.cfg.BlockInterval))
+	}
+	return w.due
+}
+
+func (w *blockWriter) closeDue() {
+	if w.due != nil {
+		w.cancelDue()
+		w.due, w.cancelDue = nil, nil
+	}
 }
 
 func (w *blockWriter) add(m *audit.RawMsg, cd audit.Digest) {
@@ -344,5 +340,6 @@ func (w *blockWriter) flush(ctx context.Context) error {
 	}
 	w.p.sealSeq, w.p.prev = ack.Sequence, b.Head()
 	w.skipped, w.recs, w.bytes = 0, nil, 0
+	w.closeDue()
 	return nil
 }
