@@ -309,7 +309,13 @@ func (a *Agent) leftStore(ctx context.Context, md *pb.ObjectMeta) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	return p == nil || p.GetMetadata().GetUid() != md.GetUid() || p.GetMetadata().GetDeletionTimestamp() != nil, nil
+	return left(p, md.GetUid()), nil
+}
+
+// left says whether stored, the pod the store holds under a pod's name (nil: none), means that the
+// pod of uid left the store: deleted, replaced by another of its name, or being deleted.
+func left(stored *pb.Pod, uid string) bool {
+	return stored == nil || stored.GetMetadata().GetUid() != uid || stored.GetMetadata().GetDeletionTimestamp() != nil
 }
 
 func (a *Agent) handleTerminate(ctx context.Context, m *bus.Msg) error {

@@ -78,25 +78,26 @@ func (a *Agent) cleanup(ctx context.Context, suspects map[string]bool) (map[stri
 		if err != nil {
 			return next, err
 		}
-		if stored != nil && stored.GetMetadata().GetUid() == c.uid && stored.GetMetadata().GetDeletionTimestamp() == nil {
+		if !left(stored, c.uid) {
 			continue
 		}
 		if !suspects[c.uid] {
 			next[c.uid] = true
 			continue
 		}
-		// Still stored under its uid: being deleted, and it waits for the gone report.
-		deleting := stored != nil && stored.GetMetadata().GetUid() == c.uid
-		if err := a.cleanUp(ctx, c, deleting, stored.GetMetadata().GetDeletionGracePeriodSeconds()); err != nil {
+		if err := a.dropLeftPod(ctx, c, stored); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return next, errors.Join(errs...)
 }
 
-// cleanUp stops a worker's pod, or removes a sandbox without one, whose pod left the store.
-func (a *Agent) cleanUp(ctx context.Context, c cleanupCandidate, deleting bool, grace int64) error {
+// dropLeftPod stops a worker's pod, or removes a sandbox without one, whose pod left the store; stored
+// is what the store holds under the pod's name.
+func (a *Agent) dropLeftPod(ctx context.Context, c cleanupCandidate, stored *pb.Pod) error {
 	term := &pb.PodTermination{Uid: c.uid, Namespace: c.namespace, Name: c.name, Node: a.cfg.Node}
+	// Still stored under its uid: being deleted, and it waits for the gone report.
+	deleting := stored != nil && stored.GetMetadata().GetUid() == c.uid
 	if c.w != nil {
 		c.w.mu.Lock()
 		busy := c.w.terminating
@@ -105,7 +106,7 @@ func (a *Agent) cleanUp(ctx context.Context, c cleanupCandidate, deleting bool, 
 			return nil // a termination is under way, or done
 		}
 		if deleting {
-			term.GracePeriodSeconds = grace
+			term.GracePeriodSeconds = stored.GetMetadata().GetDeletionGracePeriodSeconds()
 		}
 		a.log.Info("stopping a pod that left the store", "pod", c.namespace+"/"+c.name, "uid", c.uid)
 		return a.terminate(ctx, term)
