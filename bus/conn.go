@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,6 +65,15 @@ func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*Conn
 // InProcess connects to an embedded server without a socket: the same protocol over an in-memory pipe,
 // which saves two system calls per message when every service runs in one process (`podbus up`).
 func InProcess(srv nats.InProcessConnProvider) nats.Option { return nats.InProcessServer(srv) }
+
+// PlainURL is url with its tls:// scheme (if any) replaced by nats://: the address of an in-process
+// connection, which must not ask for TLS.
+func PlainURL(url string) string {
+	if rest, ok := strings.CutPrefix(url, "tls://"); ok {
+		return "nats://" + rest
+	}
+	return url
+}
 
 // Close drains the connection: subscriptions finish what they hold, pending publishes are flushed.
 func (c *Conn) Close() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/podbus/podbus/agent"
@@ -250,5 +251,34 @@ func TestNATSAuthCredentialsSurviveRestart(t *testing.T) {
 	defer cancelInfo()
 	if _, err := c.JS.Stream(ctx, bus.StreamAudit); err != nil {
 		t.Errorf("reader after restart: %v", err)
+	}
+
+	// up's own connections are in-process and plain; a client from outside speaks TLS, and one that
+	// will not is refused.
+	cz, err := cl.Server().Connz(&server.ConnzOptions{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inProcess int
+	for _, ci := range cz.Conns {
+		switch {
+		case ci.Name == "e2e-reader" && ci.TLSVersion == "":
+			t.Errorf("external connection %s without TLS", ci.Name)
+		case ci.Name != "e2e-reader" && ci.TLSVersion != "":
+			t.Errorf("in-process connection %s over %s", ci.Name, ci.TLSVersion)
+		case ci.Name != "e2e-reader":
+			inProcess++
+		}
+	}
+	if inProcess == 0 {
+		t.Errorf("no in-process connection among %d", len(cz.Conns))
+	}
+	plainOpts, _, err := natsauth.ClientOptions(cl.NATSCreds(natsauth.RoleReader), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(bus.PlainURL(cl.NATSURL), plainOpts...); err == nil {
+		nc.Close()
+		t.Error("a plain connection from outside was accepted")
 	}
 }
