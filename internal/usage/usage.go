@@ -18,9 +18,6 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-
-	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // Report is one message: the usage of one node, or of several nodes of a pool.
@@ -62,26 +59,123 @@ func (n *Node) Window() time.Duration { return time.Duration(n.WindowMillis) * t
 // ErrMalformed is returned by Decode for a message that is not a usage report.
 var ErrMalformed = errors.New("malformed usage report")
 
-// Encode marshals r as a podbusv1.UsageReport.
+// Encode marshals r as a podbusv1.UsageReport, field by field: a simulated pool reports every pod
+// of thousands of nodes each interval, and building the message's objects first would cost more
+// than the encoding. The bytes are those proto.Marshal makes of the same message.
 func Encode(r *Report) ([]byte, error) {
-	m := &pb.UsageReport{Nodes: make([]*pb.NodeUsage, len(r.Nodes))}
-	for i, n := range r.Nodes {
-		nu := &pb.NodeUsage{Name: n.Name, WindowMs: n.WindowMillis, CpuNanoCores: n.CPUNanoCores,
-			MemoryBytes: n.MemoryBytes, Pods: make([]*pb.PodUsage, len(n.Pods))}
-		if !n.Time.IsZero() {
-			nu.TimeUnixNano = n.Time.UnixNano()
+	sizes := make([]int, len(r.Nodes))
+	total := 0
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if err := validNode(n); err != nil {
+			return nil, err
 		}
-		for j, p := range n.Pods {
-			pu := &pb.PodUsage{Namespace: p.Namespace, Name: p.Name, Uid: p.UID,
-				Containers: make([]*pb.ContainerUsage, len(p.Containers))}
-			for k, c := range p.Containers {
-				pu.Containers[k] = &pb.ContainerUsage{Name: c.Name, CpuNanoCores: c.CPUNanoCores, MemoryBytes: c.MemoryBytes}
-			}
-			nu.Pods[j] = pu
-		}
-		m.Nodes[i] = nu
+		sizes[i] = nodeSize(n)
+		total += protowire.SizeTag(1) + protowire.SizeBytes(sizes[i])
 	}
-	return proto.Marshal(m)
+	b := make([]byte, 0, total)
+	for i := range r.Nodes {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizes[i]))
+		b = appendNode(b, &r.Nodes[i])
+	}
+	return b, nil
+}
+
+// validNode refuses what proto.Marshal refuses: a string field that is not UTF-8.
+func validNode(n *Node) error {
+	ok := utf8.ValidString(n.Name)
+	for _, p := range n.Pods {
+		ok = ok && utf8.ValidString(p.Namespace) && utf8.ValidString(p.Name) && utf8.ValidString(p.UID)
+		for _, c := range p.Containers {
+			ok = ok && utf8.ValidString(c.Name)
+		}
+	}
+	if !ok {
+		return fmt.Errorf("usage of node %q: a name is not UTF-8", n.Name)
+	}
+	return nil
+}
+
+// Sizes and appenders of the proto3 fields: zero values are left out, as proto.Marshal does.
+func sizeString(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
+}
+
+func sizeUint(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+}
+
+func appendUint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+func (n *Node) unixNano() int64 {
+	if n.Time.IsZero() {
+		return 0
+	}
+	return n.Time.UnixNano()
+}
+
+func nodeSize(n *Node) int {
+	size := sizeString(1, n.Name) + sizeUint(2, uint64(n.unixNano())) + sizeUint(3, uint64(n.WindowMillis)) +
+		sizeUint(4, n.CPUNanoCores) + sizeUint(5, n.MemoryBytes)
+	for i := range n.Pods {
+		size += protowire.SizeTag(6) + protowire.SizeBytes(podSize(&n.Pods[i]))
+	}
+	return size
+}
+
+func appendNode(b []byte, n *Node) []byte {
+	b = appendString(b, 1, n.Name)
+	b = appendUint(b, 2, uint64(n.unixNano()))
+	b = appendUint(b, 3, uint64(n.WindowMillis))
+	b = appendUint(b, 4, n.CPUNanoCores)
+	b = appendUint(b, 5, n.MemoryBytes)
+	for i := range n.Pods {
+		p := &n.Pods[i]
+		b = protowire.AppendTag(b, 6, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(podSize(p)))
+		b = appendString(b, 1, p.Namespace)
+		b = appendString(b, 2, p.Name)
+		b = appendString(b, 3, p.UID)
+		for _, c := range p.Containers {
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(containerSize(c)))
+			b = appendString(b, 1, c.Name)
+			b = appendUint(b, 2, c.CPUNanoCores)
+			b = appendUint(b, 3, c.MemoryBytes)
+		}
+	}
+	return b
+}
+
+func podSize(p *Pod) int {
+	size := sizeString(1, p.Namespace) + sizeString(2, p.Name) + sizeString(3, p.UID)
+	for _, c := range p.Containers {
+		size += protowire.SizeTag(4) + protowire.SizeBytes(containerSize(c))
+	}
+	return size
+}
+
+func containerSize(c Container) int {
+	return sizeString(1, c.Name) + sizeUint(2, c.CPUNanoCores) + sizeUint(3, c.MemoryBytes)
 }
 
 // Decode unmarshals a report; every node must have a name. A JSON report, as agents before the

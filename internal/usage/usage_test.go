@@ -76,9 +76,8 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// A pool's report of maxPods-sized chunks, as the simulated agents send every UsageInterval: the API
-// server decodes one per chunk. The json case is the format before protobuf.
-func BenchmarkDecode(b *testing.B) {
+// poolChunk is a pool's report of maxPods pods, as the simulated agents send every UsageInterval.
+func poolChunk() *Report {
 	at := time.Unix(1700000000, 0).UTC()
 	r := &Report{}
 	for n := range 20 {
@@ -89,6 +88,33 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		r.Nodes = append(r.Nodes, node)
 	}
+	return r
+}
+
+// The agent side of a chunk: Encode against building the generated message and marshalling it.
+func BenchmarkEncode(b *testing.B) {
+	r := poolChunk()
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Encode(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("message", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := proto.Marshal(reference(r)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// The API server decodes one chunk per message. The json case is the format before protobuf.
+func BenchmarkDecode(b *testing.B) {
+	r := poolChunk()
 	pbData, err := Encode(r)
 	if err != nil {
 		b.Fatal(err)
@@ -158,4 +184,61 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip (-first +second):\n%s", d)
 		}
 	})
+}
+
+// Encode writes the bytes proto.Marshal makes of the same UsageReport, zero fields left out, and
+// refuses what it refuses.
+func TestEncodeAsMarshal(t *testing.T) {
+	full := Node{Name: "n1", Time: time.Unix(1700000000, 5).UTC(), WindowMillis: 15000, CPUNanoCores: 1 << 40, MemoryBytes: 9,
+		Pods: []Pod{
+			{Namespace: "ns", Name: "p", UID: "u", Containers: []Container{{Name: "c", CPUNanoCores: 1, MemoryBytes: 2}, {Name: "d"}}},
+			{Namespace: "ns", Name: "q"},
+		}}
+	tests := []struct {
+		name string
+		r    *Report
+	}{
+		{"empty", &Report{}},
+		{"zero node", &Report{Nodes: []Node{{}}}},
+		{"full", &Report{Nodes: []Node{full, {Name: "n2", Time: time.Unix(-5, 0)}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Encode(tt.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := proto.Marshal(reference(tt.r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("Encode = %x\nproto.Marshal = %x", got, want)
+			}
+		})
+	}
+	bad := &Report{Nodes: []Node{{Name: "n", Pods: []Pod{{Name: "\xff"}}}}}
+	if _, err := Encode(bad); err == nil {
+		t.Error("Encode accepted a name that is not UTF-8")
+	}
+}
+
+// reference is r as the generated message.
+func reference(r *Report) *pb.UsageReport {
+	m := &pb.UsageReport{}
+	for _, n := range r.Nodes {
+		nu := &pb.NodeUsage{Name: n.Name, WindowMs: n.WindowMillis, CpuNanoCores: n.CPUNanoCores, MemoryBytes: n.MemoryBytes}
+		if !n.Time.IsZero() {
+			nu.TimeUnixNano = n.Time.UnixNano()
+		}
+		for _, p := range n.Pods {
+			pu := &pb.PodUsage{Namespace: p.Namespace, Name: p.Name, Uid: p.UID}
+			for _, c := range p.Containers {
+				pu.Containers = append(pu.Containers, &pb.ContainerUsage{Name: c.Name, CpuNanoCores: c.CPUNanoCores, MemoryBytes: c.MemoryBytes})
+			}
+			nu.Pods = append(nu.Pods, pu)
+		}
+		m.Nodes = append(m.Nodes, nu)
+	}
+	return m
 }
