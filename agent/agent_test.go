@@ -503,6 +503,11 @@ func TestHeartbeatsAndNotReady(t *testing.T) {
 	if n.GetMetadata().GetUid() == "" || n.GetMetadata().GetCreationTimestamp() == nil {
 		t.Error("node created without uid or creationTimestamp")
 	}
+	// Each heartbeat carries the digest of its status, by which the status service judges it.
+	hb := bustest.Decode(t, e.lastMsg(bus.StreamHeartbeats, bus.SubjHeartbeat(node)), &pb.NodeHeartbeat{})
+	if want, ok := podutil.NodeStatusDigest(hb.GetNode()); !ok || string(hb.GetStatusDigest()) != string(want[:]) {
+		t.Errorf("heartbeat digest %x, want %x", hb.GetStatusDigest(), want)
+	}
 
 	// A label and a taint set through the API survive the next heartbeats.
 	if _, _, err := bus.Mutate(ctx, e.nodes, bus.NodeKey(node), func() *pb.Node { return &pb.Node{} }, 10, func(n *pb.Node) (bool, error) {

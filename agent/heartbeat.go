@@ -32,6 +32,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 func (a *Agent) heartbeat(ctx context.Context) error {
 	now := a.cfg.Clock()
 	hb := &pb.NodeHeartbeat{Node: a.node(now), SentAt: timestamppb.New(now), Seq: uint64(now.UnixNano())}
+	if d, ok := podutil.NodeStatusDigest(hb.Node); ok {
+		hb.StatusDigest = d[:]
+	}
 	pctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatInterval)
 	defer cancel()
 	return a.pub.Publish(pctx, bus.SubjHeartbeat(a.cfg.Node), hb, bus.Meta{})

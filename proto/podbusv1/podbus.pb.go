@@ -5298,10 +5298,14 @@ func (x *PodStatusReport) GetEvents() []*EventNote {
 
 // node.heartbeat.<node>: agent -> status. Carries the node object as the agent sees it.
 type NodeHeartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	SentAt        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
-	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	SentAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	Seq    uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// SHA-256 of what the heartbeat would merge into the node, its times left out
+	// (podutil.NodeStatusDigest): the status service renews the lease of a heartbeat whose digest it
+	// has applied at the node's current revision without decoding the node. Empty: always decoded.
+	StatusDigest  []byte `protobuf:"bytes,4,opt,name=status_digest,json=statusDigest,proto3" json:"status_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5355,6 +5359,13 @@ func (x *NodeHeartbeat) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *NodeHeartbeat) GetStatusDigest() []byte {
+	if x != nil {
+		return x.StatusDigest
+	}
+	return nil
 }
 
 // The leases bucket, key = node: the node's heartbeat lease (coordination.k8s.io/v1 Lease in
@@ -6539,11 +6550,12 @@ const file_podbus_proto_rawDesc = "" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12,\n" +
 	"\x06status\x18\x06 \x01(\v2\x14.podbus.v1.PodStatusR\x06status\x12\x12\n" +
 	"\x04gone\x18\a \x01(\bR\x04gone\x12,\n" +
-	"\x06events\x18\b \x03(\v2\x14.podbus.v1.EventNoteR\x06events\"{\n" +
+	"\x06events\x18\b \x03(\v2\x14.podbus.v1.EventNoteR\x06events\"\xa0\x01\n" +
 	"\rNodeHeartbeat\x12#\n" +
 	"\x04node\x18\x01 \x01(\v2\x0f.podbus.v1.NodeR\x04node\x123\n" +
 	"\asent_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xb9\x01\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12#\n" +
+	"\rstatus_digest\x18\x04 \x01(\fR\fstatusDigest\"\xb9\x01\n" +
 	"\tNodeLease\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x129\n" +
 	"\n" +

@@ -29,6 +29,9 @@ const (
 // handleHeartbeat renews the lease of the node a heartbeat carries, and writes the node when it is
 // new, when its status changed, or when the stored one is NodeStatusReportFrequency old.
 func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
+	if done, err := s.renewUnchanged(ctx, m); done {
+		return err
+	}
 	var hb pb.NodeHeartbeat
 	if err := m.Decode(&hb); err != nil {
 		return err
@@ -69,12 +72,57 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	return s.renewLease(ctx, name, at, lease, leaseRev)
 }
 
+// heartbeatHead is what renewUnchanged decodes of a heartbeat: the node's name, the send time and the
+// digest, not the node.
+var heartbeatHead = bus.NewMask(&pb.NodeHeartbeat{}, "node.metadata.name", "sent_at", "status_digest")
+
+// renewUnchanged renews the lease of a heartbeat whose digest was applied, or judged to change nothing,
+// at the revision of the node in the view, and whose node report is not due: the common heartbeat of
+// a quiet node, handled without decoding the node (most of the message) or digesting it again. done
+// false leaves the heartbeat to the full path: no digest, one not seen at this revision, a report due,
+// or anything the full path would refuse. An agent that sends a digest of another status than its
+// node's misleads only about its own node, which its heartbeats describe anyway.
+func (s *Service) renewUnchanged(ctx context.Context, m *bus.Msg) (done bool, err error) {
+	head, ok := bus.Prune(m.Data, heartbeatHead)
+	var hb pb.NodeHeartbeat
+	if !ok || proto.Unmarshal(head, &hb) != nil {
+		return false, nil
+	}
+	name := hb.GetNode().GetMetadata().GetName()
+	if len(hb.GetStatusDigest()) != sha256.Size || name == "" || m.Subject != bus.SubjHeartbeat(name) ||
+		hb.GetSentAt().AsTime().After(s.horizon(m.Time)) {
+		return false, nil
+	}
+	at := m.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	key := bus.NodeKey(name)
+	c, ok := s.view.node(key)
+	if !ok || !s.view.printedAt(key, c.rev, [sha256.Size]byte(hb.GetStatusDigest())) {
+		return false, nil
+	}
+	last := heartbeatTime(c.node)
+	if last.After(s.horizon(time.Time{})) || !at.After(last) || at.Sub(last) >= s.cfg.NodeStatusReportFrequency {
+		return false, nil
+	}
+	lease, leaseRev, err := s.viewLease(ctx, name)
+	if err != nil {
+		return true, err
+	}
+	if !at.After(renewTime(lease, s.horizon(time.Time{}))) {
+		return true, nil // a redelivery or a replay
+	}
+	metrics.Count("status.heartbeat.by_digest", 1)
+	return true, s.renewLease(ctx, name, at, lease, leaseRev)
+}
+
 // writeNode creates the node or applies the heartbeat to it if its status changed or the stored one
 // is NodeStatusReportFrequency old. The first attempt judges against the node in the view; after a
 // conflict, or without one, it reads the node.
 func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at time.Time) error {
 	key := bus.NodeKey(name)
-	digest, printed := heartbeatPrint(hb)
+	digest, printed := podutil.NodeStatusDigest(hb)
 	for attempt := range casAttempts {
 		c, ok := s.view.node(key)
 		if !ok || attempt > 0 {
@@ -88,6 +136,9 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 				}
 				if err == nil {
 					s.view.setNode(key, n, rev)
+					if printed {
+						s.view.setPrint(key, rev, digest) // merging the same heartbeat would change nothing
+					}
 				}
 				return err
 			}
@@ -133,30 +184,6 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		return err
 	}
 	return fmt.Errorf("upsert node %s: %w after %d attempts", name, bus.ErrConflict, casAttempts)
-}
-
-// heartbeatPrint is a digest of what a heartbeat would merge into its node (see mergeNode): the
-// conditions' heartbeat times left out, and of their transition times only whether they are set (a
-// condition whose status did not change keeps the stored one); ok false if hb does not encode.
-func heartbeatPrint(hb *pb.Node) (sum [sha256.Size]byte, ok bool) {
-	conds := hb.GetStatus().GetConditions()
-	saved := make([][2]*timestamppb.Timestamp, len(conds))
-	set := &timestamppb.Timestamp{}
-	for i, c := range conds {
-		saved[i] = [2]*timestamppb.Timestamp{c.LastHeartbeatTime, c.LastTransitionTime}
-		c.LastHeartbeatTime = nil
-		if c.LastTransitionTime != nil {
-			c.LastTransitionTime = set
-		}
-	}
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(hb)
-	for i, c := range conds {
-		c.LastHeartbeatTime, c.LastTransitionTime = saved[i][0], saved[i][1]
-	}
-	if err != nil {
-		return sum, false
-	}
-	return sha256.Sum256(data), true
 }
 
 // newNode is the node an agent registers with its first heartbeat: its labels, and the taints it

@@ -22,7 +22,7 @@ type nodeView struct {
 	nodes  latest[pb.Node]      // node key -> node
 	leases latest[pb.NodeLease] // node key -> its lease
 	// prints holds, by node key, the digest of the last heartbeat applied or judged unchanged against
-	// the node at a revision (heartbeatPrint).
+	// the node at a revision (podutil.NodeStatusDigest).
 	prints map[string]heartbeatSeen
 }
 
