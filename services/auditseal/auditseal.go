@@ -101,7 +101,7 @@ func (s *Sealer) Ready() <-chan struct{} { return s.ready }
 // the last block.
 func (s *Sealer) Run(ctx context.Context) error {
 	for {
-		err := s.seal(ctx)
+		err := s.sealUntil(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -117,6 +117,31 @@ func (s *Sealer) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(wait):
 		}
+	}
+}
+
+// stopGrace is how long Run waits, once ctx has ended, for a seal still reading the log.
+const stopGrace = 2 * time.Second
+
+// sealUntil runs seal until it returns, or until stopGrace after ctx's end. Reading the log can be
+// inside the client's re-creation of its consumer (after a server left), which retries with back-off
+// and does not watch ctx: seal stops its iterator when ctx ends, which ends those retries at their
+// next attempt, and the connection's close ends the attempt in flight. Shutdown does not wait for
+// either.
+func (s *Sealer) sealUntil(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.seal(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(stopGrace):
+		s.log.Warn("audit sealer still reading the log at shutdown; not waiting for it")
+		return ctx.Err()
 	}
 }
 
@@ -212,6 +237,7 @@ func (s *Sealer) seal(ctx context.Context) error {
 		return fmt.Errorf("read %s: %w", bus.StreamAudit, err)
 	}
 	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
 	defer w.closeDue()
 	var buf []byte
 	for {

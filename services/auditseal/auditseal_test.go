@@ -206,3 +206,42 @@ func TestIntervalSealsOneConsumer(t *testing.T) {
 	}
 	contiguous(t, sealedUpTo(t, c, last), last)
 }
+
+// A sealer whose log went away is stuck in the client's re-creation of its consumer, which retries
+// with back-off and does not watch the context; it still stops when asked.
+func TestStopsWhileTheConsumerIsRecreated(t *testing.T) {
+	_, c := bustest.Start(t)
+	ctx := context.Background()
+	s, err := auditseal.New(auditseal.Config{ID: "a", DataDir: t.TempDir(), BlockRecords: 10, BlockInterval: 50 * time.Millisecond}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	publish(t, c, 3)
+	last := auditLast(t, c, 3)
+	sealedUpTo(t, c, last)
+	// The stream and with it the sealer's consumer go: every re-creation fails until the stop. The
+	// test waits for the first attempt, which the client makes with a request of its own.
+	recreate, err := c.NC.SubscribeSync("$JS.API.CONSUMER.CREATE." + bus.StreamAudit + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.JS.DeleteStream(ctx, bus.StreamAudit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recreate.NextMsg(30 * time.Second); err != nil {
+		t.Fatalf("no re-creation of the sealer's consumer: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running 10s after its context ended")
+	}
+}
