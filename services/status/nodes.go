@@ -29,33 +29,33 @@ const (
 // handleHeartbeat renews the lease of the node a heartbeat carries, and writes the node when it is
 // new, when its status changed, or when the stored one is NodeStatusReportFrequency old.
 func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
-	if done, err := s.renewUnchanged(ctx, m); done {
-		return err
-	}
-	var hb pb.NodeHeartbeat
-	if err := m.Decode(&hb); err != nil {
-		return err
-	}
-	name := hb.GetNode().GetMetadata().GetName()
-	if name == "" {
-		return fmt.Errorf("%w: heartbeat without node name", bus.ErrMalformed)
-	}
-	if m.Subject != bus.SubjHeartbeat(name) {
-		return refuse("subject", "heartbeat for node %s on %s", name, m.Subject)
-	}
-	// A heartbeat from the future would outdate every real one after it until that time.
-	horizon := s.horizon(m.Time)
-	if at := heartbeatTime(hb.GetNode()); at.After(horizon) || hb.GetSentAt().AsTime().After(horizon) {
-		return refuse("future", "heartbeat of node %s at %s is after %s", name, at.Format(time.RFC3339), horizon.Format(time.RFC3339))
-	}
-	// From here on the bus's clock dates the heartbeat, as the node lifecycle controller times the
-	// kubelet's heartbeats by its own clock: an agent's clock that steps back must neither make its
-	// heartbeats look stale (its node would stay NotReady) nor late to the monitor.
+	// The bus's clock dates the heartbeat, as the node lifecycle controller times the kubelet's
+	// heartbeats by its own clock: an agent's clock that steps back must neither make its heartbeats
+	// look stale (its node would stay NotReady) nor late to the monitor.
 	at := m.Time
 	if at.IsZero() {
 		at = time.Now()
 	}
-	stampHeartbeat(hb.GetNode(), at)
+	name, known := s.knownHeartbeat(m, at)
+	var hb pb.NodeHeartbeat
+	if !known {
+		if err := m.Decode(&hb); err != nil {
+			return err
+		}
+		name = hb.GetNode().GetMetadata().GetName()
+		if name == "" {
+			return fmt.Errorf("%w: heartbeat without node name", bus.ErrMalformed)
+		}
+		if m.Subject != bus.SubjHeartbeat(name) {
+			return refuse("subject", "heartbeat for node %s on %s", name, m.Subject)
+		}
+		// A heartbeat from the future would outdate every real one after it until that time.
+		horizon := s.horizon(m.Time)
+		if sent := heartbeatTime(hb.GetNode()); sent.After(horizon) || hb.GetSentAt().AsTime().After(horizon) {
+			return refuse("future", "heartbeat of node %s at %s is after %s", name, sent.Format(time.RFC3339), horizon.Format(time.RFC3339))
+		}
+		stampHeartbeat(hb.GetNode(), at)
+	}
 	// A heartbeat the lease already covers is a redelivery or a replay: its status may be older than
 	// the node's. The node is written before the lease is renewed, so a heartbeat whose lease renewal
 	// failed still finds its node write done when it comes again.
@@ -66,55 +66,49 @@ func (s *Service) handleHeartbeat(ctx context.Context, m *bus.Msg) error {
 	if !at.After(renewTime(lease, s.horizon(time.Time{}))) {
 		return nil
 	}
-	if err := s.writeNode(ctx, name, hb.GetNode(), at); err != nil {
+	if known {
+		metrics.Count("status.heartbeat.by_digest", 1)
+	} else if err := s.writeNode(ctx, name, hb.GetNode(), at); err != nil {
 		return err
 	}
 	return s.renewLease(ctx, name, at, lease, leaseRev)
 }
 
-// heartbeatHead is what renewUnchanged decodes of a heartbeat: the node's name, the send time and the
+// heartbeatHead is what knownHeartbeat decodes of a heartbeat: the node's name, the send time and the
 // digest, not the node.
 var heartbeatHead = bus.NewMask(&pb.NodeHeartbeat{}, "node.metadata.name", "sent_at", "status_digest")
 
-// renewUnchanged renews the lease of a heartbeat whose digest was applied, or judged to change nothing,
-// at the revision of the node in the view, and whose node report is not due: the common heartbeat of
-// a quiet node, handled without decoding the node (most of the message) or digesting it again. done
-// false leaves the heartbeat to the full path: no digest, one not seen at this revision, a report due,
-// or anything the full path would refuse. An agent that sends a digest of another status than its
-// node's misleads only about its own node, which its heartbeats describe anyway.
-func (s *Service) renewUnchanged(ctx context.Context, m *bus.Msg) (done bool, err error) {
+// knownHeartbeat reads only the head of m and says whether the agent's digest of its status judges it
+// unchanged against the node in the view (judgedUnchanged): the common heartbeat of a quiet node, whose
+// lease is renewed without decoding the node (most of the message) or digesting it again. ok false
+// leaves the heartbeat to the full path: no digest, one not seen at this revision, a report due, or
+// anything the full path would refuse. An agent that sends a digest of another status than its node's
+// misleads only about its own node, which its heartbeats describe anyway.
+func (s *Service) knownHeartbeat(m *bus.Msg, at time.Time) (name string, ok bool) {
 	head, ok := bus.Prune(m.Data, heartbeatHead)
 	var hb pb.NodeHeartbeat
 	if !ok || proto.Unmarshal(head, &hb) != nil {
-		return false, nil
+		return "", false
 	}
-	name := hb.GetNode().GetMetadata().GetName()
+	name = hb.GetNode().GetMetadata().GetName()
 	if len(hb.GetStatusDigest()) != sha256.Size || name == "" || m.Subject != bus.SubjHeartbeat(name) ||
 		hb.GetSentAt().AsTime().After(s.horizon(m.Time)) {
-		return false, nil
-	}
-	at := m.Time
-	if at.IsZero() {
-		at = time.Now()
+		return "", false
 	}
 	key := bus.NodeKey(name)
 	c, ok := s.view.node(key)
-	if !ok || !s.view.printedAt(key, c.rev, [sha256.Size]byte(hb.GetStatusDigest())) {
-		return false, nil
-	}
+	return name, ok && s.judgedUnchanged(key, c, [sha256.Size]byte(hb.GetStatusDigest()), at)
+}
+
+// judgedUnchanged says whether a heartbeat with this digest, at at, changes nothing of c, the node under
+// key: the same digest was applied, or judged to change nothing, at c's revision; at is after c's
+// heartbeat time; and c's report is not NodeStatusReportFrequency old. A stored heartbeat time beyond
+// the horizon (accepted before such heartbeats were refused) is never judged unchanged: it must be
+// replaced, or it would keep the node alive to the monitor.
+func (s *Service) judgedUnchanged(key string, c cachedNode, digest [sha256.Size]byte, at time.Time) bool {
 	last := heartbeatTime(c.node)
-	if last.After(s.horizon(time.Time{})) || !at.After(last) || at.Sub(last) >= s.cfg.NodeStatusReportFrequency {
-		return false, nil
-	}
-	lease, leaseRev, err := s.viewLease(ctx, name)
-	if err != nil {
-		return true, err
-	}
-	if !at.After(renewTime(lease, s.horizon(time.Time{}))) {
-		return true, nil // a redelivery or a replay
-	}
-	metrics.Count("status.heartbeat.by_digest", 1)
-	return true, s.renewLease(ctx, name, at, lease, leaseRev)
+	return !last.After(s.horizon(time.Time{})) && at.After(last) && at.Sub(last) < s.cfg.NodeStatusReportFrequency &&
+		s.view.printedAt(key, c.rev, digest)
 }
 
 // writeNode creates the node or applies the heartbeat to it if its status changed or the stored one
@@ -158,7 +152,7 @@ func (s *Service) writeNode(ctx context.Context, name string, hb *pb.Node, at ti
 		recent := !future && at.Sub(last) < s.cfg.NodeStatusReportFrequency
 		// The same heartbeat, times aside, as one already applied to this revision of the node changes
 		// it no more than that one did: nothing to merge or compare.
-		if recent && printed && s.view.printedAt(key, c.rev, digest) {
+		if printed && s.judgedUnchanged(key, c, digest, at) {
 			metrics.Count("status.heartbeat.lease_only", 1)
 			return nil
 		}
