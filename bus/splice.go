@@ -2,6 +2,7 @@ package bus
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -62,4 +63,45 @@ func FieldNumber(m proto.Message, name string) protowire.Number {
 		panic(fmt.Sprintf("%s has no field %q", m.ProtoReflect().Descriptor().FullName(), name))
 	}
 	return fd.Number()
+}
+
+// RawField is a length-delimited field in wire form: Value is the field's contents (a message's wire
+// form, a string or bytes). A nil Value stands for the field's absence.
+type RawField struct {
+	Num   protowire.Number
+	Value []byte
+}
+
+// ReplaceFields returns data, the wire form of a message, with each of fields in place of every
+// occurrence of its number in data: decoding the result gives what decoding data and then setting those
+// fields would, and leaves every other field, unknown ones included, as stored. A writer that changes
+// one part of a large message (the status of a pod) encodes that part alone. It reports false when data
+// is malformed.
+func ReplaceFields(data []byte, fields ...RawField) ([]byte, bool) {
+	size := len(data)
+	for _, f := range fields {
+		size += protowire.SizeTag(f.Num) + protowire.SizeBytes(len(f.Value))
+	}
+	out := make([]byte, 0, size)
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return nil, false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, data[n:])
+		if l < 0 {
+			return nil, false
+		}
+		if !slices.ContainsFunc(fields, func(f RawField) bool { return f.Num == num }) {
+			out = append(out, data[:n+l]...)
+		}
+		data = data[n+l:]
+	}
+	for _, f := range fields {
+		if f.Value != nil {
+			out = protowire.AppendTag(out, f.Num, protowire.BytesType)
+			out = protowire.AppendBytes(out, f.Value)
+		}
+	}
+	return out, true
 }

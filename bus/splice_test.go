@@ -84,3 +84,79 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	}
 	return b
 }
+
+// ReplaceFields gives what decoding, setting the fields and encoding again gives, whatever the stored
+// order, repetition or unknown fields of the message.
+func TestReplaceFields(t *testing.T) {
+	statusField, internalField := FieldNumber(&pb.Pod{}, "status"), FieldNumber(&pb.Pod{}, "internal")
+	meta := &pb.ObjectMeta{Name: "web", Namespace: "default", Uid: "u1", Labels: map[string]string{"app": "web"}}
+	spec := &pb.PodSpec{NodeName: "n1", Containers: []*pb.Container{{Name: "c", Image: "busybox"}}}
+	enc := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	field := func(num protowire.Number, m proto.Message) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), enc(m))
+	}
+	whole := enc(&pb.Pod{Metadata: meta, Spec: spec, Status: &pb.PodStatus{Phase: "Pending", Reason: "old"},
+		Internal: &pb.PodInternal{CorrelationId: "c1", ReportSeq: 3}})
+	// Status stored first and twice (a reader merges the copies), and a field this build does not know.
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5)
+	scrambled := append(append(append(field(statusField, &pb.PodStatus{Phase: "Pending"}), field(1, meta)...),
+		field(statusField, &pb.PodStatus{Reason: "old"})...), append(field(2, spec), unknown...)...)
+	newStatus := &pb.PodStatus{Phase: "Running", PodIp: "10.42.0.9"}
+	newInternal := &pb.PodInternal{CorrelationId: "c1", ReportSeq: 9}
+
+	tests := []struct {
+		name   string
+		data   []byte
+		fields []RawField
+		want   *pb.Pod
+	}{
+		{"status and internal replaced", whole,
+			[]RawField{{statusField, enc(newStatus)}, {internalField, enc(newInternal)}},
+			&pb.Pod{Metadata: meta, Spec: spec, Status: newStatus, Internal: newInternal}},
+		{"every occurrence replaced, unknown fields kept", scrambled,
+			[]RawField{{statusField, enc(newStatus)}},
+			&pb.Pod{Metadata: meta, Spec: spec, Status: newStatus}},
+		{"an empty message stays present", whole,
+			[]RawField{{internalField, []byte{}}},
+			&pb.Pod{Metadata: meta, Spec: spec, Status: &pb.PodStatus{Phase: "Pending", Reason: "old"}, Internal: &pb.PodInternal{}}},
+		{"a nil value drops the field", whole,
+			[]RawField{{statusField, nil}, {internalField, nil}},
+			&pb.Pod{Metadata: meta, Spec: spec}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, ok := ReplaceFields(tt.data, tt.fields...)
+			if !ok {
+				t.Fatal("ReplaceFields refused a well-formed message")
+			}
+			got := &pb.Pod{}
+			if err := proto.Unmarshal(data, got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform(), protocmp.IgnoreUnknown()); diff != "" {
+				t.Errorf("replaced message (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("unknown fields survive", func(t *testing.T) {
+		data, _ := ReplaceFields(scrambled, RawField{statusField, enc(newStatus)})
+		got := &pb.Pod{}
+		if err := proto.Unmarshal(data, got); err != nil {
+			t.Fatal(err)
+		}
+		if u := got.ProtoReflect().GetUnknown(); string(u) != string(unknown) {
+			t.Errorf("unknown fields %x, want %x", u, unknown)
+		}
+	})
+	t.Run("malformed", func(t *testing.T) {
+		if _, ok := ReplaceFields(whole[:len(whole)-1], RawField{statusField, nil}); ok {
+			t.Error("ReplaceFields took a truncated message")
+		}
+	})
+}

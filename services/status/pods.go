@@ -103,6 +103,48 @@ func (s *Service) handleReport(ctx context.Context, m *bus.Msg) error {
 	return nil
 }
 
+// reportMask is what applying a report reads of a stored pod. The rest of the pod (its spec above all)
+// is neither decoded nor encoded again: the new status and bookkeeping replace the old in the stored
+// bytes (bus.ReplaceFields).
+var reportMask = bus.NewMask(&pb.Pod{}, "metadata.uid", "spec.node_name", "status.conditions",
+	"status.nominated_node_name", "status.qos_class", "internal")
+
+var (
+	podStatusField   = bus.FieldNumber(&pb.Pod{}, "status")
+	podInternalField = bus.FieldNumber(&pb.Pod{}, "internal")
+)
+
+// storedPod is a stored pod: its bytes at a revision, and the part of it reportMask names, decoded.
+type storedPod struct {
+	data []byte
+	rev  uint64
+	head *pb.Pod
+}
+
+func decodeStored(data []byte, rev uint64) (storedPod, error) {
+	pruned, ok := bus.Prune(data, reportMask)
+	if !ok {
+		return storedPod{}, bus.ErrMalformed
+	}
+	head := &pb.Pod{}
+	if err := proto.Unmarshal(pruned, head); err != nil {
+		return storedPod{}, errors.Join(bus.ErrMalformed, err)
+	}
+	return storedPod{data: data, rev: rev, head: head}, nil
+}
+
+// readPod reads the pod at key from the bucket.
+func (s *Service) readPod(ctx context.Context, key string) (storedPod, error) {
+	e, err := s.pods.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return storedPod{}, fmt.Errorf("%s/%s: %w", s.pods.Bucket(), key, bus.ErrNotFound)
+	}
+	if err != nil {
+		return storedPod{}, fmt.Errorf("get %s/%s: %w", s.pods.Bucket(), key, err)
+	}
+	return decodeStored(e.Value(), e.Revision())
+}
+
 // applyReport writes the report into the pod with compare-and-set and says what it did, with the pod's
 // correlation id when it was found.
 func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (outcome, string, error) {
@@ -110,24 +152,21 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 	for attempt := range casAttempts {
 		// The pod as this replica last wrote it saves a read when it is still current (the usual case:
 		// one pod's reports go to one worker); anything but a plain apply is decided on a fresh read.
-		pod, rev, cached := s.last.get(key, rep.GetUid())
-		if cached && attempt == 0 && !rep.GetGone() && rep.GetSeq() > s.storedSeq(pod) &&
-			pod.GetSpec().GetNodeName() == rep.GetNode() {
-			wasReady := isReady(pod)
-			mergeStatus(pod, rep)
-			err := s.writePod(ctx, key, pod, rev)
-			if err == nil {
-				observeReady(wasReady, pod)
-				return applied, pod.GetInternal().GetCorrelationId(), nil
+		if attempt == 0 && !rep.GetGone() {
+			if p, ok := s.last.get(key, rep.GetUid()); ok && rep.GetSeq() > s.storedSeq(p.head) &&
+				p.head.GetSpec().GetNodeName() == rep.GetNode() {
+				err := s.writeStatus(ctx, key, p, rep)
+				if err == nil {
+					return applied, p.head.GetInternal().GetCorrelationId(), nil
+				}
+				s.last.forget(key)
+				if !errors.Is(err, bus.ErrConflict) {
+					return ignored, "", err
+				}
+				continue
 			}
-			s.last.forget(key)
-			if !errors.Is(err, bus.ErrConflict) {
-				return ignored, "", err
-			}
-			continue
 		}
-		pod = &pb.Pod{}
-		rev, err := bus.Get(ctx, s.pods, key, pod)
+		p, err := s.readPod(ctx, key)
 		if errors.Is(err, bus.ErrNotFound) {
 			s.last.forget(key)
 			return goneOrIgnored(rep), "", nil
@@ -136,6 +175,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			// Not wrapped: an undecodable stored pod is not this message's fault, so it must not be parked.
 			return ignored, "", fmt.Errorf("read pod %s: %v", key, err)
 		}
+		pod := p.head
 		corr := pod.GetInternal().GetCorrelationId()
 		if pod.GetMetadata().GetUid() != rep.GetUid() {
 			return goneOrIgnored(rep), corr, nil
@@ -150,7 +190,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		}
 		if rep.GetGone() {
 			s.last.forget(key)
-			err := bus.Delete(ctx, s.pods, key, rev)
+			err := bus.Delete(ctx, s.pods, key, p.rev)
 			if errors.Is(err, bus.ErrConflict) {
 				continue
 			}
@@ -159,9 +199,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			}
 			return removed, corr, nil
 		}
-		wasReady := isReady(pod)
-		mergeStatus(pod, rep)
-		err = s.writePod(ctx, key, pod, rev)
+		err = s.writeStatus(ctx, key, p, rep)
 		if errors.Is(err, bus.ErrConflict) {
 			metrics.Count("kv.conflicts.status", 1)
 			metrics.CASConflicts.WithLabelValues(bus.BucketPods).Inc()
@@ -170,25 +208,45 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 		if err != nil {
 			return ignored, corr, err
 		}
-		observeReady(wasReady, pod)
 		return applied, corr, nil
 	}
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
 }
 
-// writePod compare-and-sets the pod at rev and keeps what it wrote in the write-back cache: one
-// encoding serves both.
-func (s *Service) writePod(ctx context.Context, key string, pod *pb.Pod, rev uint64) error {
-	data, err := proto.Marshal(pod)
+// writeStatus merges rep into p and compare-and-sets the result at p's revision, replacing only the
+// status and bookkeeping in the stored bytes; it keeps what it wrote in the write-back cache.
+func (s *Service) writeStatus(ctx context.Context, key string, p storedPod, rep *pb.PodStatusReport) error {
+	pod := p.head
+	wasReady := isReady(pod)
+	mergeStatus(pod, rep)
+	st, err := proto.Marshal(pod.GetStatus())
 	if err != nil {
 		return err
 	}
-	newRev, err := bus.UpdateEncoded(ctx, s.pods, key, data, rev)
+	in, err := proto.Marshal(pod.GetInternal())
+	if err != nil {
+		return err
+	}
+	// Marshal gives nil for an empty message, which ReplaceFields would take for an absent one.
+	data, ok := bus.ReplaceFields(p.data, bus.RawField{Num: podStatusField, Value: nonNil(st)},
+		bus.RawField{Num: podInternalField, Value: nonNil(in)})
+	if !ok {
+		return fmt.Errorf("pod %s: %w", key, bus.ErrMalformed)
+	}
+	newRev, err := bus.UpdateEncoded(ctx, s.pods, key, data, p.rev)
 	if err != nil {
 		return err
 	}
 	s.last.put(key, pod.GetMetadata().GetUid(), data, newRev)
+	observeReady(wasReady, pod)
 	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 // horizon is the latest time an agent may stamp a message the stream stored at stored (zero: now).
@@ -244,9 +302,9 @@ func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
 	pod.Internal.ReportSeq = rep.GetSeq()
 }
 
-// podCache holds the pods this replica wrote last, with their revisions. It is a hint: writes are
-// still compare-and-set, and a conflict drops the entry. Pods are kept encoded: a decoded pod costs
-// several times its encoding, and every pod of the cluster passes through here.
+// podCache holds the pods this replica wrote last, as stored, with their revisions. It is a hint:
+// writes are still compare-and-set, and a conflict drops the entry. Pods are kept encoded: a decoded
+// pod costs several times its encoding, and every pod of the cluster passes through here.
 type podCache struct {
 	mu sync.Mutex
 	m  map[string]cachedPod
@@ -262,19 +320,16 @@ type cachedPod struct {
 // reports come close together).
 const maxCachedPods = 50_000
 
-// get returns a private copy of the cached pod if it is the incarnation uid.
-func (c *podCache) get(key, uid string) (*pb.Pod, uint64, bool) {
+// get returns the cached pod, decoded afresh for the caller, if it is the incarnation uid.
+func (c *podCache) get(key, uid string) (storedPod, bool) {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
 	if !ok || e.uid != uid {
-		return nil, 0, false
+		return storedPod{}, false
 	}
-	pod := &pb.Pod{}
-	if err := proto.Unmarshal(e.data, pod); err != nil {
-		return nil, 0, false
-	}
-	return pod, e.rev, true
+	p, err := decodeStored(e.data, e.rev)
+	return p, err == nil
 }
 
 // put keeps data, the encoding of incarnation uid of the pod at key, as written at rev.

@@ -153,6 +153,31 @@ func TestReportApplied(t *testing.T) {
 		}
 		return ev.GetReason() == "Started" && ev.GetSource().GetComponent() == "kubelet" && ev.GetSource().GetHost() == "n1"
 	}, "event recorded as the kubelet of n1")
+
+	// The report replaced the status in the stored bytes: metadata and spec are as they were.
+	want := testPod("web", "u1")
+	if diff := cmp.Diff(want, got, protocmp.Transform(), protocmp.IgnoreFields(want, "status", "internal")); diff != "" {
+		t.Errorf("pod besides its status (-want +got):\n%s", diff)
+	}
+	// Another writer changes the pod after the service cached what it wrote: the next report conflicts
+	// on the cached revision, is applied to a fresh read, and keeps the other writer's change.
+	var p pb.Pod
+	rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("default", "web"), &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Metadata.Labels = map[string]string{"team": "a"}
+	if _, err := bus.Update(context.Background(), e.pods, bus.PodKey("default", "web"), &p, rev); err != nil {
+		t.Fatal(err)
+	}
+	e.send(report("web", "u1", 200, "Succeeded"))
+	bustest.Eventually(t, wait, func() bool {
+		got = e.get("web")
+		return got.GetStatus().GetPhase() == "Succeeded"
+	}, "second report applied")
+	if got.GetMetadata().GetLabels()["team"] != "a" || got.GetInternal().GetReportSeq() != 200 || got.GetInternal().GetCorrelationId() != "corr" {
+		t.Errorf("after the second report: labels %v internal %v", got.GetMetadata().GetLabels(), got.GetInternal())
+	}
 }
 
 func TestReportOrdering(t *testing.T) {
