@@ -26,7 +26,7 @@ type nodeChunk struct{ nodes []NodeInfo }
 
 // Chunk sizes: a chunk is split past maxChunk into two of chunkSize.
 const (
-	chunkSize = 32
+	chunkSize = 8
 	maxChunk  = 2 * chunkSize
 )
 
