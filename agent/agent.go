@@ -423,10 +423,7 @@ func (a *Agent) admitAndRun(ctx context.Context, pod *pb.Pod) (*podWorker, conte
 	a.mu.Unlock()
 
 	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.run(runCtx, nil)
-	}()
+	go w.run(runCtx, nil, a.wg.Done)
 	return w, runCtx, nil
 }
 
@@ -627,10 +624,7 @@ func (a *Agent) adopt(ctx context.Context, p *pb.Pod, info *SandboxInfo) {
 	a.pods[w.uid] = w
 	a.mu.Unlock()
 	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		w.run(ctx, info)
-	}()
+	go w.run(ctx, info, a.wg.Done)
 }
 
 func isTerminalPhase(ph string) bool { return ph == "Succeeded" || ph == "Failed" }

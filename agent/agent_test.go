@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -763,4 +765,52 @@ func TestCleanupRemovesWhatLeftTheStore(t *testing.T) {
 	if got := e.get(kept); !isRunningReady(got) {
 		t.Errorf("the stored pod is no longer Running and Ready: %v", got.GetStatus())
 	}
+}
+
+// A running pod keeps no goroutine that only waits for its others: the simulated nodes of a load test
+// hold every pod of the cluster in one process, and each goroutine's stack is scanned by every GC.
+func TestRunningPodGoroutines(t *testing.T) {
+	cfg := testConfig()
+	cfg.NetworkCheckInterval = -1 // one check at the start, no loop
+	e := newEnv(t, cfg, fake.Config{})
+	const pods = 40
+	var ps []*pb.Pod
+	for i := range pods {
+		p := newPod(fmt.Sprintf("web-%d", i))
+		e.create(p)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		e.until(p, "Running and Ready", isRunningReady)
+	}
+	// One goroutine per pod: its container's loop.
+	var n int
+	bustest.Eventually(t, wait, func() bool {
+		n = podGoroutines(t)
+		return n == pods
+	}, "one goroutine per running pod")
+	for _, p := range ps {
+		e.terminate(p, 0)
+	}
+	bustest.Eventually(t, wait, func() bool {
+		n = podGoroutines(t)
+		return n == 0
+	}, "no pod goroutine once the pods are gone")
+}
+
+// podGoroutines counts the goroutines running a pod worker's code.
+func podGoroutines(t *testing.T) int {
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	// debug=1 groups goroutines by stack: "<count> @ <pcs>" and then the stack's frames.
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		var count int
+		if _, err := fmt.Sscanf(g, "%d @", &count); err == nil && strings.Contains(g, "agent.(*podWorker)") {
+			n += count
+		}
+	}
+	return n
 }

@@ -13,13 +13,11 @@ const networkCheckTimeout = 30 * time.Second
 // costs the start nothing unless it is the slower of the two. The channel is closed once it is done.
 func (w *podWorker) checkNetworkAsync(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
+	w.goPod(func() {
 		defer close(done)
 		// With periodic checks off, this is the only one: it checks everything.
 		w.checkNetwork(ctx, w.a.cfg.NetworkCheckInterval >= 0)
-	}()
+	})
 	return done
 }
 

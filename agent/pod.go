@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -32,7 +33,11 @@ type podWorker struct {
 	stopCtx context.Context // cancelled by terminate: stops the pod's goroutines
 	stop    context.CancelFunc
 	done    chan struct{} // closed when the pod's goroutines have all returned
-	wg      sync.WaitGroup
+	// live counts the pod's goroutines: the one that starts it, its containers' loops, probes and
+	// network checks. The last of them to return ends the pod (end), so none is kept only to wait for
+	// the others. Each is started by one already counted, so the count reaches zero once.
+	live atomic.Int64
+	end  func()
 
 	reportMu sync.Mutex // reports are published one at a time, in seq order
 
@@ -133,22 +138,42 @@ func (w *podWorker) active() bool {
 
 func (w *podWorker) markStarted() { w.startOnce.Do(func() { close(w.started) }) }
 
-// run is the pod's goroutine. info is the runtime's state when the pod is re-adopted after a restart.
-func (w *podWorker) run(parent context.Context, info *SandboxInfo) {
+// run starts the pod in the caller's goroutine and leaves it to the goroutines it started: the last of
+// them to return ends the pod, then calls ended. info is the runtime's state when the pod is re-adopted
+// after a restart.
+func (w *podWorker) run(parent context.Context, info *SandboxInfo, ended func()) {
 	ctx, cancel := context.WithCancel(parent)
 	stop := context.AfterFunc(w.stopCtx, cancel)
-	defer func() {
-		w.wg.Wait() // the containers' loops and probes run until the pod ends or ctx is cancelled
+	w.end = func() {
 		w.endFailed(parent)
 		stop()
 		cancel()
 		w.markStarted()
 		close(w.done)
-	}()
+		ended()
+	}
+	w.live.Add(1)
+	defer w.leave()
 	if info != nil && w.adopt(ctx, *info) {
 		return
 	}
 	w.start(ctx)
+}
+
+// goPod runs f in a new goroutine of the pod. Only the pod's goroutines may call it.
+func (w *podWorker) goPod(f func()) {
+	w.live.Add(1)
+	go func() {
+		defer w.leave()
+		f()
+	}()
+}
+
+// leave ends one of the pod's goroutines; the last one ends the pod.
+func (w *podWorker) leave() {
+	if w.live.Add(-1) == 0 {
+		w.end()
+	}
 }
 
 // start runs the pod from scratch: sandbox, init containers in order, then the containers.
@@ -182,22 +207,10 @@ func (w *podWorker) start(ctx context.Context) {
 }
 
 func (w *podWorker) loops(ctx context.Context) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.networkLoop(ctx)
-	}()
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.volumeLoop(ctx)
-	}()
+	w.goPod(func() { w.networkLoop(ctx) })
+	w.goPod(func() { w.volumeLoop(ctx) })
 	for _, c := range w.ctrs {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.loop(ctx, c)
-		}()
+		w.goPod(func() { w.loop(ctx, c) })
 	}
 }
 

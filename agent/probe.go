@@ -34,11 +34,7 @@ func (w *podWorker) startProbesLocked(ctx context.Context, c *ctr, id ContainerI
 			pctx, cancel = context.WithCancel(ctx)
 			c.probeCancel = cancel
 		}
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.probeLoop(pctx, c, id, pr.kind, pr.p)
-		}()
+		w.goPod(func() { w.probeLoop(pctx, c, id, pr.kind, pr.p) })
 	}
 }
 
