@@ -40,6 +40,13 @@ func TestChaosFixedSeed(t *testing.T) {
 				t.Logf("%s:\n%s", name, b)
 			}
 		}
+		// The run's directory goes with the test: keep what a node that never settled was doing.
+		logs, _ := filepath.Glob(filepath.Join(dir, "logs", "agent-*.log"))
+		for _, f := range append(logs, filepath.Join(dir, "logs", "status.log")) {
+			if b, rerr := os.ReadFile(f); rerr == nil {
+				t.Logf("%s, last lines:\n%s", filepath.Base(f), lastLines(string(b), 30))
+			}
+		}
 		t.Fatal(err)
 	}
 	want := []string{FaultKill, FaultStop, FaultNATSKill, FaultNATSStop, FaultClock, FaultPartition}
@@ -88,4 +95,10 @@ func realRuntime(t *testing.T) string {
 		return ""
 	}
 	return addr
+}
+
+// lastLines is the end of s, at most n lines.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
