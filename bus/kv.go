@@ -15,17 +15,26 @@ var ErrExists = errors.New("already exists")
 
 // Get reads key into m and returns its revision; ErrNotFound when absent or deleted.
 func Get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message) (uint64, error) {
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrNotFound)
-	}
+	data, rev, err := GetEncoded(ctx, kv, key)
 	if err != nil {
-		return 0, fmt.Errorf("get %s/%s: %w", kv.Bucket(), key, err)
+		return 0, err
 	}
-	if err := proto.Unmarshal(e.Value(), m); err != nil {
+	if err := proto.Unmarshal(data, m); err != nil {
 		return 0, fmt.Errorf("decode %s/%s: %w", kv.Bucket(), key, errors.Join(ErrMalformed, err))
 	}
-	return e.Revision(), nil
+	return rev, nil
+}
+
+// GetEncoded is Get for a caller that decodes the value itself, or only part of it (see Prune).
+func GetEncoded(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s/%s: %w", kv.Bucket(), key, err)
+	}
+	return e.Value(), e.Revision(), nil
 }
 
 // Create writes key only if it does not exist; ErrExists otherwise.

@@ -135,14 +135,11 @@ func decodeStored(data []byte, rev uint64) (storedPod, error) {
 
 // readPod reads the pod at key from the bucket.
 func (s *Service) readPod(ctx context.Context, key string) (storedPod, error) {
-	e, err := s.pods.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return storedPod{}, fmt.Errorf("%s/%s: %w", s.pods.Bucket(), key, bus.ErrNotFound)
-	}
+	data, rev, err := bus.GetEncoded(ctx, s.pods, key)
 	if err != nil {
-		return storedPod{}, fmt.Errorf("get %s/%s: %w", s.pods.Bucket(), key, err)
+		return storedPod{}, err
 	}
-	return decodeStored(e.Value(), e.Revision())
+	return decodeStored(data, rev)
 }
 
 // applyReport writes the report into the pod with compare-and-set and says what it did, with the pod's
