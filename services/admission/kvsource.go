@@ -35,18 +35,18 @@ func (s *kvSource) count() {
 // get reads one object; a 404 Status when absent.
 func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, uint64, error) {
 	s.count()
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	data, rev, err := bus.GetEncoded(ctx, s.kv, key)
+	if errors.Is(err, bus.ErrNotFound) {
 		return nil, 0, apierrors.NewNotFound(s.ki.gr(), name)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("get %s/%s: %w", s.kv.Bucket(), key, err)
+		return nil, 0, err
 	}
-	o, err := s.decode(key, e.Value(), e.Revision())
+	o, err := s.decode(key, data, rev)
 	if err != nil {
 		return nil, 0, err
 	}
-	return o, e.Revision(), nil
+	return o, rev, nil
 }
 
 // list reads the current values under filter (a key pattern) that match m.

@@ -314,15 +314,15 @@ func deleteAll(ctx context.Context, kv jetstream.KeyValue, ns string) error {
 		return err
 	}
 	for _, key := range keys {
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		_, rev, err := bus.GetEncoded(ctx, kv, key)
+		if errors.Is(err, bus.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("get %s/%s: %w", kv.Bucket(), key, err)
+			return err
 		}
 		// A conflict (changed meanwhile) fails this pass; the next one deletes the newer object.
-		if err := bus.Delete(ctx, kv, key, e.Revision()); err != nil {
+		if err := bus.Delete(ctx, kv, key, rev); err != nil {
 			return err
 		}
 	}
@@ -370,18 +370,15 @@ func (s *Service) removeFinalizer(ctx context.Context, ns string) error {
 }
 
 func (s *Service) get(ctx context.Context, ns string) (*corev1.Namespace, uint64, error) {
-	e, err := s.namespaces.Get(ctx, bus.NodeKey(ns))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("namespace %s: %w", ns, bus.ErrNotFound)
-	}
+	data, rev, err := bus.GetEncoded(ctx, s.namespaces, bus.NodeKey(ns))
 	if err != nil {
-		return nil, 0, fmt.Errorf("get namespace %s: %w", ns, err)
+		return nil, 0, fmt.Errorf("namespace %s: %w", ns, err)
 	}
-	n, err := decodeNamespace(e.Value())
+	n, err := decodeNamespace(data)
 	if err != nil {
 		return nil, 0, err
 	}
-	return n, e.Revision(), nil
+	return n, rev, nil
 }
 
 // listKeys lists the keys of ns's objects in kv (bus.ObjectKey).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -50,14 +49,14 @@ func (s *Service) getDeployment(ctx context.Context, ns, name string) (*dEntry, 
 
 // deploymentRevision is the Deployment's revision in the bucket now (0: gone).
 func (s *Service) deploymentRevision(ctx context.Context, ns, name string) (uint64, error) {
-	e, err := s.dKV.Get(ctx, bus.ObjectKey(ns, name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	_, rev, err := bus.GetEncoded(ctx, s.dKV, bus.ObjectKey(ns, name))
+	if errors.Is(err, bus.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("get deployment %s/%s: %w", ns, name, err)
+		return 0, fmt.Errorf("deployment %s/%s: %w", ns, name, err)
 	}
-	return e.Revision(), nil
+	return rev, nil
 }
 
 // dsync is one sync of a Deployment: what it read, and the ReplicaSets as it changes them.

@@ -112,18 +112,15 @@ func (s *Service) getRS(ctx context.Context, ns, name string) (*rsEntry, error) 
 // getObject reads ns/name of a workload bucket into obj, returning its pod template and revision;
 // bus.ErrNotFound when it is gone.
 func getObject(ctx context.Context, kv jetstream.KeyValue, what, ns, name string, obj any) (*pb.Pod, uint64, error) {
-	e, err := kv.Get(ctx, bus.ObjectKey(ns, name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, bus.ErrNotFound
-	}
+	data, rev, err := bus.GetEncoded(ctx, kv, bus.ObjectKey(ns, name))
 	if err != nil {
-		return nil, 0, fmt.Errorf("get %s %s/%s: %w", what, ns, name, err)
+		return nil, 0, fmt.Errorf("%s %s/%s: %w", what, ns, name, err)
 	}
-	t, err := workload.Decode(e.Value(), obj)
+	t, err := workload.Decode(data, obj)
 	if err != nil {
 		return nil, 0, err
 	}
-	return t, e.Revision(), nil
+	return t, rev, nil
 }
 
 // writeRS stores rs over revision rev (compare-and-set).

@@ -460,19 +460,19 @@ func controllerRefPB(refs []*pb.OwnerReference) *pb.OwnerReference {
 // namespaceOpen reports whether pods may be created in ns: it exists and is not terminating (the API
 // refuses the same creations, which the store's command path does not check).
 func (s *Service) namespaceOpen(ctx context.Context, ns string) (bool, error) {
-	e, err := s.nsKV.Get(ctx, bus.NodeKey(ns))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	data, _, err := bus.GetEncoded(ctx, s.nsKV, bus.NodeKey(ns))
+	if errors.Is(err, bus.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("get namespace %s: %w", ns, err)
+		return false, err
 	}
 	var n struct {
 		Metadata struct {
 			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(e.Value(), &n); err != nil {
+	if err := json.Unmarshal(data, &n); err != nil {
 		return false, fmt.Errorf("namespace %s: %w", ns, errors.Join(bus.ErrMalformed, err))
 	}
 	return n.Metadata.DeletionTimestamp == nil, nil
