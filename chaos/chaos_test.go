@@ -25,7 +25,7 @@ func TestChaosFixedSeed(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/podbus").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	dir := t.TempDir()
+	dir := keptOnFailure(t)
 	var log strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -41,8 +41,12 @@ func TestChaosFixedSeed(t *testing.T) {
 			}
 		}
 		// The run's directory goes with the test: keep what a node that never settled was doing.
-		logs, _ := filepath.Glob(filepath.Join(dir, "logs", "agent-*.log"))
-		for _, f := range append(logs, filepath.Join(dir, "logs", "status.log")) {
+		var logs []string
+		for _, pattern := range []string{"agent-*.log", "status.log", "workloads-*.log", "controllers-*.log"} {
+			m, _ := filepath.Glob(filepath.Join(dir, "logs", pattern))
+			logs = append(logs, m...)
+		}
+		for _, f := range logs {
 			if b, rerr := os.ReadFile(f); rerr == nil {
 				t.Logf("%s, last lines:\n%s", filepath.Base(f), lastLines(string(b), 30))
 			}
@@ -70,6 +74,25 @@ func TestChaosFixedSeed(t *testing.T) {
 	if rep.DeploysCreated == 0 || rep.DeploysRolled == 0 {
 		t.Errorf("workload: %d deployments created, %d rolled", rep.DeploysCreated, rep.DeploysRolled)
 	}
+}
+
+// keptOnFailure is a directory for the run that is removed when the test passes and kept, its path
+// logged, when it fails: the history, the origin samples and every process's log are what a failure
+// under a fixed fault schedule is explained from, and the runs that fail are rare.
+func keptOnFailure(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "podbus-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the run's directory is kept: %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // realRuntime is the containerd socket of the run's real node (PODBUS_CONTAINERD_ADDRESS, as .ci/run
