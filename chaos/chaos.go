@@ -158,7 +158,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer fl.close()
 
-	sampler := newOriginSampler(conn.JS)
+	var sampleJS []streamInfoer
+	for i, url := range h.natsURLs {
+		c, err := bus.Connect(ctx, url, fmt.Sprintf("podbus-chaos-origins-%d", i+1), opts...)
+		if err != nil {
+			return rep, err
+		}
+		defer c.Close()
+		sampleJS = append(sampleJS, c.JS)
+	}
+	sampler := newOriginSampler(sampleJS...)
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
 	sampling.Go(func() { sampler.run(sampleCtx, 100*time.Millisecond) })

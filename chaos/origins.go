@@ -16,24 +16,41 @@ import (
 // originSampler records, every period, how far the buckets the Deployment checks read have got:
 // AUDIT copies each on its own and may copy one many seconds behind the others after a fault, so the
 // checker orders their records by these samples rather than by when AUDIT stored them.
+//
+// It samples through one connection per NATS server, each on its own: a server cut off from the
+// others answers nothing for as long as the partition lasts, and a gap in the samples leaves the
+// records written meanwhile timed by AUDIT alone.
 type originSampler struct {
-	js      jetstream.JetStream
+	js      []streamInfoer
 	streams []string
 	mu      sync.Mutex
 	samples check.Origins
 }
 
-func newOriginSampler(js jetstream.JetStream) *originSampler {
+// streamInfoer reads a stream's info (jetstream.JetStream does).
+type streamInfoer interface {
+	Stream(ctx context.Context, name string) (jetstream.Stream, error)
+}
+
+func newOriginSampler(js ...streamInfoer) *originSampler {
 	return &originSampler{js: js, samples: check.Origins{},
 		streams: []string{bus.KVStream(bus.BucketPods), bus.KVStream(bus.BucketDeployments), bus.KVStream(bus.BucketReplicaSets)}}
 }
 
 func (o *originSampler) run(ctx context.Context, period time.Duration) {
+	var wg sync.WaitGroup
+	for _, js := range o.js {
+		wg.Go(func() { o.runOn(ctx, js, period) })
+	}
+	wg.Wait()
+}
+
+func (o *originSampler) runOn(ctx context.Context, js streamInfoer, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		for _, name := range o.streams {
-			o.sample(ctx, name)
+			o.sample(ctx, js, name)
 		}
 		select {
 		case <-ctx.Done():
@@ -43,17 +60,18 @@ func (o *originSampler) run(ctx context.Context, period time.Duration) {
 	}
 }
 
-func (o *originSampler) sample(ctx context.Context, name string) {
+func (o *originSampler) sample(ctx context.Context, js streamInfoer, name string) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	s, err := o.js.Stream(ctx, name)
+	s, err := js.Stream(ctx, name)
 	if err != nil {
-		return // a member down or cut off: the next sample bounds these records, later
+		return // a member down or cut off: another connection's sample bounds these records
 	}
 	seq := s.CachedInfo().State.LastSeq
-	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// Timed under the lock, so that samples from several connections are in time order too.
+	now := time.Now()
 	if prev := o.samples[name]; len(prev) == 0 || prev[len(prev)-1].Seq < seq {
 		o.samples[name] = append(prev, check.OriginSample{Time: now, Seq: seq})
 	}
