@@ -95,8 +95,15 @@ func Entries(n int) ([]*Entry, int) {
 
 // HeapAlloc is the live heap, after a collection.
 func HeapAlloc() uint64 {
+	b, _ := LiveHeap()
+	return b
+}
+
+// LiveHeap is the live heap's bytes and objects, after a collection: the collector's mark work grows
+// with both.
+func LiveHeap() (bytes, objects uint64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
+	return m.HeapAlloc, m.HeapObjects
 }

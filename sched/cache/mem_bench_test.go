@@ -55,7 +55,7 @@ func BenchmarkAllocMemory(b *testing.B) {
 				for n := range memNodes {
 					c.UpsertNode(st.Node(fmt.Sprintf("node-%03d", n)).Capacity("1000", "4000Gi", 1000).Obj(), uint64(n+1))
 				}
-				before := podtest.HeapAlloc()
+				before, beforeObjs := podtest.LiveHeap()
 				rev := uint64(memNodes)
 				for i := range memPods {
 					node := fmt.Sprintf("node-%03d", i%memNodes)
@@ -77,9 +77,10 @@ func BenchmarkAllocMemory(b *testing.B) {
 				if c.NumAssumed() != 0 {
 					b.Fatalf("%d pods still assumed", c.NumAssumed())
 				}
-				after := podtest.HeapAlloc()
+				after, afterObjs := podtest.LiveHeap()
 				runtime.KeepAlive(c)
 				b.ReportMetric(float64(after-before)/memPods, "B/pod")
+				b.ReportMetric(float64(afterObjs-beforeObjs)/memPods, "objects/pod")
 			}
 		})
 	}

@@ -31,7 +31,7 @@ func (e memEntry) Created() time.Time              { return time.Time{} }
 func (e memEntry) Delta() uint64                   { return 0 }
 func (e memEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
 
-// BenchmarkAllocMemory reports what the binder keeps per committed pod (B/pod, live heap after a GC)
+// BenchmarkAllocMemory reports what the binder keeps per committed pod (B/pod and objects/pod, live heap after a GC)
 // once its watch took in 50,000 alloc keys over 500 nodes: pods 100m/64Mi, the labels of their
 // ReplicaSet of 50. "pending": no commit check read the view yet (no pod has inter-pod constraints);
 // "flushed": one did, so the view's cache holds them all. Run it with -benchtime=1x.
@@ -56,7 +56,7 @@ func BenchmarkAllocMemory(b *testing.B) {
 					rev++
 					v.applyNode(memEntry{key: bus.NodeKey(nd.Metadata.Name), value: data, rev: rev})
 				}
-				before := podtest.HeapAlloc()
+				before, beforeObjs := podtest.LiveHeap()
 				for i := range pods {
 					rs := i / replica
 					p := pod(fmt.Sprintf("uid-%08d", i), fmt.Sprintf("web-%d-%05d", rs, i), "100m", func(p *pb.Pod) {
@@ -81,9 +81,10 @@ func BenchmarkAllocMemory(b *testing.B) {
 				if flush {
 					v.snapshot()
 				}
-				after := podtest.HeapAlloc()
+				after, afterObjs := podtest.LiveHeap()
 				runtime.KeepAlive(s)
 				b.ReportMetric(float64(after-before)/pods, "B/pod")
+				b.ReportMetric(float64(afterObjs-beforeObjs)/pods, "objects/pod")
 			}
 		})
 	}
