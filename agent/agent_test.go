@@ -43,6 +43,8 @@ type env struct {
 	pub   *bus.Publisher
 
 	stopAgent func()
+	// wrap, when set, is the runtime the agent is given around rt.
+	wrap func(*fake.Runtime) agent.Runtime
 }
 
 func testConfig() agent.Config {
@@ -57,6 +59,12 @@ func testConfig() agent.Config {
 
 func newEnv(t *testing.T, cfg agent.Config, fcfg fake.Config) *env {
 	t.Helper()
+	return newEnvWrapped(t, cfg, fcfg, nil)
+}
+
+// newEnvWrapped is newEnv with the agent given wrap(rt) as its runtime (nil: rt).
+func newEnvWrapped(t *testing.T, cfg agent.Config, fcfg fake.Config, wrap func(*fake.Runtime) agent.Runtime) *env {
+	t.Helper()
 	_, conn := bustest.Start(t)
 	b, err := bus.OpenBuckets(context.Background(), conn.JS)
 	if err != nil {
@@ -69,7 +77,7 @@ func newEnv(t *testing.T, cfg agent.Config, fcfg fake.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, rt: rt, pub: bus.NewPublisher(conn.JS, "test/"+t.Name())}
+	e := &env{t: t, conn: conn, pods: b.Pods, nodes: b.Nodes, rt: rt, pub: bus.NewPublisher(conn.JS, "test/"+t.Name()), wrap: wrap}
 	svc, err := status.New(status.Config{ID: "s1", NodeMonitorGracePeriod: 500 * time.Millisecond, MonitorInterval: 50 * time.Millisecond}, conn)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +118,11 @@ func (e *env) run(t *testing.T, f func(context.Context) error) func() {
 }
 
 func (e *env) startAgent(cfg agent.Config) {
-	a, err := agent.New(cfg, e.conn, e.rt)
+	var rt agent.Runtime = e.rt
+	if e.wrap != nil {
+		rt = e.wrap(e.rt)
+	}
+	a, err := agent.New(cfg, e.conn, rt)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -767,35 +779,51 @@ func TestCleanupRemovesWhatLeftTheStore(t *testing.T) {
 	}
 }
 
-// A running pod keeps no goroutine that only waits for its others: the simulated nodes of a load test
-// hold every pod of the cluster in one process, and each goroutine's stack is scanned by every GC.
+// waitOnly is the fake runtime without exit callbacks, as the containerd runtime is: its NotifyExit
+// shadows the fake's, so that it is no agent.ExitNotifier.
+type waitOnly struct{ *fake.Runtime }
+
+func (waitOnly) NotifyExit() {}
+
+// A running pod keeps no goroutine that only waits for its others, and, on a runtime that calls back on
+// exits (the simulated one), none at all: the simulated nodes of a load test hold every pod of the
+// cluster in one process, and each goroutine's stack is scanned by every GC. On a runtime that only
+// hands out wait channels, each container's loop waits in a goroutine. Either way the pods end.
 func TestRunningPodGoroutines(t *testing.T) {
-	cfg := testConfig()
-	cfg.NetworkCheckInterval = -1 // one check at the start, no loop
-	e := newEnv(t, cfg, fake.Config{})
-	const pods = 40
-	var ps []*pb.Pod
-	for i := range pods {
-		p := newPod(fmt.Sprintf("web-%d", i))
-		e.create(p)
-		ps = append(ps, p)
+	for _, tt := range []struct {
+		name   string
+		wrap   func(*fake.Runtime) agent.Runtime
+		perPod int
+	}{
+		{"exit callbacks", nil, 0},
+		{"wait channels", func(rt *fake.Runtime) agent.Runtime { return waitOnly{rt} }, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.NetworkCheckInterval = -1 // one check at the start, no loop
+			e := newEnvWrapped(t, cfg, fake.Config{}, tt.wrap)
+			const pods = 40
+			var ps []*pb.Pod
+			for i := range pods {
+				p := newPod(fmt.Sprintf("web-%d", i))
+				e.create(p)
+				ps = append(ps, p)
+			}
+			for _, p := range ps {
+				e.until(p, "Running and Ready", isRunningReady)
+			}
+			bustest.Eventually(t, wait, func() bool {
+				return podGoroutines(t) == tt.perPod*pods
+			}, "not %d goroutines per running pod", tt.perPod)
+			for _, p := range ps {
+				e.terminate(p, 0)
+			}
+			bustest.Eventually(t, wait, func() bool {
+				return e.rt.Running() == 0 && e.rt.IPsInUse() == 0 && podGoroutines(t) == 0
+			}, "the pods did not end: containers, sandboxes or pod goroutines left")
+			e.stopAgent() // returns once every pod has ended
+		})
 	}
-	for _, p := range ps {
-		e.until(p, "Running and Ready", isRunningReady)
-	}
-	// One goroutine per pod: its container's loop.
-	var n int
-	bustest.Eventually(t, wait, func() bool {
-		n = podGoroutines(t)
-		return n == pods
-	}, "one goroutine per running pod")
-	for _, p := range ps {
-		e.terminate(p, 0)
-	}
-	bustest.Eventually(t, wait, func() bool {
-		n = podGoroutines(t)
-		return n == 0
-	}, "no pod goroutine once the pods are gone")
 }
 
 // podGoroutines counts the goroutines running a pod worker's code.

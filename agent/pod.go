@@ -298,21 +298,69 @@ func (w *podWorker) loop(ctx context.Context, c *ctr) {
 				continue
 			}
 		}
+		if w.waitDetached(ctx, c) {
+			return
+		}
 		st, ok := w.wait(ctx, c)
-		if !ok {
+		if !ok || !w.exited(ctx, c, st) {
 			return
 		}
-		if !w.onExit(c, st) {
-			if w.allDone() {
-				w.finish(ctx)
-			} else {
-				w.reportRetry(ctx)
-			}
-			return
-		}
-		w.scheduleRestart(c)
-		w.reportRetry(ctx)
 	}
+}
+
+// exited takes in an app container's exit and says whether its loop goes on (a restart).
+func (w *podWorker) exited(ctx context.Context, c *ctr, st ContainerStatus) bool {
+	if !w.onExit(c, st) {
+		if w.allDone() {
+			w.finish(ctx)
+		} else {
+			w.reportRetry(ctx)
+		}
+		return false
+	}
+	w.scheduleRestart(c)
+	w.reportRetry(ctx)
+	return true
+}
+
+// waitDetached hands the wait for c's exit to a runtime that calls back (ExitNotifier), so that no
+// goroutine is parked while the container runs: the exit resumes c's loop in a goroutine of its own,
+// and the pod's end (ctx) lets the wait go. The wait counts as one of the pod's goroutines until then.
+// It returns false when the runtime cannot, and the caller waits itself.
+func (w *podWorker) waitDetached(ctx context.Context, c *ctr) bool {
+	n, ok := w.a.rt.(ExitNotifier)
+	if !ok {
+		return false
+	}
+	w.mu.Lock()
+	id := c.id
+	w.mu.Unlock()
+	// Exactly one of the exit and the pod's end takes the wait over.
+	var taken atomic.Bool
+	w.live.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		if taken.CompareAndSwap(false, true) {
+			w.leave()
+		}
+	})
+	err := n.NotifyExit(id, func(st ContainerStatus) {
+		if !taken.CompareAndSwap(false, true) {
+			return
+		}
+		stop()
+		go func() {
+			defer w.leave()
+			if w.exited(ctx, c, st) {
+				w.loop(ctx, c)
+			}
+		}()
+	})
+	if err != nil && stop() {
+		// The caller, still counted, waits itself: wait takes a vanished container as a failed exit.
+		w.live.Add(-1)
+		return false
+	}
+	return true
 }
 
 // wait blocks until the container exits (false when ctx ends first).

@@ -67,6 +67,16 @@ type ContainerManager interface {
 	ContainerLogs(ctx context.Context, id ContainerID, w io.Writer, opts LogOptions) error
 }
 
+// ExitNotifier is implemented by a runtime that calls back on a container's exit instead of handing
+// out a channel to wait on. The simulated runtime does: it runs many nodes' pods in one process, and a
+// goroutine parked per running container is what every collection of that process scans.
+type ExitNotifier interface {
+	// NotifyExit calls f once with the container's final status when it exits, at once when it already
+	// has; ErrNotFound when there is no such container. f may run with the runtime's lock held: it must
+	// not block or call the runtime.
+	NotifyExit(id ContainerID, f func(ContainerStatus)) error
+}
+
 // Prober runs one probe attempt. The agent has a network prober; a runtime may provide its own.
 type Prober interface {
 	Probe(ctx context.Context, t ProbeTarget, p *pb.Probe) ProbeResult

@@ -83,7 +83,7 @@ type container struct {
 	spec    *pb.Container
 	init    bool
 	timer   *time.Timer
-	waiters []chan agent.ContainerStatus
+	waiters []func(agent.ContainerStatus)
 	log     []string
 }
 
@@ -361,12 +361,28 @@ func (r *Runtime) WaitContainer(_ context.Context, id agent.ContainerID) (<-chan
 		return nil, fmt.Errorf("wait container %s: %w", id, agent.ErrNotFound)
 	}
 	ch := make(chan agent.ContainerStatus, 1)
-	if c.st.State == agent.StateExited {
-		ch <- c.st
-		return ch, nil
-	}
-	c.waiters = append(c.waiters, ch)
+	r.notifyLocked(c, func(st agent.ContainerStatus) { ch <- st }) // buffered 1, sent once
 	return ch, nil
+}
+
+// NotifyExit implements agent.ExitNotifier: f runs under the runtime's lock.
+func (r *Runtime) NotifyExit(id agent.ContainerID, f func(agent.ContainerStatus)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return fmt.Errorf("wait container %s: %w", id, agent.ErrNotFound)
+	}
+	r.notifyLocked(c, f)
+	return nil
+}
+
+func (r *Runtime) notifyLocked(c *container, f func(agent.ContainerStatus)) {
+	if c.st.State == agent.StateExited {
+		f(c.st)
+		return
+	}
+	c.waiters = append(c.waiters, f)
 }
 
 // ExecSync implements agent.ContainerManager: every command succeeds in a running container.
@@ -454,8 +470,8 @@ func (r *Runtime) exitLocked(c *container, code int32, reason string) {
 	c.st.Reason = reason
 	c.st.FinishedAt = r.cfg.Now()
 	c.log = append(c.log, fmt.Sprintf("exited with code %d", code))
-	for _, w := range c.waiters {
-		w <- c.st // buffered 1, sent once
+	for _, f := range c.waiters {
+		f(c.st)
 	}
 	c.waiters = nil
 }
