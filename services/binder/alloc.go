@@ -483,6 +483,7 @@ func (c *allocCache) load(node string, n *nodeState) {
 // wrote takes in this replica's write of one key at newRev, made on the state at rev. The state it
 // holds is that one unless the watch moved it on (it then holds the write already) or it was dropped.
 func (c *allocCache) wrote(node string, rev, newRev uint64, uid string, pa *pb.PodAllocation, meta *pb.NodeAllocation) {
+	intern.PodAllocation(pa) // as the watch's entries: kept as long as the pod runs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.writtenAt(node, rev); n != nil {
@@ -510,6 +511,9 @@ func (c *allocCache) writtenAt(node string, rev uint64) *nodeState {
 // wroteAll takes in this replica's atomic write of the pod keys of uids (entries pas) at newRev,
 // made on the state at rev (see wrote).
 func (c *allocCache) wroteAll(node string, rev, newRev uint64, uids []string, pas []*pb.PodAllocation) {
+	for _, pa := range pas {
+		intern.PodAllocation(pa)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.writtenAt(node, rev); n != nil {

@@ -34,11 +34,14 @@ func (e memEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePu
 // BenchmarkAllocMemory reports what the binder keeps per committed pod (B/pod and objects/pod, live heap after a GC)
 // once its watch took in 50,000 alloc keys over 500 nodes: pods 100m/64Mi, the labels of their
 // ReplicaSet of 50. "pending": no commit check read the view yet (no pod has inter-pod constraints);
-// "flushed": one did, so the view's cache holds them all. Run it with -benchtime=1x.
+// "flushed": one did, so the view's cache holds them all. "written": the keys are this replica's own
+// writes, which the cache takes from the pods it decoded, not from the watch. Run it with
+// -benchtime=1x.
 func BenchmarkAllocMemory(b *testing.B) {
 	const pods, nodes, replica = 50_000, 500, 50
-	for _, flush := range []bool{false, true} {
-		b.Run(map[bool]string{false: "pending", true: "flushed"}[flush], func(b *testing.B) {
+	for _, mode := range []string{"pending", "flushed", "written"} {
+		flush, written := mode == "flushed", mode == "written"
+		b.Run(mode, func(b *testing.B) {
 			for range b.N {
 				s := &Service{}
 				v, err := newCommitView()
@@ -56,6 +59,9 @@ func BenchmarkAllocMemory(b *testing.B) {
 					rev++
 					v.applyNode(memEntry{key: bus.NodeKey(nd.Metadata.Name), value: data, rev: rev})
 				}
+				if written {
+					s.alloc.sync()
+				}
 				before, beforeObjs := podtest.LiveHeap()
 				for i := range pods {
 					rs := i / replica
@@ -66,6 +72,21 @@ func BenchmarkAllocMemory(b *testing.B) {
 						p.Spec.SchedulerName = "default-scheduler"
 						p.Spec.Containers[0].Resources.Requests["memory"] = "64Mi"
 					})
+					if written {
+						// As reserve does: the pod as read from the bucket, then its key written.
+						data, err := proto.Marshal(p)
+						if err != nil {
+							b.Fatal(err)
+						}
+						read := &pb.Pod{}
+						if err := proto.Unmarshal(data, read); err != nil {
+							b.Fatal(err)
+						}
+						node := fmt.Sprintf("node-%03d", i%nodes)
+						rev++
+						s.alloc.wrote(node, s.alloc.rev(node), rev, read.Metadata.Uid, podAllocation(read, podutil.PodRequests(read)), nil)
+						continue
+					}
 					data, err := proto.Marshal(podAllocation(p, podutil.PodRequests(p)))
 					if err != nil {
 						b.Fatal(err)
