@@ -459,7 +459,19 @@ func Untoken(t string) (string, bool) {
 	if t == "=" {
 		return "", true
 	}
+	// Most tokens escape nothing: they are their own value, and need no copy.
+	clean := true
+	for i := 0; i < len(t); i++ {
+		if !isPlain(t[i]) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return t, true
+	}
 	var b strings.Builder
+	b.Grow(len(t))
 	for i := 0; i < len(t); i++ {
 		c := t[i]
 		switch {

@@ -78,6 +78,22 @@ func TestSubjAgent(t *testing.T) {
 	}
 }
 
+// A token that escapes nothing is its own value: caches keep the names they split off their keys, and
+// a copy of each would be one more object per pod.
+func TestUntokenPlainIsNotCopied(t *testing.T) {
+	const key = "default.web-7d9f8-abcde"
+	var ns, name string
+	if n := testing.AllocsPerRun(100, func() { ns, name, _ = SplitPodKey(key) }); n != 0 {
+		t.Errorf("SplitPodKey(%q): %v allocations, want 0", key, n)
+	}
+	if ns != "default" || name != "web-7d9f8-abcde" {
+		t.Errorf("SplitPodKey(%q) = %q, %q", key, ns, name)
+	}
+	if got, ok := Untoken("a_b"); !ok || got != "a.b" {
+		t.Errorf("Untoken(a_b) = %q, %v; want a.b", got, ok)
+	}
+}
+
 func TestUntokenRejectsGarbage(t *testing.T) {
 	for _, s := range []string{"a=4", "a=ZZ", "a.b", "a*"} {
 		if _, ok := Untoken(s); ok {
