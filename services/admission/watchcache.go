@@ -138,6 +138,7 @@ type watchCache struct {
 
 	mu        sync.Mutex
 	objects   map[string]*cacheEntry
+	idBuf     []byte        // apply's ns/name, to look an object up without a string per change
 	sorted    []*cacheEntry // as of rv once pending is merged in
 	pending   []*cacheEntry // entries added since sorted was built
 	dirty     bool          // sorted misses changes: pending entries, or stale ones to drop
@@ -306,11 +307,20 @@ func (c *watchCache) apply(key string, op jetstream.KeyValueOp, value []byte, re
 	if !ok {
 		return
 	}
+	// An object keeps the id of its first version: a change looks it up in a buffer, so that only a new
+	// object allocates one.
 	id := name
+	var prev *cacheEntry
 	if c.ki.namespaced {
-		id = ns + "/" + name
+		c.idBuf = append(append(append(c.idBuf[:0], ns...), '/'), name...)
+		if prev = c.objects[string(c.idBuf)]; prev != nil {
+			id = prev.id
+		} else {
+			id = string(c.idBuf)
+		}
+	} else {
+		prev = c.objects[id]
 	}
-	prev := c.objects[id]
 	if prev == nil && cur == nil {
 		return // deleting what was never there: no event, as etcd's watch gives none
 	}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/fields"
@@ -32,6 +33,22 @@ func TestCacheEntriesShareLabels(t *testing.T) {
 	}
 	if o, err := c.get("default/a"); err != nil || objectMeta(o).Name != "a" {
 		t.Errorf("get after the buffer changed: %v, %v", o, err)
+	}
+}
+
+// An object's versions share the id of its first one: the ring keeps several versions of a pod that
+// changes, and a string each would be one more object per version.
+func TestCacheVersionsShareID(t *testing.T) {
+	c := fedCache(t)
+	c.putPod(t, "a", "web", 1)
+	first := c.objects["default/a"]
+	c.putPod(t, "a", "db", 2)
+	second := c.objects["default/a"]
+	if second == first || second.labels["app"] != "db" || !first.stale {
+		t.Fatalf("the second version did not replace the first: %+v", second)
+	}
+	if second.id != "default/a" || unsafe.StringData(second.id) != unsafe.StringData(first.id) {
+		t.Errorf("versions hold separate ids %q and %q", first.id, second.id)
 	}
 }
 
