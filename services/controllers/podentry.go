@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -70,26 +71,112 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 }
 
 // readyOnly is a stored pod pruned to podDataMask, of its conditions only Ready: the one the
-// controllers read, where a running pod has five.
+// controllers read, where a running pod has five. The other conditions are cut out of the wire form:
+// every change of every pod comes through here.
 func readyOnly(data []byte) ([]byte, bool) {
 	rest, ok := bus.Prune(data, podDataMask)
 	if !ok {
 		return nil, false
 	}
-	p := &pb.Pod{}
-	if proto.Unmarshal(rest, p) != nil {
-		return nil, false
-	}
-	conds := p.GetStatus().GetConditions()
-	if !slices.ContainsFunc(conds, notReadyCondition) {
-		return rest, true
-	}
-	p.Status.Conditions = slices.DeleteFunc(conds, notReadyCondition)
-	out, err := proto.Marshal(p)
-	return out, err == nil
+	return dropConditions(rest)
 }
 
-func notReadyCondition(c *pb.PodCondition) bool { return c.GetType() != "Ready" }
+var (
+	podStatusNum     = bus.FieldNumber(&pb.Pod{}, "status")
+	statusCondsNum   = bus.FieldNumber(&pb.PodStatus{}, "conditions")
+	conditionTypeNum = bus.FieldNumber(&pb.PodCondition{}, "type")
+)
+
+// dropConditions removes from a pod's wire form every status condition but Ready, in each occurrence
+// of its status; data itself when there is none to remove. False when data is malformed.
+func dropConditions(data []byte) ([]byte, bool) {
+	var out []byte
+	copied := 0 // data[:copied] is in out
+	for pos := 0; pos < len(data); {
+		num, typ, n := protowire.ConsumeTag(data[pos:])
+		if n < 0 {
+			return nil, false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
+		if l < 0 {
+			return nil, false
+		}
+		if num == podStatusNum && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(data[pos+n:])
+			st, dropped, ok := readyConditions(v)
+			if !ok {
+				return nil, false
+			}
+			if dropped {
+				if out == nil {
+					out = make([]byte, 0, len(data))
+				}
+				out = append(out, data[copied:pos]...)
+				out = protowire.AppendTag(out, num, protowire.BytesType)
+				out = protowire.AppendBytes(out, st)
+				copied = pos + n + l
+			}
+		}
+		pos += n + l
+	}
+	if out == nil {
+		return data, true
+	}
+	return append(out, data[copied:]...), true
+}
+
+// readyConditions is a PodStatus's wire form without its conditions other than Ready; dropped says
+// whether it had any.
+func readyConditions(data []byte) (out []byte, dropped, ok bool) {
+	copied := 0 // data[:copied] is in out
+	for pos := 0; pos < len(data); {
+		num, typ, n := protowire.ConsumeTag(data[pos:])
+		if n < 0 {
+			return nil, false, false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
+		if l < 0 {
+			return nil, false, false
+		}
+		if num == statusCondsNum && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(data[pos+n:])
+			t, ok := conditionType(v)
+			if !ok {
+				return nil, false, false
+			}
+			if string(t) != "Ready" {
+				out = append(out, data[copied:pos]...)
+				copied = pos + n + l
+				dropped = true
+			}
+		}
+		pos += n + l
+	}
+	if !dropped {
+		return data, false, true
+	}
+	return append(out, data[copied:]...), true, true
+}
+
+// conditionType is a PodCondition's type as a decoder reads it: the last occurrence wins.
+func conditionType(data []byte) ([]byte, bool) {
+	var t []byte
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return nil, false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, data[n:])
+		if l < 0 {
+			return nil, false
+		}
+		if num == conditionTypeNum && typ == protowire.BytesType {
+			t, _ = protowire.ConsumeBytes(data[n:])
+		}
+		data = data[n+l:]
+	}
+	return t, true
+}
 
 // pod decodes what the entry keeps of the pod, a copy of its own. The bytes were pruned from a pod
 // that decoded, so this does not fail but for a bug, when it returns the metadata alone.

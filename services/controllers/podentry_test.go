@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -233,5 +234,91 @@ func TestLabelSet(t *testing.T) {
 	}
 	if _, ok := labelSet(nil).Lookup("a"); ok {
 		t.Errorf("empty set has a label")
+	}
+}
+
+// readyOnly cuts the conditions other than Ready out of the wire form: the result decodes as the
+// pruned pod decoded with those conditions removed, whatever the conditions and however the status is
+// laid out on the wire (several occurrences, merged; a condition whose type appears twice).
+func TestReadyOnlyAsDecoded(t *testing.T) {
+	marshal := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cond := func(typ, status string) *pb.PodCondition { return &pb.PodCondition{Type: typ, Status: status} }
+	withConds := func(cs ...*pb.PodCondition) []byte {
+		p := runningPod(1)
+		p.Status.Conditions = cs
+		return marshal(p)
+	}
+	// A condition of type PodScheduled and then Ready, as one message: it decodes as Ready.
+	twice := append(marshal(cond("PodScheduled", "False")), marshal(cond("Ready", "True"))...)
+	var status []byte
+	status = protowire.AppendTag(status, statusCondsNum, protowire.BytesType)
+	status = protowire.AppendBytes(status, twice)
+	var retyped []byte
+	retyped = protowire.AppendTag(retyped, podStatusNum, protowire.BytesType)
+	retyped = protowire.AppendBytes(retyped, status)
+	for _, tt := range []struct {
+		name string
+		data []byte
+		cut  bool // conditions are cut out (else the pruned bytes come back as they are)
+	}{
+		{"no status", marshal(&pb.Pod{Metadata: &pb.ObjectMeta{Name: "a"}}), false},
+		{"no conditions", withConds(), false},
+		{"Ready alone", withConds(cond("Ready", "True")), false},
+		{"Ready among others", withConds(cond("PodScheduled", "True"), cond("Ready", "False"), cond("Initialized", "True")), true},
+		{"no Ready", withConds(cond("PodScheduled", "True")), true},
+		{"two statuses", append(withConds(cond("Initialized", "True"), cond("Ready", "True")),
+			marshal(&pb.Pod{Status: &pb.PodStatus{Phase: "Failed", Conditions: []*pb.PodCondition{cond("Ready", "False"), cond("ContainersReady", "False")}}})...), true},
+		{"type twice, Ready last", append(withConds(cond("Initialized", "True")), retyped...), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pruned, ok := bus.Prune(tt.data, podDataMask)
+			if !ok {
+				t.Fatal("prune failed")
+			}
+			want := &pb.Pod{}
+			if err := proto.Unmarshal(pruned, want); err != nil {
+				t.Fatal(err)
+			}
+			if want.Status != nil {
+				want.Status.Conditions = slices.DeleteFunc(want.Status.Conditions, func(c *pb.PodCondition) bool { return c.GetType() != "Ready" })
+			}
+			got, ok := readyOnly(tt.data)
+			if !ok {
+				t.Fatal("readyOnly refused a well-formed pod")
+			}
+			dec := &pb.Pod{}
+			if err := proto.Unmarshal(got, dec); err != nil {
+				t.Fatal(err)
+			}
+			if d := gocmp.Diff(want, dec, protocmp.Transform()); d != "" {
+				t.Errorf("(-decoded and filtered +readyOnly):\n%s", d)
+			}
+			if cut := len(got) != len(pruned); cut != tt.cut {
+				t.Errorf("conditions cut: %v, want %v", cut, tt.cut)
+			}
+		})
+	}
+	if _, ok := readyOnly([]byte{0x0a, 0x05, 0x01}); ok {
+		t.Error("readyOnly took a truncated message")
+	}
+}
+
+// BenchmarkReadyOnly: what the controllers' cache keeps of a running pod's bytes, on each of its changes.
+func BenchmarkReadyOnly(b *testing.B) {
+	data, err := proto.Marshal(runningPod(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := readyOnly(data); !ok {
+			b.Fatal("refused")
+		}
 	}
 }
