@@ -25,6 +25,41 @@ func Splice(m proto.Message, num protowire.Number, raw []byte) ([]byte, error) {
 	return protowire.AppendBytes(b, raw), nil
 }
 
+// WireField is one field of a message's wire form, as EachField walks it.
+type WireField struct {
+	Num  protowire.Number
+	Type protowire.Type
+	// Raw is the whole field, tag included; Value a length-delimited field's contents (nil for the
+	// other wire types).
+	Raw, Value []byte
+	// Pos is where Raw starts in the message's wire form.
+	Pos int
+}
+
+// EachField calls f with each field of data, the wire form of a message, in order, until f returns
+// false. It reports false when data is malformed (up to where f stopped).
+func EachField(data []byte, f func(WireField) bool) bool {
+	for pos := 0; pos < len(data); {
+		num, typ, n := protowire.ConsumeTag(data[pos:])
+		if n < 0 {
+			return false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
+		if l < 0 {
+			return false
+		}
+		wf := WireField{Num: num, Type: typ, Raw: data[pos : pos+n+l], Pos: pos}
+		if typ == protowire.BytesType {
+			wf.Value, _ = protowire.ConsumeBytes(data[pos+n:])
+		}
+		if !f(wf) {
+			return true
+		}
+		pos += n + l
+	}
+	return true
+}
+
 // Field returns the contents of the length-delimited field num (a message's wire form, a string or
 // bytes) of data, the wire form of a message. It reports false when the field is absent, appears more
 // than once (a reader would merge a message's copies), or data is malformed.
@@ -83,19 +118,14 @@ func ReplaceFields(data []byte, fields ...RawField) ([]byte, bool) {
 		size += protowire.SizeTag(f.Num) + protowire.SizeBytes(len(f.Value))
 	}
 	out := make([]byte, 0, size)
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return nil, false
+	ok := EachField(data, func(wf WireField) bool {
+		if !slices.ContainsFunc(fields, func(f RawField) bool { return f.Num == wf.Num }) {
+			out = append(out, wf.Raw...)
 		}
-		l := protowire.ConsumeFieldValue(num, typ, data[n:])
-		if l < 0 {
-			return nil, false
-		}
-		if !slices.ContainsFunc(fields, func(f RawField) bool { return f.Num == num }) {
-			out = append(out, data[:n+l]...)
-		}
-		data = data[n+l:]
+		return true
+	})
+	if !ok {
+		return nil, false
 	}
 	for _, f := range fields {
 		if f.Value != nil {

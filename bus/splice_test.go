@@ -160,3 +160,43 @@ func TestReplaceFields(t *testing.T) {
 		}
 	})
 }
+
+// EachField walks the fields in wire order with their places, stops when told, and refuses a
+// truncated message.
+func TestEachField(t *testing.T) {
+	var data []byte
+	data = protowire.AppendTag(data, 1, protowire.BytesType)
+	data = protowire.AppendString(data, "web")
+	data = protowire.AppendTag(data, 5, protowire.VarintType)
+	data = protowire.AppendVarint(data, 300)
+	data = protowire.AppendTag(data, 1, protowire.BytesType)
+	data = protowire.AppendString(data, "")
+	type seen struct {
+		num   protowire.Number
+		pos   int
+		value string
+		bytes bool
+	}
+	var got []seen
+	if !EachField(data, func(f WireField) bool {
+		if string(data[f.Pos:f.Pos+len(f.Raw)]) != string(f.Raw) {
+			t.Errorf("field %d: Raw is not data at Pos %d", f.Num, f.Pos)
+		}
+		got = append(got, seen{f.Num, f.Pos, string(f.Value), f.Type == protowire.BytesType})
+		return true
+	}) {
+		t.Fatal("a well-formed message refused")
+	}
+	want := []seen{{1, 0, "web", true}, {5, 5, "", false}, {1, 8, "", true}}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(seen{})); d != "" {
+		t.Errorf("fields (-want +got):\n%s", d)
+	}
+	n := 0
+	EachField(data, func(WireField) bool { n++; return false })
+	if n != 1 {
+		t.Errorf("%d calls after the first said stop", n)
+	}
+	if EachField(data[:len(data)-4], func(WireField) bool { return true }) {
+		t.Error("a truncated message walked to its end")
+	}
+}

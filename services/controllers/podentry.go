@@ -92,34 +92,29 @@ var (
 func dropConditions(data []byte) ([]byte, bool) {
 	var out []byte
 	copied := 0 // data[:copied] is in out
-	for pos := 0; pos < len(data); {
-		num, typ, n := protowire.ConsumeTag(data[pos:])
-		if n < 0 {
-			return nil, false
+	ok := true
+	wellFormed := bus.EachField(data, func(f bus.WireField) bool {
+		if f.Num != podStatusNum || f.Type != protowire.BytesType {
+			return true
 		}
-		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
-		if l < 0 {
-			return nil, false
+		var st []byte
+		var dropped bool
+		if st, dropped, ok = readyConditions(f.Value); !ok || !dropped {
+			return ok
 		}
-		if num == podStatusNum && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(data[pos+n:])
-			st, dropped, ok := readyConditions(v)
-			if !ok {
-				return nil, false
-			}
-			if dropped {
-				if out == nil {
-					out = make([]byte, 0, len(data))
-				}
-				out = append(out, data[copied:pos]...)
-				out = protowire.AppendTag(out, num, protowire.BytesType)
-				out = protowire.AppendBytes(out, st)
-				copied = pos + n + l
-			}
+		if out == nil {
+			out = make([]byte, 0, len(data))
 		}
-		pos += n + l
-	}
-	if out == nil {
+		out = append(out, data[copied:f.Pos]...)
+		out = protowire.AppendTag(out, f.Num, protowire.BytesType)
+		out = protowire.AppendBytes(out, st)
+		copied = f.Pos + len(f.Raw)
+		return true
+	})
+	switch {
+	case !wellFormed || !ok:
+		return nil, false
+	case out == nil:
 		return data, true
 	}
 	return append(out, data[copied:]...), true
@@ -129,30 +124,26 @@ func dropConditions(data []byte) ([]byte, bool) {
 // whether it had any.
 func readyConditions(data []byte) (out []byte, dropped, ok bool) {
 	copied := 0 // data[:copied] is in out
-	for pos := 0; pos < len(data); {
-		num, typ, n := protowire.ConsumeTag(data[pos:])
-		if n < 0 {
-			return nil, false, false
+	typeOK := true
+	wellFormed := bus.EachField(data, func(f bus.WireField) bool {
+		if f.Num != statusCondsNum || f.Type != protowire.BytesType {
+			return true
 		}
-		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
-		if l < 0 {
-			return nil, false, false
+		var t []byte
+		if t, typeOK = conditionType(f.Value); !typeOK {
+			return false
 		}
-		if num == statusCondsNum && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(data[pos+n:])
-			t, ok := conditionType(v)
-			if !ok {
-				return nil, false, false
-			}
-			if string(t) != "Ready" {
-				out = append(out, data[copied:pos]...)
-				copied = pos + n + l
-				dropped = true
-			}
+		if string(t) != "Ready" {
+			out = append(out, data[copied:f.Pos]...)
+			copied = f.Pos + len(f.Raw)
+			dropped = true
 		}
-		pos += n + l
-	}
-	if !dropped {
+		return true
+	})
+	switch {
+	case !wellFormed || !typeOK:
+		return nil, false, false
+	case !dropped:
 		return data, false, true
 	}
 	return append(out, data[copied:]...), true, true
@@ -161,21 +152,13 @@ func readyConditions(data []byte) (out []byte, dropped, ok bool) {
 // conditionType is a PodCondition's type as a decoder reads it: the last occurrence wins.
 func conditionType(data []byte) ([]byte, bool) {
 	var t []byte
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return nil, false
+	ok := bus.EachField(data, func(f bus.WireField) bool {
+		if f.Num == conditionTypeNum && f.Type == protowire.BytesType {
+			t = f.Value
 		}
-		l := protowire.ConsumeFieldValue(num, typ, data[n:])
-		if l < 0 {
-			return nil, false
-		}
-		if num == conditionTypeNum && typ == protowire.BytesType {
-			t, _ = protowire.ConsumeBytes(data[n:])
-		}
-		data = data[n+l:]
-	}
-	return t, true
+		return true
+	})
+	return t, ok
 }
 
 // pod decodes what the entry keeps of the pod, a copy of its own. The bytes were pruned from a pod
