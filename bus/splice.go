@@ -60,6 +60,51 @@ func EachField(data []byte, f func(WireField) bool) bool {
 	return true
 }
 
+// FieldEdit is what EditFields does with one field.
+type FieldEdit int
+
+const (
+	KeepField    FieldEdit = iota
+	DropField              // the field goes
+	ReplaceField           // the contents returned with it take the place of the field's own
+	RefuseField            // the field is malformed: EditFields reports false
+)
+
+// EditFields returns data, the wire form of a message, with each field as edit says; data itself when
+// edit keeps them all, so a reader that rarely changes anything copies nothing. changed says whether
+// any field changed; ok is false when data is malformed or edit refused a field.
+func EditFields(data []byte, edit func(WireField) (FieldEdit, []byte)) (out []byte, changed, ok bool) {
+	copied := 0 // data[:copied] is in out
+	refused := false
+	wellFormed := EachField(data, func(f WireField) bool {
+		e, v := edit(f)
+		switch e {
+		case KeepField:
+			return true
+		case RefuseField:
+			refused = true
+			return false
+		}
+		if out == nil {
+			out = make([]byte, 0, len(data))
+		}
+		out = append(out, data[copied:f.Pos]...)
+		if e == ReplaceField {
+			out = protowire.AppendTag(out, f.Num, protowire.BytesType)
+			out = protowire.AppendBytes(out, v)
+		}
+		copied = f.Pos + len(f.Raw)
+		return true
+	})
+	switch {
+	case !wellFormed || refused:
+		return nil, false, false
+	case out == nil:
+		return data, false, true
+	}
+	return append(out, data[copied:]...), true, true
+}
+
 // Field returns the contents of the length-delimited field num (a message's wire form, a string or
 // bytes) of data, the wire form of a message. It reports false when the field is absent, appears more
 // than once (a reader would merge a message's copies), or data is malformed.

@@ -200,3 +200,66 @@ func TestEachField(t *testing.T) {
 		t.Error("a truncated message walked to its end")
 	}
 }
+
+// EditFields keeps, drops and replaces fields in place, gives data itself back when nothing changed,
+// and refuses what its editor refuses.
+func TestEditFields(t *testing.T) {
+	in := &pb.ObjectMeta{Name: "web", Namespace: "default", Uid: "u1", Finalizers: []string{"a", "b", "c"}}
+	data, err := proto.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nameNum, finNum := FieldNumber(in, "name"), FieldNumber(in, "finalizers")
+	for _, tt := range []struct {
+		name    string
+		edit    func(WireField) (FieldEdit, []byte)
+		want    *pb.ObjectMeta // nil: refused
+		changed bool
+	}{
+		{"keep all", func(WireField) (FieldEdit, []byte) { return KeepField, nil }, in, false},
+		{"drop b", func(f WireField) (FieldEdit, []byte) {
+			if f.Num == finNum && string(f.Value) == "b" {
+				return DropField, nil
+			}
+			return KeepField, nil
+		}, &pb.ObjectMeta{Name: "web", Namespace: "default", Uid: "u1", Finalizers: []string{"a", "c"}}, true},
+		{"replace name and a", func(f WireField) (FieldEdit, []byte) {
+			switch {
+			case f.Num == nameNum:
+				return ReplaceField, []byte("api")
+			case f.Num == finNum && string(f.Value) == "a":
+				return ReplaceField, []byte("z")
+			}
+			return KeepField, nil
+		}, &pb.ObjectMeta{Name: "api", Namespace: "default", Uid: "u1", Finalizers: []string{"z", "b", "c"}}, true},
+		{"refuse", func(f WireField) (FieldEdit, []byte) {
+			if f.Num == finNum {
+				return RefuseField, nil
+			}
+			return DropField, nil
+		}, nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, changed, ok := EditFields(data, tt.edit)
+			if ok != (tt.want != nil) || changed != tt.changed {
+				t.Fatalf("changed %v, ok %v; want %v, %v", changed, ok, tt.changed, tt.want != nil)
+			}
+			if !ok {
+				return
+			}
+			if !changed && &out[0] != &data[0] {
+				t.Error("nothing changed, but data was copied")
+			}
+			got := &pb.ObjectMeta{}
+			if err := proto.Unmarshal(out, got); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, got, protocmp.Transform()); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+	if _, _, ok := EditFields(data[:len(data)-1], func(WireField) (FieldEdit, []byte) { return KeepField, nil }); ok {
+		t.Error("a truncated message accepted")
+	}
+}

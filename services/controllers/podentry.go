@@ -90,63 +90,35 @@ var (
 // dropConditions removes from a pod's wire form every status condition but Ready, in each occurrence
 // of its status; data itself when there is none to remove. False when data is malformed.
 func dropConditions(data []byte) ([]byte, bool) {
-	var out []byte
-	copied := 0 // data[:copied] is in out
-	ok := true
-	wellFormed := bus.EachField(data, func(f bus.WireField) bool {
+	out, _, ok := bus.EditFields(data, func(f bus.WireField) (bus.FieldEdit, []byte) {
 		if f.Num != podStatusNum || f.Type != protowire.BytesType {
-			return true
+			return bus.KeepField, nil
 		}
-		var st []byte
-		var dropped bool
-		if st, dropped, ok = readyConditions(f.Value); !ok || !dropped {
-			return ok
+		st, changed, ok := bus.EditFields(f.Value, readyCondition)
+		switch {
+		case !ok:
+			return bus.RefuseField, nil
+		case !changed:
+			return bus.KeepField, nil
 		}
-		if out == nil {
-			out = make([]byte, 0, len(data))
-		}
-		out = append(out, data[copied:f.Pos]...)
-		out = protowire.AppendTag(out, f.Num, protowire.BytesType)
-		out = protowire.AppendBytes(out, st)
-		copied = f.Pos + len(f.Raw)
-		return true
+		return bus.ReplaceField, st
 	})
-	switch {
-	case !wellFormed || !ok:
-		return nil, false
-	case out == nil:
-		return data, true
-	}
-	return append(out, data[copied:]...), true
+	return out, ok
 }
 
-// readyConditions is a PodStatus's wire form without its conditions other than Ready; dropped says
-// whether it had any.
-func readyConditions(data []byte) (out []byte, dropped, ok bool) {
-	copied := 0 // data[:copied] is in out
-	typeOK := true
-	wellFormed := bus.EachField(data, func(f bus.WireField) bool {
-		if f.Num != statusCondsNum || f.Type != protowire.BytesType {
-			return true
-		}
-		var t []byte
-		if t, typeOK = conditionType(f.Value); !typeOK {
-			return false
-		}
-		if string(t) != "Ready" {
-			out = append(out, data[copied:f.Pos]...)
-			copied = f.Pos + len(f.Raw)
-			dropped = true
-		}
-		return true
-	})
-	switch {
-	case !wellFormed || !typeOK:
-		return nil, false, false
-	case !dropped:
-		return data, false, true
+// readyCondition keeps a PodStatus's Ready condition and drops its others.
+func readyCondition(f bus.WireField) (bus.FieldEdit, []byte) {
+	if f.Num != statusCondsNum || f.Type != protowire.BytesType {
+		return bus.KeepField, nil
 	}
-	return append(out, data[copied:]...), true, true
+	t, ok := conditionType(f.Value)
+	switch {
+	case !ok:
+		return bus.RefuseField, nil
+	case string(t) != "Ready":
+		return bus.DropField, nil
+	}
+	return bus.KeepField, nil
 }
 
 // conditionType is a PodCondition's type as a decoder reads it: the last occurrence wins.
