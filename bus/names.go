@@ -422,14 +422,7 @@ func LeaseNodeKey(key string) string {
 // ([a-z0-9.-]), where '.' would split a subject: it becomes '_'. Anything else outside [A-Za-z0-9-]
 // (never valid in a name, but names from elsewhere, such as host names, may have it) becomes =XX.
 func Token(s string) string {
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isPlain(c) {
-			clean = false
-			break
-		}
-	}
-	if clean && s != "" {
+	if s != "" && allPlain(s) {
 		return s
 	}
 	if s == "" {
@@ -460,14 +453,7 @@ func Untoken(t string) (string, bool) {
 		return "", true
 	}
 	// Most tokens escape nothing: they are their own value, and need no copy.
-	clean := true
-	for i := 0; i < len(t); i++ {
-		if !isPlain(t[i]) {
-			clean = false
-			break
-		}
-	}
-	if clean {
+	if allPlain(t) {
 		return t, true
 	}
 	var b strings.Builder
@@ -495,6 +481,16 @@ func Untoken(t string) (string, bool) {
 		}
 	}
 	return b.String(), true
+}
+
+// allPlain: s is the same as a name and as a token.
+func allPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isPlain(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func isPlain(c byte) bool {
