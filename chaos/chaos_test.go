@@ -40,7 +40,8 @@ func TestChaosFixedSeed(t *testing.T) {
 				t.Logf("%s:\n%s", name, b)
 			}
 		}
-		// The run's directory goes with the test: keep what a node that never settled was doing.
+		// The directory stays on this machine only: the test's output carries the end of the logs that
+		// explain the failures seen so far (a node that never settled, a Deployment's surge).
 		var logs []string
 		for _, pattern := range []string{"agent-*.log", "status.log", "workloads-*.log", "controllers-*.log"} {
 			m, _ := filepath.Glob(filepath.Join(dir, "logs", pattern))

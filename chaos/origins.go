@@ -22,6 +22,7 @@ import (
 // records written meanwhile timed by AUDIT alone.
 type originSampler struct {
 	js      []streamInfoer
+	timeout time.Duration // of one sample's request
 	streams []string
 	mu      sync.Mutex
 	samples check.Origins
@@ -33,7 +34,7 @@ type streamInfoer interface {
 }
 
 func newOriginSampler(js ...streamInfoer) *originSampler {
-	return &originSampler{js: js, samples: check.Origins{},
+	return &originSampler{js: js, timeout: time.Second, samples: check.Origins{},
 		streams: []string{bus.KVStream(bus.BucketPods), bus.KVStream(bus.BucketDeployments), bus.KVStream(bus.BucketReplicaSets)}}
 }
 
@@ -61,7 +62,7 @@ func (o *originSampler) runOn(ctx context.Context, js streamInfoer, period time.
 }
 
 func (o *originSampler) sample(ctx context.Context, js streamInfoer, name string) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	s, err := js.Stream(ctx, name)
 	if err != nil {
