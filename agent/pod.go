@@ -163,6 +163,11 @@ func (w *podWorker) run(parent context.Context, info *SandboxInfo, ended func())
 // goPod runs f in a new goroutine of the pod. Only the pod's goroutines may call it.
 func (w *podWorker) goPod(f func()) {
 	w.live.Add(1)
+	w.goCounted(f)
+}
+
+// goCounted runs f in a new goroutine that takes over a count already added to live.
+func (w *podWorker) goCounted(f func()) {
 	go func() {
 		defer w.leave()
 		f()
@@ -348,12 +353,11 @@ func (w *podWorker) waitDetached(ctx context.Context, c *ctr) bool {
 			return
 		}
 		stop()
-		go func() {
-			defer w.leave()
+		w.goCounted(func() {
 			if w.exited(ctx, c, st) {
 				w.loop(ctx, c)
 			}
-		}()
+		})
 	})
 	if err != nil && stop() {
 		// The caller, still counted, waits itself: wait takes a vanished container as a failed exit.
