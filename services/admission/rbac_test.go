@@ -299,8 +299,10 @@ func TestRBACEscalation(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
+	// Every binding above must be in the authorizer's view, the last one (bob-ns) included.
 	for e.canI("alice", authorizationv1.ResourceAttributes{Namespace: "a", Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings"}) == false ||
-		e.canI("bob", authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "node-reader"}) == false {
+		e.canI("bob", authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "node-reader"}) == false ||
+		e.canI("bob", authorizationv1.ResourceAttributes{Namespace: "a", Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings"}) == false {
 		if time.Now().After(deadline) {
 			t.Fatal("bindings never applied")
 		}
