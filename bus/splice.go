@@ -111,28 +111,13 @@ func EditFields(data []byte, edit func(WireField) (FieldEdit, []byte)) (out []by
 func Field(data []byte, num protowire.Number) ([]byte, bool) {
 	var found []byte
 	n := 0
-	for len(data) > 0 {
-		f, t, l := protowire.ConsumeTag(data)
-		if l < 0 {
-			return nil, false
+	ok := EachField(data, func(f WireField) bool {
+		if f.Num == num && f.Type == protowire.BytesType {
+			found, n = f.Value, n+1
 		}
-		data = data[l:]
-		if f == num && t == protowire.BytesType {
-			v, l := protowire.ConsumeBytes(data)
-			if l < 0 {
-				return nil, false
-			}
-			found, n = v, n+1
-			data = data[l:]
-			continue
-		}
-		l = protowire.ConsumeFieldValue(f, t, data)
-		if l < 0 {
-			return nil, false
-		}
-		data = data[l:]
-	}
-	return found, n == 1
+		return true
+	})
+	return found, ok && n == 1
 }
 
 // FieldNumber is the number of m's field called name; it panics if there is none (a programming
