@@ -1,8 +1,8 @@
 // Package namespaces is the namespace controller: it finishes the deletion of namespaces that the API
 // marked terminating, as kube-controller-manager's namespace controller does.
 //
-//	namespaces bucket ──watch──▶ terminating? ──▶ queue ◀── pods bucket watch (a pod of a terminating
-//	                                                │       namespace changed or went) and a resync
+//	namespaces bucket ──watch──▶ terminating? ──▶ queue ◀── pods bucket watch of the terminating
+//	                                                │       namespaces' pods (one changed or went), resync
 //	                                                ▼
 //	finalize(ns): 1. each pod not yet terminating: pod.cmd.delete (the API's path: the store marks it,
 //	                 the agent stops its containers, the status service removes it); wait for them
@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -102,31 +103,16 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 
 // Run finalizes terminating namespaces until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	var err error
-	if s.namespaces, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketNamespaces); err != nil {
-		return fmt.Errorf("namespaces: %w", err)
-	}
-	if s.pods, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketPods); err != nil {
-		return fmt.Errorf("namespaces: %w", err)
-	}
-	for _, name := range s.cfg.Buckets {
-		kv, err := bus.OpenBucket(ctx, s.conn.JS, name)
-		if err != nil {
-			return fmt.Errorf("namespaces: %w", err)
-		}
-		s.others = append(s.others, kv)
+	if err := s.open(ctx); err != nil {
+		return err
 	}
 	nsw, err := s.namespaces.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("namespaces: watch namespaces: %w", err)
 	}
 	defer func() { _ = nsw.Stop() }()
-	// Only changes matter (a pod of a terminating namespace updated or gone); keys and operations suffice.
-	pw, err := s.pods.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
-	if err != nil {
-		return fmt.Errorf("namespaces: watch pods: %w", err)
-	}
-	defer func() { _ = pw.Stop() }()
+	var pods podWatch
+	defer pods.stop()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -147,7 +133,8 @@ func (s *Service) Run(ctx context.Context) error {
 			if e != nil {
 				s.onNamespace(e)
 			}
-		case e := <-pw.Updates():
+			s.followPods(ctx, &pods)
+		case e := <-pods.updates():
 			if e == nil {
 				continue
 			}
@@ -155,14 +142,90 @@ func (s *Service) Run(ctx context.Context) error {
 				s.enqueueIfTerminating(ns)
 			}
 		case <-resync.C:
-			s.mu.Lock()
-			for ns := range s.terminating {
-				s.queued[ns] = true
-			}
-			s.mu.Unlock()
-			s.signal()
+			s.followPods(ctx, &pods)
+			s.requeueTerminating()
 		}
 	}
+}
+
+func (s *Service) open(ctx context.Context) error {
+	var err error
+	if s.namespaces, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketNamespaces); err != nil {
+		return fmt.Errorf("namespaces: %w", err)
+	}
+	if s.pods, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketPods); err != nil {
+		return fmt.Errorf("namespaces: %w", err)
+	}
+	s.others = nil
+	for _, name := range s.cfg.Buckets {
+		kv, err := bus.OpenBucket(ctx, s.conn.JS, name)
+		if err != nil {
+			return fmt.Errorf("namespaces: %w", err)
+		}
+		s.others = append(s.others, kv)
+	}
+	return nil
+}
+
+// podWatch watches the pods of the terminating namespaces, and nothing while none is: the controller
+// needs no other pod's changes, and a cluster makes several per pod.
+type podWatch struct {
+	w          jetstream.KeyWatcher // nil: not watching
+	namespaces []string             // those w follows, sorted
+}
+
+// updates is nil (never ready) while nothing is watched.
+func (p *podWatch) updates() <-chan jetstream.KeyValueEntry {
+	if p.w == nil {
+		return nil
+	}
+	return p.w.Updates()
+}
+
+func (p *podWatch) stop() {
+	if p.w != nil {
+		_ = p.w.Stop()
+	}
+	p.w, p.namespaces = nil, nil
+}
+
+// followPods makes p watch the pods of the namespaces terminating now. A new watch starts from now, so
+// every terminating namespace is queued again for what the change of watches may have hidden; a watch
+// that cannot start is tried again at the next resync.
+func (s *Service) followPods(ctx context.Context, p *podWatch) {
+	s.mu.Lock()
+	want := slices.Sorted(maps.Keys(s.terminating))
+	s.mu.Unlock()
+	if p.w != nil && slices.Equal(want, p.namespaces) {
+		return
+	}
+	p.stop()
+	if len(want) == 0 {
+		return
+	}
+	filters := make([]string, len(want))
+	for i, ns := range want {
+		filters[i] = bus.PodKeyPrefix(ns)
+	}
+	// Only changes matter (a pod of a terminating namespace updated or gone); keys and operations suffice.
+	w, err := s.pods.WatchFiltered(ctx, filters, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("watch the terminating namespaces' pods; retrying at the next resync", "err", err)
+		}
+		return
+	}
+	p.w, p.namespaces = w, want
+	s.requeueTerminating()
+}
+
+func (s *Service) requeueTerminating() {
+	s.mu.Lock()
+	for ns := range s.terminating {
+		s.queued[ns] = true
+	}
+	s.mu.Unlock()
+	s.signal()
 }
 
 // onNamespace tracks which namespaces are terminating and queues them.
@@ -352,9 +415,16 @@ func (s *Service) removeFinalizer(ctx context.Context, ns string) error {
 	if err != nil {
 		return err
 	}
+	had := len(n.Spec.Finalizers)
 	n.Spec.Finalizers = slices.DeleteFunc(n.Spec.Finalizers, func(f corev1.FinalizerName) bool { return f == corev1.FinalizerKubernetes })
+	left := len(n.Spec.Finalizers) > 0 || len(n.Finalizers) > 0
+	if len(n.Spec.Finalizers) == had && left {
+		// Removed already; another finalizer holds the namespace. Writing it again would wake every
+		// replica's watch, which would finalize it again, and so on.
+		return nil
+	}
 	key := bus.NodeKey(ns)
-	if len(n.Spec.Finalizers) == 0 && len(n.Finalizers) == 0 {
+	if !left {
 		err = bus.Delete(ctx, s.namespaces, key, rev)
 	} else {
 		var data []byte

@@ -130,9 +130,11 @@ func (e *env) runFakeStore() {
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
 }
 
-func (e *env) runController(id string) {
+func (e *env) runController(id string) { e.runControllerResync(id, time.Second) }
+
+func (e *env) runControllerResync(id string, resync time.Duration) {
 	e.t.Helper()
-	svc, err := New(Config{ID: id, Resync: time.Second}, e.conn)
+	svc, err := New(Config{ID: id, Resync: resync}, e.conn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -228,6 +230,68 @@ func TestFinalize(t *testing.T) {
 	}
 }
 
+// consumers counts the consumers of a bucket's stream.
+func (e *env) consumers(bucket string) int {
+	e.t.Helper()
+	st, err := e.conn.JS.Stream(context.Background(), bus.KVStream(bucket))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// TestPodWatch: the controller watches no pod while no namespace terminates, and the pods of a
+// terminating namespace only while it does; their changes alone (the resync is an hour away) finish it.
+func TestPodWatch(t *testing.T) {
+	e := setup(t)
+	e.namespace("team", false)
+	e.namespace("keep", false)
+	e.pod("team", "bound", "n1")
+	e.pod("keep", "other", "n1")
+	e.runFakeStore()
+	e.runControllerResync("c0", time.Hour)
+	bustest.Eventually(t, 10*time.Second, func() bool { return e.consumers(bus.BucketNamespaces) == 1 }, "namespaces watched")
+	if n := e.consumers(bus.BucketPods); n != 0 {
+		t.Fatalf("%d consumers on the pods bucket with no namespace terminating, want 0", n)
+	}
+
+	e.namespace("team", true)
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		p := &pb.Pod{}
+		_, err := bus.Get(context.Background(), e.pods, bus.PodKey("team", "bound"), p)
+		return err == nil && p.GetMetadata().GetDeletionTimestamp() != nil
+	}, "bound pod asked to go")
+	if n := e.consumers(bus.BucketPods); n == 0 {
+		t.Error("no consumer on the pods bucket with a namespace terminating")
+	}
+	// A change of another namespace's pod does not requeue it; the pod's own removal does.
+	other := &pb.Pod{}
+	rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("keep", "other"), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Metadata.Labels = map[string]string{"a": "b"}
+	if _, err := bus.Update(context.Background(), e.pods, bus.PodKey("keep", "other"), other, rev); err != nil {
+		t.Fatal(err)
+	}
+	p := &pb.Pod{}
+	if rev, err = bus.Get(context.Background(), e.pods, bus.PodKey("team", "bound"), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Delete(context.Background(), e.pods, bus.PodKey("team", "bound"), rev); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool { return !e.exists(e.ns, bus.NodeKey("team")) }, "namespace removed")
+	bustest.Eventually(t, 10*time.Second, func() bool { return e.consumers(bus.BucketPods) == 0 }, "pods no longer watched")
+	if !e.exists(e.pods, bus.PodKey("keep", "other")) {
+		t.Error("namespace keep's pod was touched")
+	}
+}
+
 // TestOtherFinalizers: the controller removes only its own finalizer; the namespace stays while others
 // remain.
 func TestOtherFinalizers(t *testing.T) {
@@ -250,6 +314,26 @@ func TestOtherFinalizers(t *testing.T) {
 		got, err := decodeNamespace(en.Value())
 		return err == nil && len(got.Spec.Finalizers) == 1 && got.Spec.Finalizers[0] == "example.com/other"
 	}, "kubernetes finalizer removed, the other kept")
+
+	// Finalizing it again writes nothing: a write would wake every replica's watch to finalize it again.
+	ctx := context.Background()
+	en, err := e.ns.Get(ctx, bus.NodeKey("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Config{ID: "again"}, e.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.finalize(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := e.ns.Get(ctx, bus.NodeKey("x")); err != nil || after.Revision() != en.Revision() {
+		t.Errorf("namespace written again: revision %d -> %v (%v)", en.Revision(), after, err)
+	}
 }
 
 func TestNewConfig(t *testing.T) {
