@@ -85,6 +85,9 @@ type Config struct {
 	// from the first pod sent until every pod is ready, or in scheduling-basic of each measured window,
 	// to this path with the run's label appended.
 	CPUProfile string
+	// MemProfile writes the process's allocation profile once every pod is ready (pipeline): what the
+	// run allocated, by call stack (alloc_objects, alloc_space), with what is live then (inuse_*).
+	MemProfile string
 	// Envelope: pods per measured slice, and the podbus binary to run the control plane and the
 	// simulated nodes with (default: this executable).
 	Slice  int
@@ -136,6 +139,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.Deployments, "deployments", deploymentsDefault, "deployments: Deployments to create and roll")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
+	fs.StringVar(&c.MemProfile, "memprofile", "", "pipeline: write the process's allocation profile (since the process started) once every pod is ready")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the run, from the first pod sent to the last ready (scheduling-basic: of each measured window, to this path plus the run's name)")
 	fs.IntVar(&c.Slice, "slice", envelopeSlice, "envelope: pods per measured slice")
 	fs.StringVar(&c.Binary, "podbus", "", "envelope: podbus binary to run the control plane and the agents with (default: this one)")
@@ -535,6 +539,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		if timedOut != nil {
 			break
+		}
+	}
+	if cfg.MemProfile != "" {
+		if err := writeMemProfile(cfg.MemProfile); err != nil {
+			return nil, err
 		}
 	}
 	t.mu.Lock()

@@ -350,6 +350,19 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
+// writeMemProfile writes the process's allocation profile to path.
+func writeMemProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // benchPod is measured pod i of a variant.
 func benchPod(variant string, i int) *pb.Pod {
 	labels := map[string]string{"app": "bench"}
