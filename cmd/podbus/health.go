@@ -43,23 +43,35 @@ func runHealth(ctx context.Context, args []string) error {
 	return nil
 }
 
-// autoPodCIDR picks this node's pod /24 inside 10.0.0.0/8 from the last two bytes of its first non-loopback
-// IPv4 address. On a container network of /16 or smaller (compose's default networks are /16 or /20) those
-// bytes differ between containers, so every scaled-out agent gets a distinct range without configuration.
-// Without an IPv4 address it falls back to a hash of the hostname (unique with high probability only).
-func autoPodCIDR() string {
+// autoPodCIDR picks the first of a process's n pod /24s (one per simulated node, --nodes) inside
+// 10.0.0.0/8 from the last two bytes of its first non-loopback IPv4 address, times n. On a container
+// network of /16 or smaller (compose's default networks are /16 or /20) those bytes differ between
+// containers, so every scaled-out agent gets ranges of its own without configuration. Without an IPv4
+// address it falls back to a hash of the hostname (unique with high probability only).
+func autoPodCIDR(n int) string {
+	var v uint32
+	found := false
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() {
 				if ip4 := ipn.IP.To4(); ip4 != nil {
-					return fmt.Sprintf("10.%d.%d.0/24", ip4[2], ip4[3])
+					v, found = uint32(ip4[2])<<8|uint32(ip4[3]), true
+					break
 				}
 			}
 		}
 	}
-	host, _ := os.Hostname()
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(host))
-	v := h.Sum32()
-	return fmt.Sprintf("10.%d.%d.0/24", byte(v>>8), byte(v))
+	if !found {
+		host, _ := os.Hostname()
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(host))
+		v = h.Sum32() & 0xffff
+	}
+	return autoCIDR(v, n)
+}
+
+// autoCIDR is the (v*n)-th /24 of 10.0.0.0/8, wrapping around inside it.
+func autoCIDR(v uint32, n int) string {
+	i := v * uint32(max(n, 1)) & 0xffff
+	return fmt.Sprintf("10.%d.%d.0/24", byte(i>>8), byte(i))
 }

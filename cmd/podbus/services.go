@@ -373,7 +373,7 @@ func runAgent(ctx context.Context, args []string) error {
 	node := fs.String("node", host, "node name")
 	nodes := fs.Int("nodes", 1, "simulated nodes to run in this process (fake runtime), sharing one consumer: named <node>-1 ... <node>-N when more than one, node i's pod CIDR the i-th /24 after --pod-cidr's")
 	runtime := fs.String("runtime", "fake", "container runtime: fake (simulated) or containerd (real pods; root, containerd and the CNI plugins)")
-	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node; auto: a /24 of 10.0.0.0/8 from the last two bytes of the node's IPv4 address")
+	cidr := fs.String("pod-cidr", "10.42.1.0/24", "pod CIDR of this node; auto: a /24 of 10.0.0.0/8 from the last two bytes of the node's IPv4 address (times --nodes)")
 	cpu := fs.String("cpu", "8", "cpu capacity (containerd: the machine's cores unless set)")
 	mem := fs.String("memory", "32Gi", "memory capacity (containerd: the machine's memory unless set)")
 	maxPods := fs.Int("max-pods", 110, "maximum pods")
@@ -399,7 +399,7 @@ func runAgent(ctx context.Context, args []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *cidr == "auto" {
-		*cidr = autoPodCIDR()
+		*cidr = autoPodCIDR(*nodes)
 	}
 	lbls, err := nodepool.ParseLabels(*labels)
 	if err != nil {

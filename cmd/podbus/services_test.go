@@ -96,3 +96,29 @@ func TestNthCIDR(t *testing.T) {
 		t.Error("nthCIDR accepted an IPv6 range")
 	}
 }
+
+// TestAutoCIDR: one simulated node per process keeps the address's own /24; n of them start n /24s
+// apart, so two containers' ranges never overlap.
+func TestAutoCIDR(t *testing.T) {
+	tests := []struct {
+		v    uint32 // last two bytes of the address
+		n    int
+		want string
+	}{
+		{0x0005, 1, "10.0.5.0/24"},
+		{0x0105, 0, "10.1.5.0/24"},
+		{0x0005, 100, "10.1.244.0/24"},
+		{0x0006, 100, "10.2.88.0/24"},
+		{0xffff, 2, "10.255.254.0/24"},
+	}
+	for _, tt := range tests {
+		if got := autoCIDR(tt.v, tt.n); got != tt.want {
+			t.Errorf("autoCIDR(%#x, %d) = %q, want %q", tt.v, tt.n, got, tt.want)
+		}
+	}
+	// The last range of one container and the first of the next touch without overlapping.
+	last, err := nthCIDR(autoCIDR(5, 100), 99)
+	if err != nil || last != "10.2.87.0/24" {
+		t.Errorf("the 100th range of address .5 = %q, %v; want 10.2.87.0/24, just before .6's first", last, err)
+	}
+}
