@@ -140,9 +140,10 @@ compose-test:
 	$(GO) test -count=1 -timeout 12m -tags compose -run '^TestCompose$$' -v ./e2e/
 
 ## compose-bench: images, deploy/docker-compose.yml up (3 NATS nodes, R3, 10 simulated agents), the idle
-## cluster's CPU, then 2,000 pods through the API from a loadtest container on the project's network; down -v
+## cluster's CPU, then 2,000 pods through the API from a loadtest container on the project's network; down -v.
+## Then the same with 100 simulated nodes in each agent container: 1,000 nodes Ready, the consumers, 2,000 pods
 compose-bench:
-	PODBUS_COMPOSE_BENCH=1 $(GO) test -count=1 -timeout 15m -tags compose -run TestComposeThroughputBench -v ./e2e/
+	PODBUS_COMPOSE_BENCH=1 $(GO) test -count=1 -timeout 30m -tags compose -run 'TestComposeThroughputBench|TestComposeNodesBench' -v ./e2e/
 
 ## webview-assets: refresh the web view's vendored htmx from npm at the versions pinned in
 ## internal/webview/assets/vendor/package.json (the files are committed; a build needs no npm)

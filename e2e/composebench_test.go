@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,13 +13,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/nodestats"
 )
 
-// composeBenchAgents simulated nodes of 250 pods each hold composeBenchPods with room to spare.
+// composeBenchAgents simulated nodes of 250 pods each hold composeBenchPods with room to spare;
+// TestComposeNodesBench runs composeNodesPerAgent nodes in each of them.
 const (
-	composeBenchAgents = 10
-	composeBenchPods   = 2000
+	composeBenchAgents   = 10
+	composeBenchPods     = 2000
+	composeNodesPerAgent = 100
 )
 
 var throughputLine = regexp.MustCompile(`created→ready throughput (\d+) pods/s`)
@@ -40,8 +46,95 @@ func TestComposeThroughputBench(t *testing.T) {
 	idle := machineCPU(t, func() { time.Sleep(15 * time.Second) })
 	t.Logf("FIGURE idle cluster: %.0f%% of one core (whole machine, %d cores)", idle.busy*100, idle.cores)
 
+	rate, load := composeLoad(t, c, image)
+	t.Logf("FIGURE compose R3, %d pods through the API: created→ready %s pods/s; machine %.0f%% busy, %.1f ms of CPU per pod (load generator included)",
+		composeBenchPods, rate, load.busy*100/float64(load.cores), load.seconds*1000/composeBenchPods)
+}
+
+// TestComposeNodesBench is issue 17's target 1 on the compose deployment (make compose-bench): 1,000
+// simulated nodes, composeNodesPerAgent to each of composeBenchAgents agent containers, all Ready and
+// staying Ready, with consumers that grow with the agent processes rather than the nodes; then
+// composeBenchPods pods through the API onto them. It prints figures and asserts those conditions.
+func TestComposeNodesBench(t *testing.T) {
+	if os.Getenv("PODBUS_COMPOSE_BENCH") == "" {
+		t.Skip("a benchmark: run with PODBUS_COMPOSE_BENCH=1 (make compose-bench)")
+	}
+	const nodes = composeBenchAgents * composeNodesPerAgent
+	t.Setenv("PODBUS_AGENT_NODES", strconv.Itoa(composeNodesPerAgent)) // read by deploy/docker-compose.yml
+	start := time.Now()
+	c, healthy, _ := startCompose(t, composeBenchAgents)
+	c.waitNodes(nodes, 3*time.Minute)
+	t.Logf("FIGURE compose R3: up -> %d nodes Ready in %s (containers healthy after %s)", nodes,
+		time.Since(start).Round(100*time.Millisecond), healthy.Round(100*time.Millisecond))
+	// The containers' health checks gate the wait above; the nodes' own records say how long registering
+	// took (their times have a resolution of a second).
+	var list corev1.NodeList
+	if err := c.getJSON("/api/v1/nodes", &list); err != nil {
+		t.Fatal(err)
+	}
+	var first, last time.Time
+	for _, n := range list.Items {
+		if created := n.CreationTimestamp.Time; first.IsZero() || created.Before(first) {
+			first = created
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && cond.LastTransitionTime.After(last) {
+				last = cond.LastTransitionTime.Time
+			}
+		}
+	}
+	t.Logf("FIGURE compose R3: the first node registered %s after up began, the last was Ready %s after it",
+		first.Sub(start).Round(time.Second), last.Sub(first).Round(time.Second))
+
+	conn := c.natsConn()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	total := 0
+	names := conn.JS.StreamNames(ctx)
+	for name := range names.Name() {
+		st, err := conn.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += info.State.Consumers
+		// Each agent process holds one durable on PODS, whatever the nodes it runs: a consumer per node
+		// would be 1,000 of them.
+		if name == bus.StreamPods {
+			t.Logf("FIGURE compose R3, %d nodes in %d agent processes: %d consumers on %s", nodes, composeBenchAgents, info.State.Consumers, name)
+			if info.State.Consumers >= nodes/10 {
+				t.Errorf("%d consumers on %s: they grow with the nodes", info.State.Consumers, name)
+			}
+		}
+	}
+	if names.Err() != nil {
+		t.Fatal(names.Err())
+	}
+	t.Logf("FIGURE compose R3, %d nodes: %d consumers over every stream and bucket", nodes, total)
+
+	// Idle with the nodes' heartbeats, and every node still Ready after it.
+	idle := machineCPU(t, func() { time.Sleep(15 * time.Second) })
+	t.Logf("FIGURE idle cluster with %d nodes: %.0f%% of one core (whole machine, %d cores)", nodes, idle.busy*100, idle.cores)
+	c.waitNodes(nodes, 10*time.Second)
+
+	image := os.Getenv("PODBUS_IMAGE")
+	if image == "" {
+		image = "podbus:local"
+	}
+	rate, load := composeLoad(t, c, image)
+	t.Logf("FIGURE compose R3, %d nodes, %d pods through the API: created→ready %s pods/s; machine %.0f%% busy, %.1f ms of CPU per pod (load generator included)",
+		nodes, composeBenchPods, rate, load.busy*100/float64(load.cores), load.seconds*1000/composeBenchPods)
+}
+
+// composeLoad sends composeBenchPods pods through the API from a loadtest container on the project's
+// network, 64 requests in flight, and fails unless every one became Ready.
+func composeLoad(t *testing.T, c *composeEnv, image string) (rate string, load cpuUse) {
+	t.Helper()
 	var out string
-	load := machineCPU(t, func() {
+	load = machineCPU(t, func() {
 		out = c.must(10*time.Minute, "docker", "run", "--rm", "--network", composeProject+"_default",
 			"-v", composeProject+"_creds-admin:/creds:ro", "-v", c.kube.kubeconfig+":/kube/kubeconfig:ro", image,
 			"loadtest", "--api", "https://admission:6443", "--kubeconfig", "/kube/kubeconfig",
@@ -53,8 +146,7 @@ func TestComposeThroughputBench(t *testing.T) {
 	if m == nil || !strings.Contains(out, fmt.Sprintf("%d ready, 0 unschedulable", composeBenchPods)) {
 		t.Fatalf("not every pod became Ready:\n%s", out)
 	}
-	t.Logf("FIGURE compose R3, %d pods through the API: created→ready %s pods/s; machine %.0f%% busy, %.1f ms of CPU per pod (load generator included)",
-		composeBenchPods, m[1], load.busy*100/float64(load.cores), load.seconds*1000/composeBenchPods)
+	return m[1], load
 }
 
 // cpuUse is what the whole machine spent while a function ran, from /proc/stat.
