@@ -355,6 +355,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		return runContainerd(ctx, cfg, w)
 	}
 	embedded := cfg.API == ""
+	if !embedded {
+		cfg.Nodes = 0 // the target cluster's, which --nodes does not set
+	}
 	if embedded {
 		var log *slog.Logger
 		if cfg.Quiet {
@@ -386,8 +389,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.JSON {
 		return writeJSON(w, res)
 	}
-	fmt.Fprintf(w, "pods %d on %d nodes: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
-		res.Pods, res.Nodes, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
+	where := ""
+	if res.Nodes > 0 {
+		where = fmt.Sprintf(" on %d nodes", res.Nodes)
+	}
+	fmt.Fprintf(w, "pods %d%s: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
+		res.Pods, where, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
 	fmt.Fprintf(w, "submit %.0f pods/s, created→ready throughput %.0f pods/s\n", res.SubmitRate, res.Throughput)
 	if cfg.Rate > 0 {
 		fmt.Fprintf(w, "latencies from each pod's intended start at %.0f pods/s\n", cfg.Rate)

@@ -102,10 +102,14 @@ func writeCSV(path string, res *Result) error {
 
 // runLabel names a run in a plot's title.
 func runLabel(res *Result) string {
-	if res.rate > 0 {
-		return fmt.Sprintf(" (%d pods at %g/s, %d nodes)", res.Pods, res.rate, res.Nodes)
+	nodes := ""
+	if res.Nodes > 0 {
+		nodes = fmt.Sprintf(", %d nodes", res.Nodes)
 	}
-	return fmt.Sprintf(" (%d pods, %d nodes)", res.Pods, res.Nodes)
+	if res.rate > 0 {
+		return fmt.Sprintf(" (%d pods at %g/s%s)", res.Pods, res.rate, nodes)
+	}
+	return fmt.Sprintf(" (%d pods%s)", res.Pods, nodes)
 }
 
 // latencyCDFPlot draws, per stage, the fraction of pods that reached it within a latency (log scale).
