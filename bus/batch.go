@@ -279,7 +279,7 @@ func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 	if header.Get(HdrBatch) == "" {
 		return []Entry{{Header: header, Data: data, Subject: subject}}, nil
 	}
-	entries, err := parseBatch(data)
+	entries, err := parseBatch(data, header)
 	if err != nil {
 		return nil, fmt.Errorf("decode batch: %w", errors.Join(ErrMalformed, err))
 	}
@@ -287,35 +287,30 @@ func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: batch of %d entries", ErrMalformed, len(entries))
 	}
 	for i := range entries {
-		entries[i].Subject = subject
-		h := make(nats.Header, len(header)+len(entries[i].Header))
-		for k, v := range header {
-			// An entry never inherits the batch's de-duplication id: its own is its identity.
-			if k != HdrBatch && k != HdrMsgID {
-				h[k] = v
-			}
+		if entries[i].Subject == "" {
+			entries[i].Subject = subject
 		}
-		for k, v := range entries[i].Header {
-			if k == HdrSubject {
-				entries[i].Subject = v[0]
-				continue
-			}
-			h[k] = v
-		}
-		entries[i].Header = h
 	}
 	return entries, nil
 }
 
 // parseBatch reads a pb.Batch with protowire: the entries' payloads stay slices of data instead of
-// copies (proto.Unmarshal copies bytes fields), which matters on the hot path of every consumer.
-func parseBatch(data []byte) ([]Entry, error) {
+// copies (proto.Unmarshal copies bytes fields), which matters on the hot path of every consumer. Each
+// entry's headers are the batch's (but its id and batch count: an entry's own id is its identity) under
+// its own; HdrSubject becomes its Subject.
+func parseBatch(data []byte, batch nats.Header) ([]Entry, error) {
 	var out []Entry
 	err := fields(data, func(num protowire.Number, v []byte) error {
 		if num != 1 { // Batch.entries
 			return nil
 		}
-		e := Entry{Header: nats.Header{}}
+		e := Entry{Header: make(nats.Header, len(batch)+6)}
+		for k, v := range batch {
+			if k != HdrBatch && k != HdrMsgID {
+				e.Header[k] = v
+			}
+		}
+		var vals []string // the entry's header values, one allocation for all of them
 		err := fields(v, func(num protowire.Number, v []byte) error {
 			switch num {
 			case 1: // BatchEntry.data
@@ -325,7 +320,7 @@ func parseBatch(data []byte) ([]Entry, error) {
 				err := fields(v, func(num protowire.Number, v []byte) error {
 					switch num {
 					case 1:
-						k = string(v)
+						k = headerName(v)
 					case 2:
 						val = string(v)
 					}
@@ -334,7 +329,15 @@ func parseBatch(data []byte) ([]Entry, error) {
 				if err != nil {
 					return err
 				}
-				e.Header[k] = []string{val}
+				if k == HdrSubject {
+					e.Subject = val
+					return nil
+				}
+				if vals == nil {
+					vals = make([]string, 0, 8)
+				}
+				vals = append(vals, val)
+				e.Header[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 			}
 			return nil
 		})
@@ -342,6 +345,31 @@ func parseBatch(data []byte) ([]Entry, error) {
 		return err
 	})
 	return out, err
+}
+
+// headerName is b as a string, without a copy for the headers podbus sets.
+func headerName(b []byte) string {
+	switch string(b) {
+	case HdrMsgID:
+		return HdrMsgID
+	case HdrCorrelation:
+		return HdrCorrelation
+	case HdrPodUID:
+		return HdrPodUID
+	case HdrKey:
+		return HdrKey
+	case HdrReply:
+		return HdrReply
+	case HdrUser:
+		return HdrUser
+	case HdrTrigger:
+		return HdrTrigger
+	case HdrActor:
+		return HdrActor
+	case HdrSubject:
+		return HdrSubject
+	}
+	return string(b)
 }
 
 // fields calls fn with the number and contents of each length-delimited field of a message, and

@@ -22,20 +22,22 @@ type Meta struct {
 }
 
 func (m Meta) header() nats.Header {
-	h := make(nats.Header, 5)
-	set := func(k, v string) {
+	names := [...]string{HdrMsgID, HdrCorrelation, HdrPodUID, HdrKey, HdrReply, HdrUser, HdrTrigger, HdrActor}
+	values := [...]string{m.MsgID, m.Correlation, m.PodUID, m.Key, m.Reply, m.User, m.Trigger, m.Actor}
+	n := 0
+	for _, v := range values {
 		if v != "" {
-			h[k] = []string{v}
+			n++
 		}
 	}
-	set(HdrMsgID, m.MsgID)
-	set(HdrCorrelation, m.Correlation)
-	set(HdrPodUID, m.PodUID)
-	set(HdrKey, m.Key)
-	set(HdrReply, m.Reply)
-	set(HdrUser, m.User)
-	set(HdrTrigger, m.Trigger)
-	set(HdrActor, m.Actor)
+	h := make(nats.Header, n)
+	vals := make([]string, 0, n) // one allocation for every header's value
+	for i, v := range values {
+		if v != "" {
+			vals = append(vals, v)
+			h[names[i]] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
+	}
 	return h
 }
 

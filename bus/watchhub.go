@@ -156,6 +156,9 @@ func (b *sharedBucket) pump(sw jetstream.KeyWatcher) {
 	}
 }
 
+// maxSpare is the largest queue a watcher keeps for reuse.
+const maxSpare = 4096
+
 // hubWatcher is one caller's watch, fed by the hub.
 type hubWatcher struct {
 	b       *sharedBucket
@@ -166,6 +169,7 @@ type hubWatcher struct {
 
 	mu     sync.Mutex
 	queue  []jetstream.KeyValueEntry // shared updates not yet passed on
+	spare  []jetstream.KeyValueEntry // the last batch taken, passed on and emptied: the next queue
 	behind bool                      // updates were dropped: the queue was full
 	ended  bool                      // the shared watch ended
 }
@@ -213,8 +217,20 @@ func (w *hubWatcher) signal() {
 func (w *hubWatcher) take() (batch []jetstream.KeyValueEntry, behind, ended bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	batch, w.queue = w.queue, nil
+	batch, w.queue, w.spare = w.queue, w.spare, nil
 	return batch, w.behind, w.ended
+}
+
+// recycle gives back a batch from take once it is passed on, so that the queue is not grown again
+// from nothing after each take.
+func (w *hubWatcher) recycle(batch []jetstream.KeyValueEntry) {
+	if cap(batch) > maxSpare {
+		return // a burst's queue is not kept for the quiet after it
+	}
+	clear(batch) // the entries' values may be large: not kept beyond their turn
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.spare = batch[:0]
 }
 
 // rejoin clears the queue and the behind mark: updates from now on are queued again.
@@ -287,6 +303,7 @@ func (w *hubWatcher) follow(ctx context.Context, last uint64) (uint64, bool) {
 			}
 			last = e.Revision()
 		}
+		w.recycle(batch)
 		switch {
 		case behind:
 			return last, true
