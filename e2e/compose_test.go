@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/natsauth"
@@ -658,11 +659,32 @@ func (c *composeEnv) checkNATSAuth() {
 func (c *composeEnv) checkReplicas() {
 	t := c.t
 	t.Helper()
+	infos := c.streamInfos()
+	for _, info := range infos {
+		name := info.Config.Name
+		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("stream %s: %d replicas, cluster %+v", name, info.Config.Replicas, info.Cluster)
+		}
+		// A direct get may be answered by a lagging follower: buckets must read from the leader.
+		if strings.HasPrefix(name, "KV_") && info.Config.AllowDirect {
+			t.Errorf("bucket stream %s allows direct gets (stale reads)", name)
+		}
+	}
+	if n := len(infos); n < len(bus.StreamConfigs(bus.Options{}))+len(bus.KVConfigs(bus.Options{})) {
+		t.Errorf("only %d streams", n)
+	}
+	t.Logf("%d streams and buckets, each with 3 replicas; buckets read from their leader", len(infos))
+}
+
+// streamInfos reads the info of every stream of the cluster (KV buckets are streams too).
+func (c *composeEnv) streamInfos() []*jetstream.StreamInfo {
+	t := c.t
+	t.Helper()
 	conn := c.natsConn()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var out []*jetstream.StreamInfo
 	names := conn.JS.StreamNames(ctx)
-	n := 0
 	for name := range names.Name() {
 		s, err := conn.JS.Stream(ctx, name)
 		if err != nil {
@@ -672,22 +694,12 @@ func (c *composeEnv) checkReplicas() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n++
-		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
-			t.Errorf("stream %s: %d replicas, cluster %+v", name, info.Config.Replicas, info.Cluster)
-		}
-		// A direct get may be answered by a lagging follower: buckets must read from the leader.
-		if strings.HasPrefix(name, "KV_") && info.Config.AllowDirect {
-			t.Errorf("bucket stream %s allows direct gets (stale reads)", name)
-		}
+		out = append(out, info)
 	}
 	if names.Err() != nil {
 		t.Fatal(names.Err())
 	}
-	if n < len(bus.StreamConfigs(bus.Options{}))+len(bus.KVConfigs(bus.Options{})) {
-		t.Errorf("only %d streams", n)
-	}
-	t.Logf("%d streams and buckets, each with 3 replicas; buckets read from their leader", n)
+	return out
 }
 
 // checkBus: the pipeline's own invariants on the R3 streams (no pod announced to two nodes, allocations

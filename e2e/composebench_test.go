@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -86,32 +85,17 @@ func TestComposeNodesBench(t *testing.T) {
 	t.Logf("FIGURE compose R3: the first node registered %s after up began, the last was Ready %s after it",
 		first.Sub(start).Round(time.Second), last.Sub(first).Round(time.Second))
 
-	conn := c.natsConn()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	total := 0
-	names := conn.JS.StreamNames(ctx)
-	for name := range names.Name() {
-		st, err := conn.JS.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, info := range c.streamInfos() {
 		total += info.State.Consumers
 		// Each agent process holds one durable on PODS, whatever the nodes it runs: a consumer per node
 		// would be 1,000 of them.
-		if name == bus.StreamPods {
+		if name := info.Config.Name; name == bus.StreamPods {
 			t.Logf("FIGURE compose R3, %d nodes in %d agent processes: %d consumers on %s", nodes, composeBenchAgents, info.State.Consumers, name)
 			if info.State.Consumers >= nodes/10 {
 				t.Errorf("%d consumers on %s: they grow with the nodes", info.State.Consumers, name)
 			}
 		}
-	}
-	if names.Err() != nil {
-		t.Fatal(names.Err())
 	}
 	t.Logf("FIGURE compose R3, %d nodes: %d consumers over every stream and bucket", nodes, total)
 
