@@ -13,7 +13,7 @@ import (
 
 // In one process the services that follow the pods, nodes and alloc buckets share one watch of each
 // (bus.WatchHub, on the reader's credential): the server feeds one consumer per bucket for all of
-// them, besides the namespace controller's metadata-only watch of the pods, and pods still go to
+// them (the namespace controller watches pods only while a namespace terminates), and pods still go to
 // Ready through every service.
 func TestServicesShareBucketWatches(t *testing.T) {
 	cl, conn := startCluster(t, up.Config{Nodes: 3, StartDelay: 2 * time.Millisecond, NATSAuth: true})
@@ -25,7 +25,7 @@ func TestServicesShareBucketWatches(t *testing.T) {
 	}
 	waitAll(t, conn, 20, 60*time.Second, isReady)
 
-	want := map[string]int{bus.BucketPods: 2, bus.BucketNodes: 1, bus.BucketAlloc: 1}
+	want := map[string]int{bus.BucketPods: 1, bus.BucketNodes: 1, bus.BucketAlloc: 1}
 	got := map[string]int{}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
