@@ -125,25 +125,31 @@ func deleteNamespace(ctx context.Context, s *Service, req request, obj runtime.O
 // Like kube's plugin, it reads the namespace from the watch cache and only a namespace the cache does
 // not hold (yet) from the bucket, so a create costs no read of the store.
 func (s *Service) admitNamespace(ctx context.Context, k *kind, name, ns string) error {
-	var o runtime.Object
 	if c := s.cache(namespaceKind); c.isReady() {
-		if cached, err := c.get(ns); err == nil {
-			o = cached
+		// The phase is one of the cache's selectable fields, so a create decodes nothing. deleteNamespace
+		// sets it with the deletion timestamp, and it is what kube's plugin checks.
+		if phase, ok := c.field(ns, "status.phase"); ok {
+			if phase == string(corev1.NamespaceTerminating) {
+				return terminatingNamespace(k, name, ns)
+			}
+			return nil
 		}
 	}
-	if o == nil {
-		stored, _, err := s.getEntry(ctx, namespaceKind, "", ns)
-		if err != nil {
-			return err
-		}
-		o = stored
-	}
-	if n := o.(*corev1.Namespace); n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating {
-		err := apierrors.NewForbidden(k.gr(), name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
-		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ns), Field: "metadata.namespace",
-		})
+	stored, _, err := s.getEntry(ctx, namespaceKind, "", ns)
+	if err != nil {
 		return err
 	}
+	if n := stored.(*corev1.Namespace); n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating {
+		return terminatingNamespace(k, name, ns)
+	}
 	return nil
+}
+
+// terminatingNamespace is kube's refusal of a create into a terminating namespace.
+func terminatingNamespace(k *kind, name, ns string) error {
+	err := apierrors.NewForbidden(k.gr(), name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ns), Field: "metadata.namespace",
+	})
+	return err
 }

@@ -148,6 +148,10 @@ func TestAdmitNamespaceFromCache(t *testing.T) {
 	if n := e.svc.kvReads.Load() - reads; n != 0 {
 		t.Errorf("%d reads of the bucket for a cached namespace, want none", n)
 	}
+	// Nor a decode: the phase is read from the cache's selectable fields.
+	if a := testing.AllocsPerRun(100, func() { _ = e.svc.admitNamespace(ctx, podKind, "p", "cached") }); a != 0 {
+		t.Errorf("%.0f allocations to admit into a cached namespace, want 0", a)
+	}
 	if err := e.svc.admitNamespace(ctx, podKind, "p", "missing"); !apierrors.IsNotFound(err) {
 		t.Errorf("missing namespace: %v, want NotFound", err)
 	}

@@ -546,6 +546,22 @@ func (c *watchCache) get(id string) (runtime.Object, error) {
 	return c.decode(e, e.rev)
 }
 
+// field returns the selectable field name of the object id holds, without decoding it; false when the
+// cache does not hold id or the kind has no such field.
+func (c *watchCache) field(id, name string) (string, bool) {
+	i, ok := c.fieldIdx[name]
+	if !ok {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.objects[id]
+	if e == nil {
+		return "", false
+	}
+	return e.fields[i], true
+}
+
 func (c *watchCache) isReady() bool {
 	select {
 	case <-c.ready:
