@@ -279,17 +279,12 @@ func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 	if header.Get(HdrBatch) == "" {
 		return []Entry{{Header: header, Data: data, Subject: subject}}, nil
 	}
-	entries, err := parseBatch(data, header)
+	entries, err := parseBatch(subject, data, header)
 	if err != nil {
 		return nil, fmt.Errorf("decode batch: %w", errors.Join(ErrMalformed, err))
 	}
 	if len(entries) == 0 || len(entries) > MaxBatchEntries {
 		return nil, fmt.Errorf("%w: batch of %d entries", ErrMalformed, len(entries))
-	}
-	for i := range entries {
-		if entries[i].Subject == "" {
-			entries[i].Subject = subject
-		}
 	}
 	return entries, nil
 }
@@ -297,14 +292,14 @@ func Unbatch(subject string, header nats.Header, data []byte) ([]Entry, error) {
 // parseBatch reads a pb.Batch with protowire: the entries' payloads stay slices of data instead of
 // copies (proto.Unmarshal copies bytes fields), which matters on the hot path of every consumer. Each
 // entry's headers are the batch's (but its id and batch count: an entry's own id is its identity) under
-// its own; HdrSubject becomes its Subject.
-func parseBatch(data []byte, batch nats.Header) ([]Entry, error) {
+// its own; its subject is the batch's unless HdrSubject names another.
+func parseBatch(subject string, data []byte, batch nats.Header) ([]Entry, error) {
 	var out []Entry
 	err := fields(data, func(num protowire.Number, v []byte) error {
 		if num != 1 { // Batch.entries
 			return nil
 		}
-		e := Entry{Header: make(nats.Header, len(batch)+6)}
+		e := Entry{Header: make(nats.Header, len(batch)+6), Subject: subject}
 		for k, v := range batch {
 			if k != HdrBatch && k != HdrMsgID {
 				e.Header[k] = v
@@ -349,25 +344,10 @@ func parseBatch(data []byte, batch nats.Header) ([]Entry, error) {
 
 // headerName is b as a string, without a copy for the headers podbus sets.
 func headerName(b []byte) string {
-	switch string(b) {
-	case HdrMsgID:
-		return HdrMsgID
-	case HdrCorrelation:
-		return HdrCorrelation
-	case HdrPodUID:
-		return HdrPodUID
-	case HdrKey:
-		return HdrKey
-	case HdrReply:
-		return HdrReply
-	case HdrUser:
-		return HdrUser
-	case HdrTrigger:
-		return HdrTrigger
-	case HdrActor:
-		return HdrActor
-	case HdrSubject:
-		return HdrSubject
+	for _, h := range metaHeaders {
+		if string(b) == h {
+			return h
+		}
 	}
 	return string(b)
 }

@@ -21,8 +21,10 @@ type Meta struct {
 	Actor       string // set by the Publisher
 }
 
+// metaHeaders are the headers Meta travels in, in the order of Meta.header's values.
+var metaHeaders = [...]string{HdrMsgID, HdrCorrelation, HdrPodUID, HdrKey, HdrReply, HdrUser, HdrTrigger, HdrActor}
+
 func (m Meta) header() nats.Header {
-	names := [...]string{HdrMsgID, HdrCorrelation, HdrPodUID, HdrKey, HdrReply, HdrUser, HdrTrigger, HdrActor}
 	values := [...]string{m.MsgID, m.Correlation, m.PodUID, m.Key, m.Reply, m.User, m.Trigger, m.Actor}
 	n := 0
 	for _, v := range values {
@@ -35,7 +37,7 @@ func (m Meta) header() nats.Header {
 	for i, v := range values {
 		if v != "" {
 			vals = append(vals, v)
-			h[names[i]] = vals[len(vals)-1 : len(vals) : len(vals)]
+			h[metaHeaders[i]] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
 	return h

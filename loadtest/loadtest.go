@@ -357,8 +357,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	embedded := cfg.API == ""
 	if !embedded {
 		cfg.Nodes = 0 // the target cluster's, which --nodes does not set
-	}
-	if embedded {
+	} else {
 		var log *slog.Logger
 		if cfg.Quiet {
 			// The cluster's info lines (the NATS server's banner among them) would bury the result.
