@@ -1,13 +1,13 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/cluster/up"
 )
 
@@ -31,15 +31,7 @@ func TestServicesShareBucketWatches(t *testing.T) {
 	for {
 		same := true
 		for bucket, n := range want {
-			s, err := conn.JS.Stream(context.Background(), bus.KVStream(bucket))
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := s.Info(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got[bucket] = info.State.Consumers
+			got[bucket] = bustest.Consumers(t, conn, bus.KVStream(bucket))
 			same = same && got[bucket] == n
 		}
 		if same {

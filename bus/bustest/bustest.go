@@ -166,3 +166,17 @@ func Decode[T proto.Message](t testing.TB, m *jetstream.RawStreamMsg, into T) T 
 	}
 	return into
 }
+
+// Consumers is the number of consumers on stream (a bucket's is bus.KVStream of it).
+func Consumers(t testing.TB, c *bus.Conn, stream string) int {
+	t.Helper()
+	st, err := c.JS.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}

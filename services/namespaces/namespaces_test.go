@@ -233,15 +233,7 @@ func TestFinalize(t *testing.T) {
 // consumers counts the consumers of a bucket's stream.
 func (e *env) consumers(bucket string) int {
 	e.t.Helper()
-	st, err := e.conn.JS.Stream(context.Background(), bus.KVStream(bucket))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return info.State.Consumers
+	return bustest.Consumers(e.t, e.conn, bus.KVStream(bucket))
 }
 
 // TestPodWatch: the controller watches no pod while no namespace terminates, and the pods of a
@@ -268,7 +260,8 @@ func TestPodWatch(t *testing.T) {
 	if n := e.consumers(bus.BucketPods); n == 0 {
 		t.Error("no consumer on the pods bucket with a namespace terminating")
 	}
-	// A change of another namespace's pod does not requeue it; the pod's own removal does.
+	// Another namespace's pod changing meanwhile leaves it alone; the pod's own removal finishes the
+	// namespace (with the resync an hour away, only the watch can tell the controller).
 	other := &pb.Pod{}
 	rev, err := bus.Get(context.Background(), e.pods, bus.PodKey("keep", "other"), other)
 	if err != nil {
