@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podtest"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -64,5 +67,22 @@ func BenchmarkReserve(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecisionNode is the routing of one decision carrying a running pod: the binder's first read
+// of every decision.
+func BenchmarkDecisionNode(b *testing.B) {
+	d := decision("u1", "web", "n1")
+	d.Pod = podtest.RunningPod(1)
+	data, err := proto.Marshal(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if decisionNode(&bus.Msg{Data: data}) != "n1" {
+			b.Fatal("wrong node")
+		}
 	}
 }

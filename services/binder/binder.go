@@ -221,10 +221,17 @@ func (s *Service) keyGroup() bus.GroupHandler {
 // refuses only what another replica's decisions changed. Checked commits are serial anyway.
 const keyChecked = "\x00inter-pod"
 
+// decisionMask is what the binder reads of a decision: all of it but the pod it carries, of which only
+// the constraints that route the decision (hasRequiredInterPod). The binder binds the stored pod, never
+// the decision's, so decoding the whole pod would be work thrown away.
+var decisionMask = bus.NewMask(&pb.SchedulingDecision{}, "uid", "namespace", "name", "pod_revision", "node",
+	"unschedulable", "message", "reasons", "scheduler", "score", "nodes_evaluated", "requests", "decided_at",
+	"attempt", "nominated_node", "victims", "pod.spec.affinity", "pod.spec.topology_spread_constraints")
+
 func decisionNode(m *bus.Msg) string {
 	// A malformed one is parked by the handler, whichever worker gets it; a decoded one is kept for it.
 	d := &pb.SchedulingDecision{}
-	if err := proto.Unmarshal(m.Data, d); err == nil {
+	if pruned, ok := bus.Prune(m.Data, decisionMask); ok && proto.Unmarshal(pruned, d) == nil {
 		m.Keep(d)
 	}
 	if p := d.GetPod(); p != nil && hasRequiredInterPod(p) {

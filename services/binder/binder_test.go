@@ -713,3 +713,56 @@ func TestConcurrentBindersNeverOvercommit(t *testing.T) {
 		t.Errorf("node holds %d pods (%d added), %dm cpu; want 8 pods, 4000m", len(a.GetPods()), len(seen), a.GetTotal().GetMilliCpu())
 	}
 }
+
+// The binder reads every field of a decision but the pod it carries, and of that pod what routes the
+// decision: a field added to SchedulingDecision must be added to decisionMask, or the binder drops it.
+func TestDecisionMask(t *testing.T) {
+	fields := (&pb.SchedulingDecision{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if _, ok := decisionMask[fd.Number()]; !ok && fd.Name() != "pod" {
+			t.Errorf("decisionMask leaves out %s", fd.Name())
+		}
+	}
+
+	antiAffinity := pod("u2", "db", "100m")
+	antiAffinity.Spec.Affinity = &pb.Affinity{PodAntiAffinity: &pb.PodAffinity{
+		Required: []*pb.PodAffinityTerm{{TopologyKey: "kubernetes.io/hostname"}}}}
+	spread := pod("u3", "api", "100m")
+	spread.Spec.TopologySpreadConstraints = []*pb.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone"}}
+	tests := []struct {
+		name string
+		pod  *pb.Pod
+		want string
+	}{
+		{"no constraints: by node", pod("u1", "web", "100m"), "n1"},
+		{"required anti-affinity: checked", antiAffinity, keyChecked},
+		{"spread, DoNotSchedule: checked", spread, keyChecked},
+		{"no pod carried: by node", nil, "n1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decision("u1", "web", "n1")
+			d.Pod, d.Reasons, d.Victims = tt.pod, map[string]int32{"r": 1}, []*pb.PreemptionVictim{{Uid: "v"}}
+			data, err := proto.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &bus.Msg{Data: data}
+			if got := decisionNode(m); got != tt.want {
+				t.Errorf("decisionNode = %q, want %q", got, tt.want)
+			}
+			kept, ok := m.Kept().(*pb.SchedulingDecision)
+			if !ok {
+				t.Fatal("no decision kept")
+			}
+			want := proto.Clone(d).(*pb.SchedulingDecision)
+			want.Pod = nil
+			got := proto.Clone(kept).(*pb.SchedulingDecision)
+			got.Pod = nil
+			if !proto.Equal(got, want) {
+				t.Errorf("kept decision differs beyond its pod:\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}
