@@ -1,8 +1,8 @@
 package events
 
 import (
+	"encoding/binary"
 	"encoding/hex"
-	"hash/fnv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,12 +36,7 @@ func NewRecorder(pub EventPublisher, component, host string) *Recorder {
 // (in a batch, which has no message id, it is stored twice under the same name, and a list shows it
 // once).
 func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup string, at time.Time) (jetstream.PubAckFuture, error) {
-	h := fnv.New64a()
-	for _, s := range []string{obj.GetUid(), obj.GetName(), reason, r.component, dedup} {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
-	}
-	id := hex.EncodeToString(h.Sum(nil))
+	id := eventID(obj.GetUid(), obj.GetName(), reason, r.component, dedup)
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -65,6 +60,25 @@ func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup st
 		ReportingInstance:  r.host,
 	}
 	return r.pub.PublishAsync(bus.SubjEvent(obj.GetNamespace(), obj.GetName()), ev, bus.Meta{MsgID: "ev-" + id, PodUID: obj.GetUid()})
+}
+
+// eventID is the hex FNV-1a (64-bit) of the parts, each followed by a zero byte, computed without
+// allocating but for the result: every step of every pod records events.
+func eventID(parts ...string) string {
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	for _, s := range parts {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= prime64
+		}
+		h *= prime64 // the zero byte after each part
+	}
+	var sum [8]byte
+	binary.BigEndian.PutUint64(sum[:], h)
+	var out [16]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // PodRef is the ObjectReference of a pod.
