@@ -65,6 +65,10 @@ type EnvelopeResult struct {
 	Slices     []Slice `json:"slices"`
 	// LastToFirst is the last full slice's rate over the first's.
 	LastToFirst float64 `json:"last_to_first"`
+	// LastToFirstSpan is the same over up to four slices at each end (see spanRatio): one slice's rate
+	// swings with a busy machine's minute, so the ratio of one pair of slices says little alone.
+	LastToFirstSpan float64 `json:"last_to_first_span"`
+	SpanSlices      int     `json:"span_slices"`
 
 	ControlPlane Memory `json:"control_plane"`
 	Agents       Memory `json:"agents"`
@@ -251,6 +255,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
 		res.Slices = sliceRates(pr, slice)
 		res.LastToFirst = lastToFirst(res.Slices, slice)
+		res.LastToFirstSpan, res.SpanSlices = spanRatio(res.Slices, slice, 4)
 	}
 	if err != nil {
 		res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
@@ -323,6 +328,31 @@ func lastToFirst(ss []Slice, size int) float64 {
 		}
 	}
 	return 0
+}
+
+// spanRatio is the rate of the last k full slices that ended while pods were still being created over
+// the rate of the first k, each the pods of its slices over their time; with fewer than 2k such slices
+// k shrinks to half of them. It returns the ratio and the k used (0, 0 without two such slices).
+func spanRatio(ss []Slice, size, k int) (float64, int) {
+	var full []Slice
+	for _, s := range ss {
+		if s.Pods == size && !s.Drain && s.Rate > 0 {
+			full = append(full, s)
+		}
+	}
+	k = min(k, len(full)/2)
+	if k == 0 {
+		return 0, 0
+	}
+	rate := func(ss []Slice) float64 {
+		var pods, secs float64
+		for _, s := range ss {
+			pods += float64(s.Pods)
+			secs += float64(s.Pods) / s.Rate
+		}
+		return pods / secs
+	}
+	return rate(full[len(full)-k:]) / rate(full[:k]), k
 }
 
 // waitNodesReady watches the nodes bucket until want nodes of the envelope's host are Ready, the agent
@@ -475,6 +505,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 			s.StageP50[0], s.StageP50[1], s.StageP50[2], s.StageP50[3], drain)
 	}
 	fmt.Fprintf(w, "%-42s %.2f\n", "last full slice before the drain / first", r.LastToFirst)
+	if r.SpanSlices > 1 {
+		fmt.Fprintf(w, "%-42s %.2f\n", fmt.Sprintf("the last %d full slices / the first %d", r.SpanSlices, r.SpanSlices), r.LastToFirstSpan)
+	}
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
 		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)
 	fmt.Fprintf(w, "%-42s peak %s, at end %s\n", "agents RSS (other process)", gib(r.Agents.PeakRSS), gib(r.Agents.EndRSS))

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"math"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -99,6 +100,39 @@ func TestSliceRates(t *testing.T) {
 	}
 	if r := lastToFirst(got[:1], 2); r != 0 {
 		t.Errorf("lastToFirst of one slice = %v, want 0", r)
+	}
+}
+
+// The span ratio weighs each slice by its time, skips the drain's and short slices, and uses fewer
+// slices at each end when there are not enough for k.
+func TestSpanRatio(t *testing.T) {
+	full := func(rates ...float64) []Slice {
+		var ss []Slice
+		for _, r := range rates {
+			ss = append(ss, Slice{Pods: 10, Rate: r})
+		}
+		return ss
+	}
+	tests := []struct {
+		name   string
+		slices []Slice
+		want   float64
+		wantK  int
+	}{
+		{"eight slices, k 4", full(100, 100, 100, 100, 50, 50, 50, 50), 0.5, 4},
+		// 40 pods in 0.1+0.1+0.1+0.4 s: 57.1 pods/s; 40 pods in 0.2 s each: 50 pods/s
+		{"weighted by time", full(100, 100, 100, 25, 50, 50, 50, 50), 50 / (40 / 0.7), 4},
+		{"five slices, k 2", full(100, 100, 80, 50, 50), 0.5, 2},
+		{"drain and short slices skipped", append(full(100, 100, 50, 50), Slice{Pods: 10, Rate: 500, Drain: true}, Slice{Pods: 3, Rate: 500}), 0.5, 2},
+		{"one slice", full(100), 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, k := spanRatio(tt.slices, 10, 4)
+			if k != tt.wantK || math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("spanRatio = %v, k %d; want %v, k %d", got, k, tt.want, tt.wantK)
+			}
+		})
 	}
 }
 
