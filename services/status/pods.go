@@ -302,9 +302,14 @@ func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
 // podCache holds the pods this replica wrote last, as stored, with their revisions. It is a hint:
 // writes are still compare-and-set, and a conflict drops the entry. Pods are kept encoded: a decoded
 // pod costs several times its encoding, and every pod of the cluster passes through here.
+//
+// A pod's reports come close together (ContainerCreating, Running, Ready), then rarely, so the cache
+// keeps recent writes only: two generations of at most maxCachedPods each; when the current one is
+// full it becomes the previous one and the oldest is dropped. A pod written shortly before the switch
+// is still found in the previous generation, and a pod written long ago costs a read.
 type podCache struct {
-	mu sync.Mutex
-	m  map[string]cachedPod
+	mu        sync.Mutex
+	cur, prev map[string]cachedPod
 }
 
 type cachedPod struct {
@@ -313,14 +318,16 @@ type cachedPod struct {
 	rev  uint64
 }
 
-// maxCachedPods bounds the cache; past it the cache starts over (it only saves reads, and a pod's
-// reports come close together).
-const maxCachedPods = 50_000
+// maxCachedPods is the size of a generation.
+const maxCachedPods = 4096
 
 // get returns the cached pod, decoded afresh for the caller, if it is the incarnation uid.
 func (c *podCache) get(key, uid string) (storedPod, bool) {
 	c.mu.Lock()
-	e, ok := c.m[key]
+	e, ok := c.cur[key]
+	if !ok {
+		e, ok = c.prev[key]
+	}
 	c.mu.Unlock()
 	if !ok || e.uid != uid {
 		return storedPod{}, false
@@ -333,16 +340,18 @@ func (c *podCache) get(key, uid string) (storedPod, bool) {
 func (c *podCache) put(key, uid string, data []byte, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxCachedPods {
-		c.m = map[string]cachedPod{}
+	if c.cur == nil || len(c.cur) >= maxCachedPods {
+		c.prev, c.cur = c.cur, make(map[string]cachedPod, maxCachedPods)
 	}
-	c.m[key] = cachedPod{uid: uid, data: data, rev: rev}
+	delete(c.prev, key)
+	c.cur[key] = cachedPod{uid: uid, data: data, rev: rev}
 }
 
 func (c *podCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, key)
+	delete(c.cur, key)
+	delete(c.prev, key)
 }
 
 func isReady(p *pb.Pod) bool {
