@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/fnv1a"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -65,14 +66,9 @@ func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup st
 // eventID is the hex FNV-1a (64-bit) of the parts, each followed by a zero byte, computed without
 // allocating but for the result: every step of every pod records events.
 func eventID(parts ...string) string {
-	const offset64, prime64 = 14695981039346656037, 1099511628211
-	h := uint64(offset64)
+	h := fnv1a.Offset64
 	for _, s := range parts {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= prime64
-		}
-		h *= prime64 // the zero byte after each part
+		h = fnv1a.AddByte(fnv1a.AddString(h, s), 0)
 	}
 	var sum [8]byte
 	binary.BigEndian.PutUint64(sum[:], h)

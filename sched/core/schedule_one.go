@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/podbus/podbus/internal/fnv1a"
 	"github.com/podbus/podbus/sched/framework"
 )
 
@@ -96,12 +97,7 @@ func newCycle(fw *framework.Framework) *Cycle {
 
 // seed makes the cycle's randomness a function of the pod uid alone.
 func (c *Cycle) seed(uid string) {
-	// FNV-1a, inline: hash/fnv would allocate per pod.
-	s := uint64(14695981039346656037)
-	for i := 0; i < len(uid); i++ {
-		s ^= uint64(uid[i])
-		s *= 1099511628211
-	}
+	s := fnv1a.AddString(fnv1a.Offset64, uid) // hash/fnv would allocate per pod
 	c.pcg.Seed(s, s*0x9e3779b97f4a7c15+1)
 }
 
