@@ -60,28 +60,15 @@ func writeHistory(t *testing.T, c *bus.Conn, pods int) {
 	}
 }
 
-func streamInfo(t *testing.T, c *bus.Conn, name string) *jetstream.StreamInfo {
-	t.Helper()
-	s, err := c.JS.Stream(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info
-}
-
 // settled waits until AUDIT holds every message of its origins.
 func settled(t *testing.T, c *bus.Conn) {
 	t.Helper()
 	bustest.Eventually(t, 10*time.Second, func() bool {
 		var want uint64
 		for _, s := range []string{bus.StreamPods, bus.StreamStatus, bus.KVStream(bus.BucketPods)} {
-			want += streamInfo(t, c, s).State.Msgs
+			want += bustest.StreamInfo(t, c, s).State.Msgs
 		}
-		return streamInfo(t, c, bus.StreamAudit).State.Msgs >= want
+		return bustest.StreamInfo(t, c, bus.StreamAudit).State.Msgs >= want
 	}, "AUDIT sources the history")
 }
 
@@ -101,7 +88,7 @@ func seal(t *testing.T, c *bus.Conn, key ed25519.PrivateKey) {
 			t.Error(err)
 		}
 	}()
-	last := streamInfo(t, c, bus.StreamAudit).State.LastSeq
+	last := bustest.StreamInfo(t, c, bus.StreamAudit).State.LastSeq
 	bustest.Eventually(t, 10*time.Second, func() bool {
 		b, err := lastSeal(ctx, c)
 		return err == nil && b.To() >= last
@@ -152,14 +139,14 @@ func replaceAudit(t *testing.T, c *bus.Conn, transforms map[string]string, edit 
 			src.SubjectTransforms = append(src.SubjectTransforms, jetstream.SubjectTransformConfig{Source: subj, Destination: dest})
 		}
 	}
-	want := streamInfo(t, c, bus.StreamAudit).State.Msgs
+	want := bustest.StreamInfo(t, c, bus.StreamAudit).State.Msgs
 	stage, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "STAGE", Mirror: src})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bustest.Eventually(t, 10*time.Second, func() bool { return streamInfo(t, c, "STAGE").State.Msgs == want }, "the copy mirrors AUDIT")
+	bustest.Eventually(t, 10*time.Second, func() bool { return bustest.StreamInfo(t, c, "STAGE").State.Msgs == want }, "the copy mirrors AUDIT")
 	edit(stage)
-	cfg := streamInfo(t, c, "STAGE").Config
+	cfg := bustest.StreamInfo(t, c, "STAGE").Config
 	cfg.Mirror = nil
 	if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatalf("detach the copy: %v", err)
@@ -170,9 +157,9 @@ func replaceAudit(t *testing.T, c *bus.Conn, transforms map[string]string, edit 
 	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: bus.StreamAudit, Mirror: &jetstream.StreamSource{Name: "STAGE"}}); err != nil {
 		t.Fatal(err)
 	}
-	staged := streamInfo(t, c, "STAGE").State
+	staged := bustest.StreamInfo(t, c, "STAGE").State
 	bustest.Eventually(t, 10*time.Second, func() bool {
-		st := streamInfo(t, c, bus.StreamAudit).State
+		st := bustest.StreamInfo(t, c, bus.StreamAudit).State
 		return st.Msgs == staged.Msgs
 	}, "AUDIT mirrors the edited copy")
 }
@@ -182,7 +169,7 @@ func storedSubjects(t *testing.T, c *bus.Conn) []string {
 	t.Helper()
 	var out []string
 	seen := map[string]bool{}
-	info := streamInfo(t, c, bus.StreamAudit)
+	info := bustest.StreamInfo(t, c, bus.StreamAudit)
 	s, _ := c.JS.Stream(context.Background(), bus.StreamAudit)
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(context.Background(), seq)
@@ -201,7 +188,7 @@ func storedSubjects(t *testing.T, c *bus.Conn) []string {
 func subjectsBySeq(t *testing.T, c *bus.Conn) map[uint64]string {
 	t.Helper()
 	out := map[uint64]string{}
-	info := streamInfo(t, c, bus.StreamAudit)
+	info := bustest.StreamInfo(t, c, bus.StreamAudit)
 	s, _ := c.JS.Stream(context.Background(), bus.StreamAudit)
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(context.Background(), seq)
@@ -259,7 +246,7 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 	}{{
 		name: "delete a record",
 		tamper: func(t *testing.T, c *bus.Conn) uint64 {
-			seq := streamInfo(t, c, bus.StreamAudit).State.LastSeq / 2
+			seq := bustest.StreamInfo(t, c, bus.StreamAudit).State.LastSeq / 2
 			replaceAudit(t, c, nil, func(s jetstream.Stream) {
 				if err := s.DeleteMsg(context.Background(), seq); err != nil {
 					t.Fatal(err)
@@ -279,7 +266,7 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 	}, {
 		name: "truncate the tail",
 		tamper: func(t *testing.T, c *bus.Conn) uint64 {
-			last := streamInfo(t, c, bus.StreamAudit).State.LastSeq
+			last := bustest.StreamInfo(t, c, bus.StreamAudit).State.LastSeq
 			replaceAudit(t, c, nil, func(s jetstream.Stream) {
 				for seq := last - 2; seq <= last; seq++ {
 					if err := s.DeleteMsg(context.Background(), seq); err != nil {
@@ -294,14 +281,14 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 		name: "replace the stream with an exact copy",
 		tamper: func(t *testing.T, c *bus.Conn) uint64 {
 			replaceAudit(t, c, nil, func(jetstream.Stream) {})
-			return streamInfo(t, c, bus.StreamAudit).State.FirstSeq
+			return bustest.StreamInfo(t, c, bus.StreamAudit).State.FirstSeq
 		},
 		kind: audit.FindReplaced,
 	}, {
 		name: "trim the head (MaxMsgs)",
 		tamper: func(t *testing.T, c *bus.Conn) uint64 {
-			cfg := streamInfo(t, c, bus.StreamAudit).Config
-			first := streamInfo(t, c, bus.StreamAudit).State.FirstSeq
+			cfg := bustest.StreamInfo(t, c, bus.StreamAudit).Config
+			first := bustest.StreamInfo(t, c, bus.StreamAudit).State.FirstSeq
 			cfg.MaxMsgs = 3
 			if _, err := c.JS.UpdateStream(context.Background(), cfg); err != nil {
 				t.Fatal(err)
@@ -313,7 +300,7 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 		name: "trim the seals' head (MaxMsgs)",
 		tamper: func(t *testing.T, c *bus.Conn) uint64 {
 			ctx := context.Background()
-			cfg := streamInfo(t, c, bus.StreamAuditSeal).Config
+			cfg := bustest.StreamInfo(t, c, bus.StreamAuditSeal).Config
 			cfg.MaxMsgs = 1
 			if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 				t.Fatal(err)
@@ -393,7 +380,7 @@ func TestVerifyChainOriginGap(t *testing.T) {
 	if err := bus.Provision(ctx, c.JS, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	bustest.Eventually(t, 10*time.Second, func() bool { return streamInfo(t, c, bus.StreamAudit).State.Msgs == 2 }, "AUDIT sources STATUS")
+	bustest.Eventually(t, 10*time.Second, func() bool { return bustest.StreamInfo(t, c, bus.StreamAudit).State.Msgs == 2 }, "AUDIT sources STATUS")
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	seal(t, c, key)
 	res, err := verify(t, c, pub)

@@ -167,8 +167,8 @@ func Decode[T proto.Message](t testing.TB, m *jetstream.RawStreamMsg, into T) T 
 	return into
 }
 
-// Consumers is the number of consumers on stream (a bucket's is bus.KVStream of it).
-func Consumers(t testing.TB, c *bus.Conn, stream string) int {
+// StreamInfo is stream's info, read now.
+func StreamInfo(t testing.TB, c *bus.Conn, stream string) *jetstream.StreamInfo {
 	t.Helper()
 	st, err := c.JS.Stream(context.Background(), stream)
 	if err != nil {
@@ -178,5 +178,11 @@ func Consumers(t testing.TB, c *bus.Conn, stream string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Consumers
+	return info
+}
+
+// Consumers is the number of consumers on stream (a bucket's is bus.KVStream of it).
+func Consumers(t testing.TB, c *bus.Conn, stream string) int {
+	t.Helper()
+	return StreamInfo(t, c, stream).State.Consumers
 }
