@@ -64,6 +64,7 @@ func (o *originSampler) runOn(ctx context.Context, js streamInfoer, period time.
 func (o *originSampler) sample(ctx context.Context, js streamInfoer, name string) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	asked := time.Now()
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return // a member down or cut off: another connection's sample bounds these records
@@ -73,8 +74,13 @@ func (o *originSampler) sample(ctx context.Context, js streamInfoer, name string
 	defer o.mu.Unlock()
 	// Timed under the lock, so that samples from several connections are in time order too.
 	now := time.Now()
-	if prev := o.samples[name]; len(prev) == 0 || prev[len(prev)-1].Seq < seq {
-		o.samples[name] = append(prev, check.OriginSample{Time: now, Seq: seq})
+	prev := o.samples[name]
+	switch {
+	case len(prev) == 0 || prev[len(prev)-1].Seq < seq:
+		o.samples[name] = append(prev, check.OriginSample{Time: now, Seq: seq, Until: asked})
+	case prev[len(prev)-1].Seq == seq && asked.After(prev[len(prev)-1].Until):
+		// Still the last: a message after seq was written after this was asked.
+		prev[len(prev)-1].Until = asked
 	}
 }
 

@@ -42,16 +42,24 @@ func TestOriginSamplesThroughAnyServer(t *testing.T) {
 		s.run(ctx, 10*time.Millisecond)
 	}()
 	stream := bus.KVStream(bus.BucketPods)
+	written := map[uint64]time.Time{} // by revision: written by then
 	for i := range 5 {
 		rev, err := kv.Put(ctx, "k", []byte{byte(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		written[rev] = time.Now()
 		bustest.Eventually(t, 5*time.Second, func() bool {
 			got := s.origins()[stream]
 			return len(got) > 0 && got[len(got)-1].Seq >= rev
 		}, "no sample of %s holding revision %d", stream, rev)
 	}
+	// While nothing is written, the last sample's Until keeps up with the asking.
+	idle := time.Now()
+	bustest.Eventually(t, 5*time.Second, func() bool {
+		got := s.origins()[stream]
+		return got[len(got)-1].Until.After(idle)
+	}, "the last sample's Until stays before %v", idle)
 	cancel()
 	<-done
 	got := s.origins()[stream]
@@ -61,6 +69,10 @@ func TestOriginSamplesThroughAnyServer(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		if got[i].Seq <= got[i-1].Seq {
 			t.Errorf("sample %d: seq %d after %d", i, got[i].Seq, got[i-1].Seq)
+		}
+		// The first revision after the earlier sample's was written after its Until.
+		if w, ok := written[got[i-1].Seq+1]; ok && got[i-1].Until.After(w) {
+			t.Errorf("sample %d: Until %v, yet revision %d was written by %v", i-1, got[i-1].Until, got[i-1].Seq+1, w)
 		}
 	}
 }

@@ -41,10 +41,14 @@ const sourceLag = 5 * time.Second
 
 // deployVersion is one record of a Deployment.
 type deployVersion struct {
-	seq      uint64
-	time     time.Time
-	bound    int    // replicas + maxSurge
-	revision string // deployment.kubernetes.io/revision
+	seq  uint64
+	time time.Time // written by (see Origins.writtenBy)
+	// after: written after this, by the origin's samples (see Origins.writtenAfter); afterKnown false
+	// when they cannot tell.
+	after      time.Time
+	afterKnown bool
+	bound      int    // replicas + maxSurge
+	revision   string // deployment.kubernetes.io/revision
 	// gap: spec versions before this one are missing from the log (its generation is more than one
 	// above the last one seen): AUDIT copied the bucket too late to see them, its key history being
 	// one. What they allowed is unknown.
@@ -155,8 +159,9 @@ func (d *deployments) applyDeployment(r *audit.Record, key string) {
 	}
 	dh.last = dep
 	dh.gone = dep.DeletionTimestamp != nil
-	dh.versions = append(dh.versions, deployVersion{seq: r.Seq, time: d.origins.writtenBy(r), bound: surgeBound(dep),
-		revision: dep.Annotations[workload.AnnotationRevision], gap: dep.Generation > lastGen+1})
+	after, known := d.origins.writtenAfter(r)
+	dh.versions = append(dh.versions, deployVersion{seq: r.Seq, time: d.origins.writtenBy(r), after: after, afterKnown: known,
+		bound: surgeBound(dep), revision: dep.Annotations[workload.AnnotationRevision], gap: dep.Generation > lastGen+1})
 }
 
 func (d *deployments) applyReplicaSet(r *audit.Record, key string, rev uint64) {
@@ -235,8 +240,8 @@ func (d *deployments) applyPod(r *audit.Record, key string, rev uint64, p *pb.Po
 
 // surges judges every pod a Deployment gained against replicas + maxSurge. After a scale-down the
 // older, larger bound holds until the pods come down to the new one and claimHold has passed, since
-// ReplicaSets scaled before the change may still be creating theirs; a Deployment record copied to the log up to sourceLag after
-// a pod's counts from that pod on.
+// ReplicaSets scaled before the change may still be creating theirs; a Deployment record copied to the
+// log after a pod's counts from that pod on when it may have been written before it (lateBound).
 func (d *deployments) surges() []Violation {
 	var out []Violation
 	for _, k := range slices.Sorted(maps.Keys(d.byKey)) {
@@ -272,8 +277,8 @@ func (d *deployments) surges() []Violation {
 				continue
 			}
 			out = append(out, Violation{Kind: KindSurge, Deployment: k, Pod: ev.pod, UID: ev.uid, Revision: ev.rev, Seq: ev.seq,
-				Detail: fmt.Sprintf("%d pods of its ReplicaSets (this one of %s; %s) at Deployment revision %q, above replicas + maxSurge = %d",
-					ev.count, ev.rs, ev.perRS, dh.versions[applied].revision, allowance)})
+				Detail: fmt.Sprintf("%d pods of its ReplicaSets (this one of %s; %s) at Deployment revision %q, above replicas + maxSurge = %d%s",
+					ev.count, ev.rs, ev.perRS, dh.versions[applied].revision, allowance, dh.nextVersion(applied+1, ev))})
 		}
 	}
 	return out
@@ -291,17 +296,41 @@ func (dh *deployHist) rsCounts() string {
 	return strings.Join(parts, ", ")
 }
 
-// lateBound: a Deployment record from versions[from:] copied within sourceLag of ev allows its count.
+// lateBound: a Deployment record from versions[from:] that may have been written before ev's pod
+// allows its count. A record copied to the log after the pod may still have been written before it:
+// when its origin's samples show it not written yet only before the pod was, or, by AUDIT's times
+// alone, when it was copied within sourceLag of the pod.
 func (d *deployments) lateBound(dh *deployHist, from int, ev deployEvent) bool {
 	for _, v := range dh.versions[from:] {
-		if v.time.After(ev.time.Add(sourceLag)) {
-			return false
+		if !v.mayPrecede(ev) {
+			return false // nor may the later ones: one origin stream keeps its order
 		}
 		if v.bound >= ev.count {
 			return true
 		}
 	}
 	return false
+}
+
+func (v deployVersion) mayPrecede(ev deployEvent) bool {
+	return !v.time.After(ev.time.Add(sourceLag)) || (v.afterKnown && v.after.Before(ev.time))
+}
+
+// nextVersion describes, for a surge's report, the first Deployment record after versions[from-1]
+// that would allow ev's count, and when it and the pod were written.
+func (dh *deployHist) nextVersion(from int, ev deployEvent) string {
+	for _, v := range dh.versions[from:] {
+		if v.bound < ev.count {
+			continue
+		}
+		after := "unknown"
+		if v.afterKnown {
+			after = v.after.UTC().Format(time.RFC3339Nano)
+		}
+		return fmt.Sprintf("; the first later Deployment record allowing it (log seq %d, replicas + maxSurge = %d) was written after %s and by %s, the pod by %s",
+			v.seq, v.bound, after, v.time.UTC().Format(time.RFC3339Nano), ev.time.UTC().Format(time.RFC3339Nano))
+	}
+	return "; no later Deployment record allows it"
 }
 
 // endState checks each Deployment at the end: a live one has exactly spec.replicas pods, all Ready and

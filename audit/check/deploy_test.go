@@ -161,14 +161,34 @@ func TestDeployments(t *testing.T) {
 			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
 				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
 				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
-			origins: Origins{bus.KVStream(bus.BucketDeployments): {{histStart.Add(500 * time.Millisecond), 1}, {histStart.Add(1500 * time.Millisecond), 6}}},
+			origins: Origins{bus.KVStream(bus.BucketDeployments): {{Time: histStart.Add(500 * time.Millisecond), Seq: 1}, {Time: histStart.Add(1500 * time.Millisecond), Seq: 6}}},
+		},
+		{
+			name: "a scale-up the log shows long after the pods, its samples cut off before the pods came",
+			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			// Not written yet at 1.9 s; the next sample, 50 s in, shows it: written at some time between.
+			origins: Origins{bus.KVStream(bus.BucketDeployments): {
+				{Time: histStart.Add(500 * time.Millisecond), Seq: 1, Until: histStart.Add(1900 * time.Millisecond)},
+				{Time: histStart.Add(50 * time.Second), Seq: 6, Until: histStart.Add(50 * time.Second)}}},
+		},
+		{
+			name: "broken: a scale-up the samples show written after the pods",
+			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			origins: Origins{bus.KVStream(bus.BucketDeployments): {
+				{Time: histStart.Add(500 * time.Millisecond), Seq: 1, Until: histStart.Add(10 * time.Second)},
+				{Time: histStart.Add(10200 * time.Millisecond), Seq: 6, Until: histStart.Add(10100 * time.Millisecond)}}},
+			want: []want{{KindSurge, "default/web", "default/c", 5}},
 		},
 		{
 			name: "pods the log shows long after a scale-down, written before it",
 			steps: []step{at(0, deploy(4, "v1", "1")), at(time.Second, rset("h1", "v1")), at(2*time.Second, deploy(1, "v1", "1")),
 				at(40*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(41*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
 				at(42*time.Second, podRec("c", pod("uc", "1", owned("h1"))))},
-			origins: Origins{bus.KVStream(bus.BucketPods): {{histStart.Add(1200 * time.Millisecond), 6}}},
+			origins: Origins{bus.KVStream(bus.BucketPods): {{Time: histStart.Add(1200 * time.Millisecond), Seq: 6}}},
 		},
 		{
 			name: "broken: the same without the origins' samples",
