@@ -93,6 +93,10 @@ func owned(hash string) podOpt {
 }
 
 func TestDeployments(t *testing.T) {
+	// Three pods of a Deployment of one replica, its scale-up to three copied into the log a minute later.
+	scaledUpLate := []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
+		at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+		at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))}
 	type want struct {
 		kind, deploy, pod string
 		rev               uint64
@@ -150,34 +154,26 @@ func TestDeployments(t *testing.T) {
 				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, deploy(3, "v1", "1"))},
 		},
 		{
-			name: "broken: a scale-up the log shows long after the pods",
-			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
-				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
-				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
-			want: []want{{KindSurge, "default/web", "default/c", 5}},
+			name:  "broken: a scale-up the log shows long after the pods",
+			steps: scaledUpLate,
+			want:  []want{{KindSurge, "default/web", "default/c", 5}},
 		},
 		{
-			name: "a scale-up the log shows long after the pods, written before them",
-			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
-				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
-				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			name:    "a scale-up the log shows long after the pods, written before them",
+			steps:   scaledUpLate,
 			origins: Origins{bus.KVStream(bus.BucketDeployments): {{Time: histStart.Add(500 * time.Millisecond), Seq: 1}, {Time: histStart.Add(1500 * time.Millisecond), Seq: 6}}},
 		},
 		{
-			name: "a scale-up the log shows long after the pods, its samples cut off before the pods came",
-			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
-				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
-				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			name:  "a scale-up the log shows long after the pods, its samples cut off before the pods came",
+			steps: scaledUpLate,
 			// Not written yet at 1.9 s; the next sample, 50 s in, shows it: written at some time between.
 			origins: Origins{bus.KVStream(bus.BucketDeployments): {
 				{Time: histStart.Add(500 * time.Millisecond), Seq: 1, Until: histStart.Add(1900 * time.Millisecond)},
 				{Time: histStart.Add(50 * time.Second), Seq: 6, Until: histStart.Add(50 * time.Second)}}},
 		},
 		{
-			name: "broken: a scale-up the samples show written after the pods",
-			steps: []step{at(0, deploy(1, "v1", "1")), at(time.Second, rset("h1", "v1")),
-				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
-				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(time.Minute, deploy(3, "v1", "1"))},
+			name:  "broken: a scale-up the samples show written after the pods",
+			steps: scaledUpLate,
 			origins: Origins{bus.KVStream(bus.BucketDeployments): {
 				{Time: histStart.Add(500 * time.Millisecond), Seq: 1, Until: histStart.Add(10 * time.Second)},
 				{Time: histStart.Add(10200 * time.Millisecond), Seq: 6, Until: histStart.Add(10100 * time.Millisecond)}}},
