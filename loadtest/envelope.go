@@ -69,6 +69,9 @@ type EnvelopeResult struct {
 	// swings with a busy machine's minute, so the ratio of one pair of slices says little alone.
 	LastToFirstSpan float64 `json:"last_to_first_span"`
 	SpanSlices      int     `json:"span_slices"`
+	// CostLastToFirstSpan is the control plane's CPU per pod over the same slices as LastToFirstSpan,
+	// the last over the first: 1 where a pod costs as much in a full cluster as in an empty one.
+	CostLastToFirstSpan float64 `json:"cpu_per_pod_last_to_first_span,omitempty"`
 
 	ControlPlane Memory `json:"control_plane"`
 	Agents       Memory `json:"agents"`
@@ -113,6 +116,13 @@ type Slice struct {
 	// slice that slows shows where its pods waited.
 	StageP50 [4]float64 `json:"stage_p50_ms"`
 	Drain    bool       `json:"drain"` // ended after the last POST
+	// CPUPerPodMS is the CPU time the control plane spent over the slice's time, per pod of the slice;
+	// AgentsCPUPerPodMS the same of the simulated agents' process (0: not measured). Where the rate
+	// moves with the machine's speed, these show whether a pod costs more as the cluster fills.
+	CPUPerPodMS       float64 `json:"control_plane_cpu_ms_per_pod,omitempty"`
+	AgentsCPUPerPodMS float64 `json:"agents_cpu_ms_per_pod,omitempty"`
+
+	from, to time.Time
 }
 
 // Memory of a process, in bytes, from /proc/<pid>/status.
@@ -256,6 +266,8 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		res.Slices = sliceRates(pr, slice)
 		res.LastToFirst = lastToFirst(res.Slices, slice)
 		res.LastToFirstSpan, res.SpanSlices = spanRatio(res.Slices, slice, 4)
+		sliceCPU(res.Slices, cpMem, agMem)
+		res.CostLastToFirstSpan = costSpanRatio(res.Slices, slice, res.SpanSlices)
 	}
 	if err != nil {
 		res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
@@ -302,7 +314,8 @@ func sliceRates(r *Result, size int) []Slice {
 			lat[j] = float64(p.ready.Sub(p.sent)) / float64(time.Millisecond)
 		}
 		pc := percentiles(lat)
-		s := Slice{Pods: len(part), ReadyS: end.Sub(r.start).Seconds(), P50: pc.P50, P99: pc.P99, Drain: end.After(r.lastSent)}
+		s := Slice{Pods: len(part), ReadyS: end.Sub(r.start).Seconds(), P50: pc.P50, P99: pc.P99, Drain: end.After(r.lastSent),
+			from: prev, to: end}
 		for st := range s.StageP50 {
 			for j, p := range part {
 				lat[j] = float64(p.at[st].Sub(p.sent)) / float64(time.Millisecond)
@@ -353,6 +366,52 @@ func spanRatio(ss []Slice, size, k int) (float64, int) {
 		return pods / secs
 	}
 	return rate(full[len(full)-k:]) / rate(full[:k]), k
+}
+
+// sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples.
+func sliceCPU(ss []Slice, cp, agents *memWatch) {
+	perPod := func(m *memWatch, s Slice) float64 {
+		a, ok1 := m.cpuAt(s.from)
+		b, ok2 := m.cpuAt(s.to)
+		if !ok1 || !ok2 || s.Pods == 0 {
+			return 0
+		}
+		return float64(b-a) / float64(time.Millisecond) / float64(s.Pods)
+	}
+	for i := range ss {
+		ss[i].CPUPerPodMS = perPod(cp, ss[i])
+		ss[i].AgentsCPUPerPodMS = perPod(agents, ss[i])
+	}
+}
+
+// costSpanRatio is the control plane's CPU per pod over the last k full slices that ended while pods
+// were still being created, over the same of the first k; 0 when a slice's CPU was not measured.
+func costSpanRatio(ss []Slice, size, k int) float64 {
+	var full []Slice
+	for _, s := range ss {
+		if s.Pods == size && !s.Drain && s.Rate > 0 {
+			full = append(full, s)
+		}
+	}
+	if k == 0 || len(full) < 2*k {
+		return 0
+	}
+	cost := func(ss []Slice) float64 {
+		var pods, ms float64
+		for _, s := range ss {
+			if s.CPUPerPodMS == 0 {
+				return 0
+			}
+			pods += float64(s.Pods)
+			ms += s.CPUPerPodMS * float64(s.Pods)
+		}
+		return ms / pods
+	}
+	first, last := cost(full[:k]), cost(full[len(full)-k:])
+	if first == 0 || last == 0 {
+		return 0
+	}
+	return last / first
 }
 
 // waitNodesReady watches the nodes bucket until want nodes of the envelope's host are Ready, the agent
@@ -500,13 +559,20 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 		if s.Drain {
 			drain = "   (drain, after the last POST)"
 		}
-		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s\n",
+		cpu := ""
+		if s.CPUPerPodMS > 0 {
+			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms, agents %.2f ms", s.CPUPerPodMS, s.AgentsCPUPerPodMS)
+		}
+		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s%s\n",
 			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99,
-			s.StageP50[0], s.StageP50[1], s.StageP50[2], s.StageP50[3], drain)
+			s.StageP50[0], s.StageP50[1], s.StageP50[2], s.StageP50[3], cpu, drain)
 	}
 	fmt.Fprintf(w, "%-42s %.2f\n", "last full slice before the drain / first", r.LastToFirst)
 	if r.SpanSlices > 1 {
 		fmt.Fprintf(w, "%-42s %.2f\n", fmt.Sprintf("the last %d full slices / the first %d", r.SpanSlices, r.SpanSlices), r.LastToFirstSpan)
+	}
+	if r.CostLastToFirstSpan > 0 {
+		fmt.Fprintf(w, "%-42s %.2f\n", "control-plane CPU per pod, the same slices", r.CostLastToFirstSpan)
 	}
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
 		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)
@@ -616,13 +682,20 @@ func (c *child) tail() string {
 	return strings.TrimSpace(string(b))
 }
 
-// memWatch samples a process's resident memory while it runs.
+// memWatch samples a process's resident memory and its CPU time while it runs.
 type memWatch struct {
 	pid    int
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	last   procMem
+	cpu    []cpuSample
+}
+
+// cpuSample is a process's CPU time (user and system) read at a moment.
+type cpuSample struct {
+	at  time.Time
+	cpu time.Duration
 }
 
 type procMem struct{ rss, hwm int64 }
@@ -636,11 +709,16 @@ func (m *memWatch) start(ctx context.Context, pid int) {
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if pm := rss(pid); pm.hwm > 0 {
-				m.mu.Lock()
+			pm := rss(pid)
+			cpu, ok := procCPU(pid)
+			m.mu.Lock()
+			if pm.hwm > 0 {
 				m.last = pm
-				m.mu.Unlock()
 			}
+			if ok {
+				m.cpu = append(m.cpu, cpuSample{at: time.Now(), cpu: cpu})
+			}
+			m.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return
@@ -655,6 +733,27 @@ func (m *memWatch) stop() {
 		m.cancel()
 		m.wg.Wait()
 	}
+}
+
+// cpuAt is the process's CPU time at t, interpolated between the samples around it; false when t
+// is not between two samples.
+func (m *memWatch) cpuAt(t time.Time) (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return interpolateCPU(m.cpu, t)
+}
+
+func interpolateCPU(ss []cpuSample, t time.Time) (time.Duration, bool) {
+	i, _ := slices.BinarySearchFunc(ss, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
+	switch {
+	case i < len(ss) && ss[i].at.Equal(t):
+		return ss[i].cpu, true
+	case i == 0 || i == len(ss):
+		return 0, false
+	}
+	a, b := ss[i-1], ss[i]
+	f := float64(t.Sub(a.at)) / float64(b.at.Sub(a.at))
+	return a.cpu + time.Duration(f*float64(b.cpu-a.cpu)), true
 }
 
 // result is the memory now (the process still running) and its high-water mark.

@@ -55,6 +55,14 @@ func TestEnvelopeReduced(t *testing.T) {
 	if len(res.Slices) != pods/slice {
 		t.Fatalf("%d slices, want %d", len(res.Slices), pods/slice)
 	}
+	for i, s := range res.Slices {
+		if s.CPUPerPodMS <= 0 || s.AgentsCPUPerPodMS <= 0 {
+			t.Errorf("slice %d: CPU per pod %.2f ms (control plane), %.2f ms (agents); want both read from the children", i+1, s.CPUPerPodMS, s.AgentsCPUPerPodMS)
+		}
+	}
+	if res.CostLastToFirstSpan <= 0 {
+		t.Errorf("CPU per pod, last slices over first: %.2f, want it measured", res.CostLastToFirstSpan)
+	}
 	if res.LastToFirst < minLastToFirst {
 		t.Errorf("last slice %.0f pods/s, first %.0f pods/s: ratio %.2f, want at least %.2f",
 			res.Slices[len(res.Slices)-1].Rate, res.Slices[0].Rate, res.LastToFirst, minLastToFirst)
@@ -81,11 +89,11 @@ func TestSliceRates(t *testing.T) {
 	stages := [4]float64{0, 100, 200, 300}
 	got := sliceRates(r, 2)
 	want := []Slice{
-		{Pods: 2, ReadyS: 1, Rate: 2, P50: 1000, P99: 1000, StageP50: stages},
-		{Pods: 2, ReadyS: 3, Rate: 1, P50: 3000, P99: 3000, StageP50: stages},
-		{Pods: 2, ReadyS: 4, Rate: 2, P50: 4000, P99: 4000, StageP50: stages},
-		{Pods: 2, ReadyS: 6, Rate: 1, P50: 6000, P99: 6000, StageP50: stages, Drain: true},
-		{Pods: 1, ReadyS: 6.5, Rate: 2, P50: 6500, P99: 6500, StageP50: stages, Drain: true},
+		{Pods: 2, ReadyS: 1, Rate: 2, P50: 1000, P99: 1000, StageP50: stages, from: t0, to: at(1)},
+		{Pods: 2, ReadyS: 3, Rate: 1, P50: 3000, P99: 3000, StageP50: stages, from: at(1), to: at(3)},
+		{Pods: 2, ReadyS: 4, Rate: 2, P50: 4000, P99: 4000, StageP50: stages, from: at(3), to: at(4)},
+		{Pods: 2, ReadyS: 6, Rate: 1, P50: 6000, P99: 6000, StageP50: stages, Drain: true, from: at(4), to: at(6)},
+		{Pods: 1, ReadyS: 6.5, Rate: 2, P50: 6500, P99: 6500, StageP50: stages, Drain: true, from: at(6), to: at(6.5)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d slices, want %d: %+v", len(got), len(want), got)
@@ -133,6 +141,47 @@ func TestSpanRatio(t *testing.T) {
 				t.Errorf("spanRatio = %v, k %d; want %v, k %d", got, k, tt.want, tt.wantK)
 			}
 		})
+	}
+}
+
+// A slice's CPU is read between the samples around its ends; a slice outside the samples is not
+// measured, and the cost ratio needs every slice it covers measured.
+func TestSliceCPU(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// The control plane spends 2 s of CPU a second until t=4, then 3 s; the agents half a second.
+	cp, agents := &memWatch{}, &memWatch{}
+	for s := 0.0; s <= 8; s++ {
+		c := 2 * s
+		if s > 4 {
+			c = 8 + 3*(s-4)
+		}
+		cp.cpu = append(cp.cpu, cpuSample{at: at(s), cpu: time.Duration(c * float64(time.Second))})
+		agents.cpu = append(agents.cpu, cpuSample{at: at(s), cpu: time.Duration(s / 2 * float64(time.Second))})
+	}
+	ss := []Slice{
+		{Pods: 1000, Rate: 500, from: at(0), to: at(2)},
+		{Pods: 1000, Rate: 1000, from: at(2), to: at(3)},
+		{Pods: 1000, Rate: 1000, from: at(3.5), to: at(4.5)},
+		{Pods: 1000, Rate: 500, from: at(5), to: at(7)},
+		{Pods: 1000, Rate: 500, from: at(7), to: at(9)}, // past the last sample
+	}
+	sliceCPU(ss, cp, agents)
+	want := []struct{ cp, agents float64 }{{4, 1}, {2, 0.5}, {2.5, 0.5}, {6, 1}, {0, 0}}
+	for i, w := range want {
+		if math.Abs(ss[i].CPUPerPodMS-w.cp) > 1e-6 || math.Abs(ss[i].AgentsCPUPerPodMS-w.agents) > 1e-6 {
+			t.Errorf("slice %d: CPU per pod %v ms, agents %v ms; want %v, %v", i+1, ss[i].CPUPerPodMS, ss[i].AgentsCPUPerPodMS, w.cp, w.agents)
+		}
+	}
+	// First two: 6 s for 2,000 pods; slices 3 and 4: 8.5 s.
+	if got, want := costSpanRatio(ss[:4], 1000, 2), 8.5/6.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("costSpanRatio = %v, want %v", got, want)
+	}
+	if got := costSpanRatio(ss, 1000, 2); got != 0 {
+		t.Errorf("costSpanRatio over an unmeasured slice = %v, want 0", got)
+	}
+	if got := costSpanRatio(ss[:3], 1000, 2); got != 0 {
+		t.Errorf("costSpanRatio of three slices, k 2 = %v, want 0", got)
 	}
 }
 
