@@ -84,6 +84,10 @@ type EnvelopeResult struct {
 	// cluster's objects take, apart from the garbage the GC target lets accumulate up to the limit.
 	LiveHeap int64 `json:"control_plane_live_heap_bytes"`
 
+	// THP is the host's transparent huge pages mode: the control plane's cost per pod, late in the
+	// run above all, depends on it (docs/operations.md).
+	THP string `json:"transparent_hugepages"`
+
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
 	// Kubectl is `kubectl get pods -A` end to end (Items: its lines; Pages: the pages of 500 it asked
@@ -219,7 +223,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	defer conn.Close()
-	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice}
+	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP()}
 	cpMem, agMem := &memWatch{}, &memWatch{}
 	cpMem.start(ctx, cp.cmd.Process.Pid)
 	defer cpMem.stop()
@@ -551,6 +555,7 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	gib := func(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 	fmt.Fprintf(w, "envelope: %d nodes, %d pods, slices of %d\n", r.Nodes, r.Pods, r.SliceSize)
 	fmt.Fprintf(w, "%-42s %s\n", "what", "measured")
+	fmt.Fprintf(w, "%-42s %s\n", "transparent huge pages (host)", thpNote(r.THP))
 	fmt.Fprintf(w, "%-42s %d of %d Ready in %.1f s\n", "node registration", r.Registered, r.Nodes, r.RegisterS)
 	fmt.Fprintf(w, "%-42s %d of %d Ready, %d failed requests, %.1f s, %.0f pods/s\n", "pods created→ready",
 		r.Ready, r.Pods, r.Failed, r.Seconds, r.Throughput)

@@ -287,6 +287,9 @@ type Result struct {
 	// Cost is what the whole process (control plane, simulated agents and this load generator) spent
 	// per Ready pod; only with the embedded cluster.
 	Cost *Cost `json:"process_cost,omitempty"`
+	// THP is the host's transparent huge pages mode, which the cost depends on; only with the
+	// embedded cluster.
+	THP string `json:"transparent_hugepages,omitempty"`
 
 	start    time.Time    // the first POST
 	lastSent time.Time    // the last POST answered
@@ -373,6 +376,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	res, err := run(ctx, cfg)
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
+		res.THP = hostTHP()
 	}
 	if res != nil && cfg.Out != "" {
 		if werr := writeOut(cfg.Out, res); werr != nil {
@@ -405,6 +409,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	if res.Cost != nil {
 		fmt.Fprintf(w, "whole process (cluster, agents, load generator): %s\n", res.Cost)
+		fmt.Fprintf(w, "transparent huge pages: %s\n", thpNote(res.THP))
 	}
 	if cfg.Verbose {
 		printHandlerTimes(w)
