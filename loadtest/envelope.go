@@ -351,12 +351,7 @@ func lastToFirst(ss []Slice, size int) float64 {
 // the rate of the first k, each the pods of its slices over their time; with fewer than 2k such slices
 // k shrinks to half of them. It returns the ratio and the k used (0, 0 without two such slices).
 func spanRatio(ss []Slice, size, k int) (float64, int) {
-	var full []Slice
-	for _, s := range ss {
-		if s.Pods == size && !s.Drain && s.Rate > 0 {
-			full = append(full, s)
-		}
-	}
+	full := fullSlices(ss, size)
 	k = min(k, len(full)/2)
 	if k == 0 {
 		return 0, 0
@@ -370,6 +365,17 @@ func spanRatio(ss []Slice, size, k int) (float64, int) {
 		return pods / secs
 	}
 	return rate(full[len(full)-k:]) / rate(full[:k]), k
+}
+
+// fullSlices are the slices of size pods that ended while pods were still being created.
+func fullSlices(ss []Slice, size int) []Slice {
+	var full []Slice
+	for _, s := range ss {
+		if s.Pods == size && !s.Drain && s.Rate > 0 {
+			full = append(full, s)
+		}
+	}
+	return full
 }
 
 // sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples.
@@ -391,12 +397,7 @@ func sliceCPU(ss []Slice, cp, agents *memWatch) {
 // costSpanRatio is the control plane's CPU per pod over the last k full slices that ended while pods
 // were still being created, over the same of the first k; 0 when a slice's CPU was not measured.
 func costSpanRatio(ss []Slice, size, k int) float64 {
-	var full []Slice
-	for _, s := range ss {
-		if s.Pods == size && !s.Drain && s.Rate > 0 {
-			full = append(full, s)
-		}
-	}
+	full := fullSlices(ss, size)
 	if k == 0 || len(full) < 2*k {
 		return 0
 	}
