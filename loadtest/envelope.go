@@ -379,7 +379,10 @@ func fullSlices(ss []Slice, size int) []Slice {
 }
 
 // sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples.
+// The last slice ends after the watches' last periodic samples, so each takes one more now.
 func sliceCPU(ss []Slice, cp, agents *memWatch) {
+	cp.sample()
+	agents.sample()
 	perPod := func(m *memWatch, s Slice) float64 {
 		a, ok1 := m.cpuAt(s.from)
 		b, ok2 := m.cpuAt(s.to)
@@ -715,16 +718,7 @@ func (m *memWatch) start(ctx context.Context, pid int) {
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			pm := rss(pid)
-			cpu, ok := procCPU(pid)
-			m.mu.Lock()
-			if pm.hwm > 0 {
-				m.last = pm
-			}
-			if ok {
-				m.cpu = append(m.cpu, cpuSample{at: time.Now(), cpu: cpu})
-			}
-			m.mu.Unlock()
+			m.sample()
 			select {
 			case <-ctx.Done():
 				return
@@ -732,6 +726,21 @@ func (m *memWatch) start(ctx context.Context, pid int) {
 			}
 		}
 	}()
+}
+
+// sample reads the process's memory and CPU time now.
+func (m *memWatch) sample() {
+	pm := rss(m.pid)
+	cpu, ok := procCPU(m.pid)
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pm.hwm > 0 {
+		m.last = pm
+	}
+	if ok && (len(m.cpu) == 0 || now.After(m.cpu[len(m.cpu)-1].at)) {
+		m.cpu = append(m.cpu, cpuSample{at: now, cpu: cpu})
+	}
 }
 
 func (m *memWatch) stop() {
