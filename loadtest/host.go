@@ -12,14 +12,9 @@ const thpEnabled = "/sys/kernel/mm/transparent_hugepage/enabled"
 // does not say). Go's heap gets huge pages only under "always": the runtime does not madvise its heap.
 // A control plane holding a few GiB runs measurably faster with them (docs/operations.md), so results
 // name the mode they were measured under.
-func hostTHP() string { return parseTHP(readFile(thpEnabled)) }
-
-func readFile(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return string(b)
+func hostTHP() string {
+	b, _ := os.ReadFile(thpEnabled) // unreadable: parseTHP finds no mode
+	return parseTHP(string(b))
 }
 
 // parseTHP reads the bracketed mode of a line such as "always [madvise] never".
