@@ -88,10 +88,11 @@ const clockTicks = 100
 // childSpent reads another podbus process's counters: its CPU time from /proc and its memstats from
 // the /debug/vars of its PODBUS_PPROF address.
 func childSpent(ctx context.Context, pid int, pprofAddr string) spent {
-	cpu, ok := procCPU(pid)
+	pt, ok := procStat(pid)
 	if !ok {
 		return spent{}
 	}
+	cpu := pt.cpu
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pprofAddr+"/debug/vars", nil)
 	if err != nil {
 		return spent{}
@@ -118,30 +119,42 @@ func childSpent(ctx context.Context, pid int, pprofAddr string) spent {
 	return spent{cpu: cpu, totalAlloc: m.TotalAlloc, mallocs: m.Mallocs, numGC: m.NumGC, ok: true}
 }
 
-// procCPU is pid's user and system time from /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	return parseStatCPU(string(b))
+// procTimes is what /proc/<pid>/stat counts of a process: its CPU time (user and system), the system
+// part alone, and its page faults (minor and major).
+type procTimes struct {
+	cpu, sys time.Duration
+	faults   int64
 }
 
-// parseStatCPU reads utime and stime, the 14th and 15th fields of a /proc/<pid>/stat line. The second
-// field, the command in parentheses, may hold spaces, so the count starts after its closing one.
-func parseStatCPU(stat string) (time.Duration, bool) {
+// procStat reads pid's times and faults from /proc/<pid>/stat.
+func procStat(pid int) (procTimes, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procTimes{}, false
+	}
+	return parseStat(string(b))
+}
+
+// parseStat reads minflt, majflt, utime and stime, the 10th, 12th, 14th and 15th fields of a
+// /proc/<pid>/stat line. The second field, the command in parentheses, may hold spaces, so the count
+// starts after its closing one.
+func parseStat(stat string) (procTimes, bool) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, false
+		return procTimes{}, false
 	}
 	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
 	if len(f) < 13 {
-		return 0, false
+		return procTimes{}, false
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
+	var v [4]int64
+	for j, k := range []int{7, 9, 11, 12} {
+		n, err := strconv.ParseInt(f[k], 10, 64)
+		if err != nil {
+			return procTimes{}, false
+		}
+		v[j] = n
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, true
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return procTimes{cpu: tick(v[2] + v[3]), sys: tick(v[3]), faults: v[0] + v[1]}, true
 }

@@ -11,24 +11,27 @@ import (
 	"time"
 )
 
-// /proc/<pid>/stat's times are fields 14 and 15, counted after the command, which may hold spaces and
-// parentheses.
-func TestParseStatCPU(t *testing.T) {
+// /proc/<pid>/stat's faults are fields 10 and 12, its times 14 and 15, counted after the command,
+// which may hold spaces and parentheses.
+func TestParseStat(t *testing.T) {
 	for _, tt := range []struct {
 		name, stat string
-		want       time.Duration
+		want       procTimes
 		ok         bool
 	}{
-		{"plain", "4242 (podbus) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 9 0 1 1 1", 3800 * time.Millisecond, true},
-		{"command with spaces and parens", "7 (a b) (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 1 1 1", 30 * time.Millisecond, true},
-		{"truncated", "7 (podbus) S 1 7 7", 0, false},
-		{"no command", "garbage", 0, false},
-		{"not a number", "7 (p) S 1 7 7 0 -1 0 0 0 0 0 x 2 0", 0, false},
+		{"plain", "4242 (podbus) S 1 4242 4242 0 -1 4194560 100 0 7 0 250 130 0 0 20 0 9 0 1 1 1",
+			procTimes{cpu: 3800 * time.Millisecond, sys: 1300 * time.Millisecond, faults: 107}, true},
+		{"command with spaces and parens", "7 (a b) (c)) R 1 7 7 0 -1 0 5 0 0 0 1 2 0 0 20 0 1 0 1 1 1",
+			procTimes{cpu: 30 * time.Millisecond, sys: 20 * time.Millisecond, faults: 5}, true},
+		{"truncated", "7 (podbus) S 1 7 7", procTimes{}, false},
+		{"no command", "garbage", procTimes{}, false},
+		{"not a number", "7 (p) S 1 7 7 0 -1 0 0 0 0 0 x 2 0", procTimes{}, false},
+		{"faults not a number", "7 (p) S 1 7 7 0 -1 0 y 0 0 0 1 2 0", procTimes{}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := parseStatCPU(tt.stat)
+			got, ok := parseStat(tt.stat)
 			if got != tt.want || ok != tt.ok {
-				t.Errorf("parseStatCPU = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+				t.Errorf("parseStat = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
 		})
 	}

@@ -125,6 +125,11 @@ type Slice struct {
 	// moves with the machine's speed, these show whether a pod costs more as the cluster fills.
 	CPUPerPodMS       float64 `json:"control_plane_cpu_ms_per_pod,omitempty"`
 	AgentsCPUPerPodMS float64 `json:"agents_cpu_ms_per_pod,omitempty"`
+	// SystemMSPerPod and PageFaultsPerPod are the control plane's system time (part of CPUPerPodMS)
+	// and page faults per pod of the slice: a cost that grows in the kernel (memory faulted in, given
+	// back and faulted in again) shows here rather than in the user time.
+	SystemMSPerPod   float64 `json:"control_plane_system_ms_per_pod,omitempty"`
+	PageFaultsPerPod float64 `json:"control_plane_page_faults_per_pod,omitempty"`
 
 	from, to time.Time
 }
@@ -378,22 +383,30 @@ func fullSlices(ss []Slice, size int) []Slice {
 	return full
 }
 
-// sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples.
-// The last slice ends after the watches' last periodic samples, so each takes one more now.
+// sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples,
+// and the control plane's system time and page faults per pod. The last slice ends after the
+// watches' last periodic samples, so each takes one more now.
 func sliceCPU(ss []Slice, cp, agents *memWatch) {
 	cp.sample()
 	agents.sample()
-	perPod := func(m *memWatch, s Slice) float64 {
+	spent := func(m *memWatch, s Slice) (procTimes, bool) {
 		a, ok1 := m.cpuAt(s.from)
 		b, ok2 := m.cpuAt(s.to)
 		if !ok1 || !ok2 || s.Pods == 0 {
-			return 0
+			return procTimes{}, false
 		}
-		return float64(b-a) / float64(time.Millisecond) / float64(s.Pods)
+		return procTimes{cpu: b.cpu - a.cpu, sys: b.sys - a.sys, faults: b.faults - a.faults}, true
 	}
+	ms := func(d time.Duration, pods int) float64 { return float64(d) / float64(time.Millisecond) / float64(pods) }
 	for i := range ss {
-		ss[i].CPUPerPodMS = perPod(cp, ss[i])
-		ss[i].AgentsCPUPerPodMS = perPod(agents, ss[i])
+		s := &ss[i]
+		if d, ok := spent(cp, *s); ok {
+			s.CPUPerPodMS, s.SystemMSPerPod = ms(d.cpu, s.Pods), ms(d.sys, s.Pods)
+			s.PageFaultsPerPod = float64(d.faults) / float64(s.Pods)
+		}
+		if d, ok := spent(agents, *s); ok {
+			s.AgentsCPUPerPodMS = ms(d.cpu, s.Pods)
+		}
 	}
 }
 
@@ -570,7 +583,8 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 		}
 		cpu := ""
 		if s.CPUPerPodMS > 0 {
-			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms, agents %.2f ms", s.CPUPerPodMS, s.AgentsCPUPerPodMS)
+			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms (system %.2f ms, %.1f page faults), agents %.2f ms",
+				s.CPUPerPodMS, s.SystemMSPerPod, s.PageFaultsPerPod, s.AgentsCPUPerPodMS)
 		}
 		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s%s\n",
 			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99,
@@ -701,10 +715,10 @@ type memWatch struct {
 	cpu    []cpuSample
 }
 
-// cpuSample is a process's CPU time (user and system) read at a moment.
+// cpuSample is a process's times and faults read at a moment.
 type cpuSample struct {
-	at  time.Time
-	cpu time.Duration
+	at time.Time
+	procTimes
 }
 
 type procMem struct{ rss, hwm int64 }
@@ -731,7 +745,7 @@ func (m *memWatch) start(ctx context.Context, pid int) {
 // sample reads the process's memory and CPU time now.
 func (m *memWatch) sample() {
 	pm := rss(m.pid)
-	cpu, ok := procCPU(m.pid)
+	pt, ok := procStat(m.pid)
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -739,7 +753,7 @@ func (m *memWatch) sample() {
 		m.last = pm
 	}
 	if ok && (len(m.cpu) == 0 || now.After(m.cpu[len(m.cpu)-1].at)) {
-		m.cpu = append(m.cpu, cpuSample{at: now, cpu: cpu})
+		m.cpu = append(m.cpu, cpuSample{at: now, procTimes: pt})
 	}
 }
 
@@ -750,25 +764,30 @@ func (m *memWatch) stop() {
 	}
 }
 
-// cpuAt is the process's CPU time at t, interpolated between the samples around it; false when t
-// is not between two samples.
-func (m *memWatch) cpuAt(t time.Time) (time.Duration, bool) {
+// cpuAt is the process's times and faults at t, interpolated between the samples around it; false
+// when t is not between two samples.
+func (m *memWatch) cpuAt(t time.Time) (procTimes, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return interpolateCPU(m.cpu, t)
 }
 
-func interpolateCPU(ss []cpuSample, t time.Time) (time.Duration, bool) {
+func interpolateCPU(ss []cpuSample, t time.Time) (procTimes, bool) {
 	i, _ := slices.BinarySearchFunc(ss, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
 	switch {
 	case i < len(ss) && ss[i].at.Equal(t):
-		return ss[i].cpu, true
+		return ss[i].procTimes, true
 	case i == 0 || i == len(ss):
-		return 0, false
+		return procTimes{}, false
 	}
 	a, b := ss[i-1], ss[i]
 	f := float64(t.Sub(a.at)) / float64(b.at.Sub(a.at))
-	return a.cpu + time.Duration(f*float64(b.cpu-a.cpu)), true
+	between := func(x, y float64) float64 { return x + f*(y-x) }
+	return procTimes{
+		cpu:    time.Duration(between(float64(a.cpu), float64(b.cpu))),
+		sys:    time.Duration(between(float64(a.sys), float64(b.sys))),
+		faults: int64(between(float64(a.faults), float64(b.faults))),
+	}, true
 }
 
 // result is the memory now (the process still running) and its high-water mark.

@@ -55,10 +55,19 @@ func TestEnvelopeReduced(t *testing.T) {
 	if len(res.Slices) != pods/slice {
 		t.Fatalf("%d slices, want %d", len(res.Slices), pods/slice)
 	}
+	var faults float64
 	for i, s := range res.Slices {
 		if s.CPUPerPodMS <= 0 || s.AgentsCPUPerPodMS <= 0 {
 			t.Errorf("slice %d: CPU per pod %.2f ms (control plane), %.2f ms (agents); want both read from the children", i+1, s.CPUPerPodMS, s.AgentsCPUPerPodMS)
 		}
+		if s.SystemMSPerPod < 0 || s.SystemMSPerPod > s.CPUPerPodMS {
+			t.Errorf("slice %d: system time %.2f ms per pod of %.2f ms in all", i+1, s.SystemMSPerPod, s.CPUPerPodMS)
+		}
+		faults += s.PageFaultsPerPod * float64(s.Pods)
+	}
+	// The control plane's memory grows with the pods: it faulted pages in while they came.
+	if faults <= 0 {
+		t.Errorf("the control plane's page faults over the slices: %.0f, want some", faults)
 	}
 	if res.CostLastToFirstSpan <= 0 {
 		t.Errorf("CPU per pod, last slices over first: %.2f, want it measured", res.CostLastToFirstSpan)
@@ -149,15 +158,17 @@ func TestSpanRatio(t *testing.T) {
 func TestSliceCPU(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	// The control plane spends 2 s of CPU a second until t=4, then 3 s; the agents half a second.
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	// The control plane spends 2 s of CPU a second until t=4, then 3 s, a quarter of it in the system,
+	// and faults 1,000 pages a second; the agents spend half a second.
 	cp, agents := &memWatch{}, &memWatch{}
 	for s := 0.0; s <= 8; s++ {
 		c := 2 * s
 		if s > 4 {
 			c = 8 + 3*(s-4)
 		}
-		cp.cpu = append(cp.cpu, cpuSample{at: at(s), cpu: time.Duration(c * float64(time.Second))})
-		agents.cpu = append(agents.cpu, cpuSample{at: at(s), cpu: time.Duration(s / 2 * float64(time.Second))})
+		cp.cpu = append(cp.cpu, cpuSample{at: at(s), procTimes: procTimes{cpu: sec(c), sys: sec(c / 4), faults: int64(1000 * s)}})
+		agents.cpu = append(agents.cpu, cpuSample{at: at(s), procTimes: procTimes{cpu: sec(s / 2)}})
 	}
 	ss := []Slice{
 		{Pods: 1000, Rate: 500, from: at(0), to: at(2)},
@@ -167,10 +178,16 @@ func TestSliceCPU(t *testing.T) {
 		{Pods: 1000, Rate: 500, from: at(7), to: at(9)}, // past the last sample
 	}
 	sliceCPU(ss, cp, agents)
-	want := []struct{ cp, agents float64 }{{4, 1}, {2, 0.5}, {2.5, 0.5}, {6, 1}, {0, 0}}
+	want := []struct{ cp, agents, faults float64 }{{4, 1, 2}, {2, 0.5, 1}, {2.5, 0.5, 1}, {6, 1, 2}, {0, 0, 0}}
 	for i, w := range want {
 		if math.Abs(ss[i].CPUPerPodMS-w.cp) > 1e-6 || math.Abs(ss[i].AgentsCPUPerPodMS-w.agents) > 1e-6 {
 			t.Errorf("slice %d: CPU per pod %v ms, agents %v ms; want %v, %v", i+1, ss[i].CPUPerPodMS, ss[i].AgentsCPUPerPodMS, w.cp, w.agents)
+		}
+		if math.Abs(ss[i].SystemMSPerPod-w.cp/4) > 1e-6 {
+			t.Errorf("slice %d: system time per pod %v ms, want %v", i+1, ss[i].SystemMSPerPod, w.cp/4)
+		}
+		if math.Abs(ss[i].PageFaultsPerPod-w.faults) > 1e-6 {
+			t.Errorf("slice %d: page faults per pod %v, want %v", i+1, ss[i].PageFaultsPerPod, w.faults)
 		}
 	}
 	// First two: 6 s for 2,000 pods; slices 3 and 4: 8.5 s.
