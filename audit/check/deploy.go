@@ -299,9 +299,14 @@ func (dh *deployHist) rsCounts() string {
 // lateBound: a Deployment record from versions[from:] that may have been written before ev's pod
 // allows its count. A record copied to the log after the pod may still have been written before it:
 // when its origin's samples show it not written yet only before the pod was, or, by AUDIT's times
-// alone, when it was copied within sourceLag of the pod.
+// alone, when it was copied within sourceLag of the pod. Versions lost to the log (a gap) came after
+// the one applied and before the next seen, so any of them may have been written before the pod and
+// allowed its count: what they allowed is unknown, and the pod is not judged.
 func (d *deployments) lateBound(dh *deployHist, from int, ev deployEvent) bool {
 	for _, v := range dh.versions[from:] {
+		if v.gap {
+			return true
+		}
 		if !v.mayPrecede(ev) {
 			return false // nor may the later ones: one origin stream keeps its order
 		}

@@ -200,6 +200,25 @@ func TestDeployments(t *testing.T) {
 				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, podRec("d", pod("ud", "1", owned("h1"))))},
 		},
 		{
+			// A scale-up and a roll lost between the first record seen and a later one: the pods that
+			// came in between are not judged against the first record's bound.
+			name: "spec versions lost to the log after the pods came: their count is not judged",
+			steps: []step{at(0, deployGen(3, "v1", "1", 1)), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, podRec("d", pod("ud", "1", owned("h1")))),
+				at(6*time.Second, podRec("e", pod("ue", "1", owned("h1")))), // 5 > 3 + 1 by the first record
+				at(time.Minute, deployGen(1, "v1", "1", 4))},
+		},
+		{
+			name: "broken: the same with no version lost",
+			steps: []step{at(0, deployGen(3, "v1", "1", 1)), at(time.Second, rset("h1", "v1")),
+				at(2*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(3*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
+				at(4*time.Second, podRec("c", pod("uc", "1", owned("h1")))), at(5*time.Second, podRec("d", pod("ud", "1", owned("h1")))),
+				at(6*time.Second, podRec("e", pod("ue", "1", owned("h1")))),
+				at(time.Minute, deployGen(1, "v1", "1", 2))},
+			want: []want{{KindSurge, "default/web", "default/e", 7}},
+		},
+		{
 			name: "broken: after versions lost to the log the pods came down, then one too many",
 			steps: []step{at(0, deployGen(4, "v1", "1", 1)), at(time.Second, rset("h1", "v1")), at(2*time.Second, deployGen(1, "v1", "1", 3)),
 				at(3*time.Second, podRec("a", pod("ua", "1", owned("h1")))), at(4*time.Second, podRec("b", pod("ub", "1", owned("h1")))),
