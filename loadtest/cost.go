@@ -92,7 +92,6 @@ func childSpent(ctx context.Context, pid int, pprofAddr string) spent {
 	if !ok {
 		return spent{}
 	}
-	cpu := pt.cpu
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pprofAddr+"/debug/vars", nil)
 	if err != nil {
 		return spent{}
@@ -116,7 +115,7 @@ func childSpent(ctx context.Context, pid int, pprofAddr string) spent {
 		return spent{}
 	}
 	m := vars.Memstats
-	return spent{cpu: cpu, totalAlloc: m.TotalAlloc, mallocs: m.Mallocs, numGC: m.NumGC, ok: true}
+	return spent{cpu: pt.cpu, totalAlloc: m.TotalAlloc, mallocs: m.Mallocs, numGC: m.NumGC, ok: true}
 }
 
 // procTimes is what /proc/<pid>/stat counts of a process: its CPU time (user and system), the system
