@@ -9,7 +9,6 @@
 package intern
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +28,9 @@ type table struct {
 	labels    map[string]map[string]string
 	strings   map[string]string
 	resources map[resourcesKey]*pb.Resources
-	key       strings.Builder
+	// key and keys are Labels' scratch space, reused so that a hit allocates nothing.
+	key  []byte
+	keys []string
 }
 
 var shared = &table{labels: map[string]map[string]string{}, strings: map[string]string{},
@@ -44,14 +45,18 @@ func Labels(m map[string]string) map[string]string {
 	t := shared
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.key.Reset()
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		t.key.WriteString(k)
-		t.key.WriteByte(0)
-		t.key.WriteString(m[k])
-		t.key.WriteByte(0)
+	t.keys = t.keys[:0]
+	for k := range m {
+		t.keys = append(t.keys, k)
 	}
-	if s, ok := t.labels[t.key.String()]; ok {
+	slices.Sort(t.keys)
+	t.key = t.key[:0]
+	for _, k := range t.keys {
+		t.key = append(append(t.key, k...), 0)
+		t.key = append(append(t.key, m[k]...), 0)
+	}
+	clear(t.keys) // keep no caller's strings alive
+	if s, ok := t.labels[string(t.key)]; ok {
 		return s
 	}
 	if len(t.labels) >= maxEntries {
@@ -61,7 +66,7 @@ func Labels(m map[string]string) map[string]string {
 	for k, v := range m {
 		s[t.stringLocked(k)] = t.stringLocked(v)
 	}
-	t.labels[t.key.String()] = s
+	t.labels[string(t.key)] = s
 	return s
 }
 

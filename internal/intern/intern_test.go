@@ -43,6 +43,20 @@ func TestLabels(t *testing.T) {
 	}
 }
 
+// TestLabelsKeyNotReused: the scratch key of a later call does not overwrite a stored one, and a hit
+// allocates nothing.
+func TestLabelsKeyNotReused(t *testing.T) {
+	first := Labels(map[string]string{"scratch": "one", "z": "1"})
+	Labels(map[string]string{"scratch": "two", "z": "2"}) // same length: would overwrite an aliased key
+	again := map[string]string{"z": "1", "scratch": "one"}
+	if got := Labels(again); !same(got, first) {
+		t.Fatalf("Labels(%v) = %v, not the map stored first", again, got)
+	}
+	if n := testing.AllocsPerRun(100, func() { Labels(again) }); n != 0 {
+		t.Errorf("a hit allocates %v times, want 0", n)
+	}
+}
+
 func TestResources(t *testing.T) {
 	r := func() *pb.Resources { return &pb.Resources{MilliCpu: 100, Memory: 64 << 20, Pods: 1} }
 	if a, b := Resources(r()), Resources(r()); a != b || !proto.Equal(a, r()) {
@@ -85,4 +99,13 @@ func TestPodAllocationCloneIsDeep(t *testing.T) {
 		t.Errorf("changing a clone changed the shared values: %v", b)
 	}
 	PodAllocation(nil)
+}
+
+func BenchmarkLabelsHit(b *testing.B) {
+	m := map[string]string{"app": "web", "tier": "frontend", "pod-template-hash": "5d8f7c9b6"}
+	Labels(m)
+	b.ReportAllocs()
+	for b.Loop() {
+		Labels(m)
+	}
 }
