@@ -87,6 +87,9 @@ type EnvelopeResult struct {
 	// THP is the host's transparent huge pages mode: the control plane's cost per pod, late in the
 	// run above all, depends on it (docs/operations.md).
 	THP string `json:"transparent_hugepages"`
+	// GC is the garbage collector the binary (every process of the run) was built with, which the
+	// late slices' cost depends on (docs/operations.md).
+	GC string `json:"garbage_collector"`
 
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
@@ -228,7 +231,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	defer conn.Close()
-	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP()}
+	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP(), GC: builtGC()}
 	cpMem, agMem := &memWatch{}, &memWatch{}
 	cpMem.start(ctx, cp.cmd.Process.Pid)
 	defer cpMem.stop()
@@ -573,6 +576,7 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "envelope: %d nodes, %d pods, slices of %d\n", r.Nodes, r.Pods, r.SliceSize)
 	fmt.Fprintf(w, "%-42s %s\n", "what", "measured")
 	fmt.Fprintf(w, "%-42s %s\n", "transparent huge pages (host)", thpNote(r.THP))
+	fmt.Fprintf(w, "%-42s %s\n", "garbage collector (build)", gcNote(r.GC))
 	fmt.Fprintf(w, "%-42s %d of %d Ready in %.1f s\n", "node registration", r.Registered, r.Nodes, r.RegisterS)
 	fmt.Fprintf(w, "%-42s %d of %d Ready, %d failed requests, %.1f s, %.0f pods/s\n", "pods created→ready",
 		r.Ready, r.Pods, r.Failed, r.Seconds, r.Throughput)

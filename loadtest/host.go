@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"os"
+	"runtime/debug"
 	"strings"
 )
 
@@ -36,4 +37,48 @@ func thpNote(mode string) string {
 		return "always"
 	}
 	return mode + " (Go's heap gets no huge pages: see docs/operations.md)"
+}
+
+// The garbage collectors a podbus binary can be built with (Go 1.26): Green Tea, Go's default, and
+// the classic one (GOEXPERIMENT=nogreenteagc); results name theirs (docs/operations.md).
+const (
+	gcGreenTea = "greentea"
+	gcClassic  = "classic"
+)
+
+// builtGC is the collector this binary was built with, from the GOEXPERIMENT it records ("" when the
+// binary records no build settings).
+func builtGC() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var exp string
+	for _, s := range bi.Settings {
+		if s.Key == "GOEXPERIMENT" {
+			exp = s.Value
+		}
+	}
+	return parseGC(exp)
+}
+
+// parseGC reads the collector from a GOEXPERIMENT list such as "nogreenteagc,boringcrypto".
+func parseGC(experiments string) string {
+	for e := range strings.SplitSeq(experiments, ",") {
+		if strings.TrimSpace(e) == "nogreenteagc" {
+			return gcClassic
+		}
+	}
+	return gcGreenTea
+}
+
+// gcNote is the collector as results print it.
+func gcNote(kind string) string {
+	switch kind {
+	case gcClassic:
+		return "classic (GOEXPERIMENT=nogreenteagc)"
+	case gcGreenTea:
+		return "Green Tea (Go's default)"
+	}
+	return "unknown"
 }

@@ -1,6 +1,9 @@
 package loadtest
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestParseTHP(t *testing.T) {
 	tests := []struct{ in, want string }{
@@ -15,5 +18,29 @@ func TestParseTHP(t *testing.T) {
 		if got := parseTHP(tt.in); got != tt.want {
 			t.Errorf("parseTHP(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestParseGC(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", gcGreenTea},
+		{"nogreenteagc", gcClassic},
+		{"boringcrypto,nogreenteagc", gcClassic},
+		{"boringcrypto, nogreenteagc", gcClassic},
+		{"greenteagc", gcGreenTea},
+		{"nogreenteagcx", gcGreenTea},
+	}
+	for _, tt := range tests {
+		if got := parseGC(tt.in); got != tt.want {
+			t.Errorf("parseGC(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestBuiltGC: the collector read from the build settings is the one GOEXPERIMENT chose, as `make`
+// and `go test` pass it to both the build and the run.
+func TestBuiltGC(t *testing.T) {
+	if got, want := builtGC(), parseGC(os.Getenv("GOEXPERIMENT")); got != want {
+		t.Errorf("builtGC() = %q, want %q (GOEXPERIMENT=%q)", got, want, os.Getenv("GOEXPERIMENT"))
 	}
 }

@@ -290,6 +290,9 @@ type Result struct {
 	// THP is the host's transparent huge pages mode, which the cost depends on; only with the
 	// embedded cluster.
 	THP string `json:"transparent_hugepages,omitempty"`
+	// GC is the garbage collector the binary was built with ("greentea" or "classic"), which the cost
+	// depends on; only with the embedded cluster.
+	GC string `json:"garbage_collector,omitempty"`
 
 	start    time.Time    // the first POST
 	lastSent time.Time    // the last POST answered
@@ -376,7 +379,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	res, err := run(ctx, cfg)
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
-		res.THP = hostTHP()
+		res.THP, res.GC = hostTHP(), builtGC()
 	}
 	if res != nil && cfg.Out != "" {
 		if werr := writeOut(cfg.Out, res); werr != nil {
@@ -410,6 +413,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if res.Cost != nil {
 		fmt.Fprintf(w, "whole process (cluster, agents, load generator): %s\n", res.Cost)
 		fmt.Fprintf(w, "transparent huge pages: %s\n", thpNote(res.THP))
+		fmt.Fprintf(w, "garbage collector: %s\n", gcNote(res.GC))
 	}
 	if cfg.Verbose {
 		printHandlerTimes(w)
