@@ -87,7 +87,7 @@ type EnvelopeResult struct {
 	// THP is the host's transparent huge pages mode: the control plane's cost per pod, late in the
 	// run above all, depends on it (docs/operations.md).
 	THP string `json:"transparent_hugepages"`
-	// GC is the garbage collector the binary (every process of the run) was built with, which the
+	// GC is the garbage collector the control plane's and the agents' binary was built with, which the
 	// late slices' cost depends on (docs/operations.md).
 	GC string `json:"garbage_collector"`
 
@@ -231,7 +231,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	defer conn.Close()
-	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP(), GC: builtGC()}
+	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP(), GC: binaryGC(bin)}
 	cpMem, agMem := &memWatch{}, &memWatch{}
 	cpMem.start(ctx, cp.cmd.Process.Pid)
 	defer cpMem.stop()

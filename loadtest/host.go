@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"debug/buildinfo"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -46,13 +47,27 @@ const (
 	gcClassic  = "classic"
 )
 
-// builtGC is the collector this binary was built with, from the GOEXPERIMENT it records ("" when the
-// binary records no build settings).
+// builtGC is the collector this binary was built with ("" when it records no build settings).
 func builtGC() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return ""
 	}
+	return gcOf(bi)
+}
+
+// binaryGC is the collector the binary at path was built with ("" when it cannot be read): the
+// envelope's processes may run another binary than the load test (--podbus).
+func binaryGC(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return gcOf(bi)
+}
+
+// gcOf reads the collector from the GOEXPERIMENT a build recorded.
+func gcOf(bi *debug.BuildInfo) string {
 	var exp string
 	for _, s := range bi.Settings {
 		if s.Key == "GOEXPERIMENT" {

@@ -44,3 +44,17 @@ func TestBuiltGC(t *testing.T) {
 		t.Errorf("builtGC() = %q, want %q (GOEXPERIMENT=%q)", got, want, os.Getenv("GOEXPERIMENT"))
 	}
 }
+
+// TestBinaryGC: a binary's file tells the same collector as its own build settings.
+func TestBinaryGC(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := binaryGC(self), builtGC(); got != want || got == "" {
+		t.Errorf("binaryGC(%s) = %q, want %q", self, got, want)
+	}
+	if got := binaryGC(os.DevNull); got != "" {
+		t.Errorf("binaryGC(%s) = %q, want \"\"", os.DevNull, got)
+	}
+}
