@@ -143,6 +143,7 @@ type Memory struct {
 	RegisterRSS  int64   `json:"registered_rss_bytes"` // VmRSS once every node is Ready
 	EndRSS       int64   `json:"end_rss_bytes"`        // VmRSS once every pod is Ready and listed
 	PeakPerPodKB float64 `json:"peak_kb_per_pod,omitempty"`
+	HugePages    int64   `json:"anon_huge_pages_bytes"` // AnonHugePages at the end
 }
 
 // List is one paged list through the API.
@@ -575,7 +576,7 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	gib := func(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 	fmt.Fprintf(w, "envelope: %d nodes, %d pods, slices of %d\n", r.Nodes, r.Pods, r.SliceSize)
 	fmt.Fprintf(w, "%-42s %s\n", "what", "measured")
-	fmt.Fprintf(w, "%-42s %s\n", "transparent huge pages (host)", thpNote(r.THP))
+	fmt.Fprintf(w, "%-42s %s\n", "transparent huge pages (host)", thpNote(r.THP, r.ControlPlane.HugePages))
 	fmt.Fprintf(w, "%-42s %s\n", "garbage collector (build)", gcNote(r.GC))
 	fmt.Fprintf(w, "%-42s %d of %d Ready in %.1f s\n", "node registration", r.Registered, r.Nodes, r.RegisterS)
 	fmt.Fprintf(w, "%-42s %d of %d Ready, %d failed requests, %.1f s, %.0f pods/s\n", "pods created→ready",
@@ -802,7 +803,7 @@ func (m *memWatch) result(registered int64, pods int) Memory {
 		pm = m.last
 		m.mu.Unlock()
 	}
-	out := Memory{PeakRSS: pm.hwm, RegisterRSS: registered, EndRSS: pm.rss}
+	out := Memory{PeakRSS: pm.hwm, RegisterRSS: registered, EndRSS: pm.rss, HugePages: anonHugePages(m.pid)}
 	if pods > 0 {
 		out.PeakPerPodKB = float64(pm.hwm) / float64(pods) / 1000
 	}

@@ -2,42 +2,50 @@ package loadtest
 
 import (
 	"debug/buildinfo"
+	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
+
+	"github.com/podbus/podbus/internal/hugepages"
 )
 
-// thpEnabled is where Linux shows its transparent huge pages mode, the current one in brackets.
-const thpEnabled = "/sys/kernel/mm/transparent_hugepage/enabled"
-
 // hostTHP is this host's transparent huge pages mode ("always", "madvise", "never"; "" when the kernel
-// does not say). Go's heap gets huge pages only under "always": the runtime does not madvise its heap.
-// A control plane holding a few GiB runs measurably faster with them (docs/operations.md), so results
-// name the mode they were measured under.
-func hostTHP() string {
-	b, _ := os.ReadFile(thpEnabled) // unreadable: parseTHP finds no mode
-	return parseTHP(string(b))
-}
+// does not say). A control plane holding a few GiB runs measurably faster on huge pages
+// (docs/operations.md), so results name the mode they were measured under.
+func hostTHP() string { return hugepages.Host() }
 
-// parseTHP reads the bracketed mode of a line such as "always [madvise] never".
-func parseTHP(s string) string {
-	i := strings.IndexByte(s, '[')
-	j := strings.IndexByte(s, ']')
-	if i < 0 || j <= i+1 {
-		return ""
-	}
-	return s[i+1 : j]
-}
-
-// thpNote is the mode as results print it.
-func thpNote(mode string) string {
-	switch mode {
-	case "":
+// thpNote is the mode as results print it, with how much of the process was in huge pages at the end.
+func thpNote(mode string, huge int64) string {
+	switch {
+	case mode == "":
 		return "unknown"
-	case "always":
-		return "always"
+	case huge > 0:
+		return fmt.Sprintf("%s (%.2f GiB of the process in huge pages at the end)", mode, float64(huge)/(1<<30))
+	case mode == hugepages.ModeNever:
+		return mode
 	}
-	return mode + " (Go's heap gets no huge pages: see docs/operations.md)"
+	return mode + " (no huge pages: see docs/operations.md)"
+}
+
+// anonHugePages is how much of pid's memory huge pages back (0 when unknown); pid 0 is this process.
+func anonHugePages(pid int) int64 {
+	path := "/proc/self/smaps_rollup"
+	if pid > 0 {
+		path = fmt.Sprintf("/proc/%d/smaps_rollup", pid)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // The garbage collectors a podbus binary can be built with (Go 1.26): Green Tea, Go's default, and

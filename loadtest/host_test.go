@@ -5,18 +5,20 @@ import (
 	"testing"
 )
 
-func TestParseTHP(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"always [madvise] never\n", "madvise"},
-		{"[always] madvise never\n", "always"},
-		{"always madvise [never]", "never"},
-		{"", ""},
-		{"always madvise never", ""},
-		{"[]", ""},
-	}
-	for _, tt := range tests {
-		if got := parseTHP(tt.in); got != tt.want {
-			t.Errorf("parseTHP(%q) = %q, want %q", tt.in, got, tt.want)
+func TestTHPNote(t *testing.T) {
+	for _, tt := range []struct {
+		mode string
+		huge int64
+		want string
+	}{
+		{"", 0, "unknown"},
+		{"madvise", 3 << 29, "madvise (1.50 GiB of the process in huge pages at the end)"},
+		{"madvise", 0, "madvise (no huge pages: see docs/operations.md)"},
+		{"always", 1 << 30, "always (1.00 GiB of the process in huge pages at the end)"},
+		{"never", 0, "never"},
+	} {
+		if got := thpNote(tt.mode, tt.huge); got != tt.want {
+			t.Errorf("thpNote(%q, %d) = %q, want %q", tt.mode, tt.huge, got, tt.want)
 		}
 	}
 }

@@ -290,6 +290,9 @@ type Result struct {
 	// THP is the host's transparent huge pages mode, which the cost depends on; only with the
 	// embedded cluster.
 	THP string `json:"transparent_hugepages,omitempty"`
+	// HugePages is how much of the process huge pages backed at the end (podbus advises its heap under
+	// the madvise mode: docs/operations.md); only with the embedded cluster.
+	HugePages int64 `json:"anon_huge_pages_bytes,omitempty"`
 	// GC is the garbage collector the binary was built with ("greentea" or "classic"), which the cost
 	// depends on; only with the embedded cluster.
 	GC string `json:"garbage_collector,omitempty"`
@@ -379,7 +382,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	res, err := run(ctx, cfg)
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
-		res.THP, res.GC = hostTHP(), builtGC()
+		res.THP, res.GC, res.HugePages = hostTHP(), builtGC(), anonHugePages(0)
 	}
 	if res != nil && cfg.Out != "" {
 		if werr := writeOut(cfg.Out, res); werr != nil {
@@ -412,7 +415,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	if res.Cost != nil {
 		fmt.Fprintf(w, "whole process (cluster, agents, load generator): %s\n", res.Cost)
-		fmt.Fprintf(w, "transparent huge pages: %s\n", thpNote(res.THP))
+		fmt.Fprintf(w, "transparent huge pages: %s\n", thpNote(res.THP, res.HugePages))
 		fmt.Fprintf(w, "garbage collector: %s\n", gcNote(res.GC))
 	}
 	if cfg.Verbose {

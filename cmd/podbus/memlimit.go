@@ -5,11 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/podbus/podbus/internal/hugepages"
 )
 
 // defaultMemoryLimit is the soft limit when neither --memory-limit nor GOMEMLIMIT says otherwise, unless
@@ -20,10 +23,67 @@ const defaultMemoryLimit = 3584 << 20
 
 var errMemoryLimit = errors.New("invalid memory limit")
 
+// heapFlags shape the Go runtime of a long-running command: its soft memory limit and whether its heap
+// asks for transparent huge pages.
+type heapFlags struct {
+	memLimit  string
+	hugePages string
+}
+
+func (h *heapFlags) register(fs *flag.FlagSet) {
+	memoryLimitFlag(fs, &h.memLimit)
+	fs.StringVar(&h.hugePages, "huge-pages", "auto", "back the heap with transparent huge pages where the host's mode is madvise "+
+		"(auto; off: leave the heap to the host's mode; see docs/operations.md)")
+}
+
+// apply sets the limit, then reserves the heap's huge pages for it: do it before the heap grows.
+func (h *heapFlags) apply() error {
+	if err := applyMemoryLimit(h.memLimit); err != nil {
+		return err
+	}
+	return reserveHugePages(h.hugePages)
+}
+
+// hugePagesOn reads a --huge-pages value.
+func hugePagesOn(spec string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(spec)) {
+	case "off", "false", "no":
+		return false, nil
+	case "auto", "", "on", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %q (auto or off)", errHugePages, spec)
+}
+
 // memoryLimitFlag registers --memory-limit into p ("" means auto as well).
 func memoryLimitFlag(fs *flag.FlagSet, p *string) {
 	fs.StringVar(p, "memory-limit", "auto", "soft memory limit of the Go runtime (e.g. 3GiB, 512Mi, bytes; "+
 		"auto: GOMEMLIMIT if set, else 3.5GiB or half the machine's memory if that is less; off: none)")
+}
+
+var errHugePages = errors.New("invalid --huge-pages")
+
+// reserveHugePages applies --huge-pages: under auto, the heap is reserved in advised memory for the soft
+// limit now in force, or for a quarter of the machine without one (internal/hugepages).
+func reserveHugePages(spec string) error {
+	if on, err := hugePagesOn(spec); !on {
+		return err
+	}
+	size := hugepages.Size(debug.SetMemoryLimit(-1))
+	if size == 0 {
+		size = hugepages.Size(machineMemory() / 4)
+	}
+	n, err := hugepages.Reserve(size)
+	switch {
+	case err == nil:
+		slog.Debug("heap reserved in huge pages", "bytes", n)
+	case errors.Is(err, hugepages.ErrNotNeeded), errors.Is(err, hugepages.ErrUnavailable),
+		errors.Is(err, hugepages.ErrOvercommit), errors.Is(err, hugepages.ErrTooSmall):
+		slog.Debug("heap left to the host's huge pages mode", "reason", err)
+	default:
+		slog.Warn("heap left to the host's huge pages mode", "reason", err)
+	}
+	return nil
 }
 
 // applyMemoryLimit sets the Go runtime's soft memory limit for spec (see memoryLimitFlag). The GC target

@@ -37,3 +37,22 @@ func TestMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestHugePagesOn(t *testing.T) {
+	for _, tt := range []struct {
+		spec string
+		on   bool
+		err  error
+	}{
+		{"", true, nil},
+		{"auto", true, nil},
+		{" Off ", false, nil},
+		{"false", false, nil},
+		{"always", false, errHugePages},
+	} {
+		on, err := hugePagesOn(tt.spec)
+		if on != tt.on || !errors.Is(err, tt.err) {
+			t.Errorf("hugePagesOn(%q) = %v, %v; want %v, %v", tt.spec, on, err, tt.on, tt.err)
+		}
+	}
+}

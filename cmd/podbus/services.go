@@ -48,7 +48,7 @@ type common struct {
 	id         string
 	healthAddr string
 	replicas   int
-	memLimit   string
+	heap       heapFlags
 	// consumers are the durables the service works: /readyz waits until they are bound.
 	consumers []string
 }
@@ -60,7 +60,7 @@ func (c *common) register(fs *flag.FlagSet, service string) {
 	fs.StringVar(&c.id, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "replica identity (stamped on every message)")
 	fs.StringVar(&c.healthAddr, "health-addr", "", "serve /healthz, /readyz and /debug/vars here (e.g. :8081)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets when this service provisions them (3 in a cluster)")
-	memoryLimitFlag(fs, &c.memLimit)
+	c.heap.register(fs)
 }
 
 // busOptions shape the streams and buckets, the API's kinds' buckets included, so every service finds
@@ -72,7 +72,7 @@ func (c *common) busOptions() bus.Options {
 
 // serve connects, provisions, and runs one service with its health endpoint until ctx ends.
 func (c *common) serve(ctx context.Context, service string, mk func(*bus.Conn) (interface{ Run(context.Context) error }, error)) error {
-	if err := applyMemoryLimit(c.memLimit); err != nil {
+	if err := c.heap.apply(); err != nil {
 		return err
 	}
 	opts, err := c.natsFlags.options()
@@ -527,12 +527,12 @@ func runNATS(ctx context.Context, args []string) error {
 	fs.StringVar(&sec.Cert, "tls-cert", "", "TLS certificate (PEM) for client connections and routes (podbus natsauth init's nats.crt)")
 	fs.StringVar(&sec.Key, "tls-key", "", "key of --tls-cert")
 	fs.StringVar(&sec.CA, "tls-ca", "", "CA (PEM) that routes' certificates must chain to (mutual TLS between cluster members)")
-	var memLimit string
-	memoryLimitFlag(fs, &memLimit)
+	var heap heapFlags
+	heap.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := applyMemoryLimit(memLimit); err != nil {
+	if err := heap.apply(); err != nil {
 		return err
 	}
 	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default(), Configure: sec.Configure}
@@ -588,12 +588,12 @@ func runUp(ctx context.Context, args []string) error {
 	pools := fs.String("node-pools", "", "node pools file (YAML, see examples/node-pools.yaml); replaces --nodes")
 	fs.BoolVar(&cfg.RegisterOnly, "register-only", false, "with --node-pools: write the nodes as Ready without agents (kwok-style; pods bound to them never run)")
 	plainHTTP := fs.String("plain-http-registries", "", "registry hosts (host:port, comma separated) the real node pulls from over plain HTTP; loopback ones always are")
-	var memLimit string
-	memoryLimitFlag(fs, &memLimit)
+	var heap heapFlags
+	heap.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := applyMemoryLimit(memLimit); err != nil {
+	if err := heap.apply(); err != nil {
 		return err
 	}
 	for _, h := range strings.Split(*plainHTTP, ",") {
@@ -692,6 +692,10 @@ func runDown(ctx context.Context, args []string) error {
 func runLoadtest(ctx context.Context, args []string) error {
 	cfg, err := loadtest.ParseFlags(args)
 	if err != nil {
+		return err
+	}
+	// Run with --nodes, the load test holds the whole cluster in this process.
+	if err := reserveHugePages(os.Getenv("PODBUS_HUGE_PAGES")); err != nil {
 		return err
 	}
 	return loadtest.Run(ctx, cfg, os.Stdout)
