@@ -694,7 +694,8 @@ func runLoadtest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Run with --nodes, the load test holds the whole cluster in this process.
+	// With --nodes the load test holds the whole cluster in this process; otherwise the reservation
+	// costs it address space only.
 	if err := reserveHugePages(os.Getenv("PODBUS_HUGE_PAGES")); err != nil {
 		return err
 	}
