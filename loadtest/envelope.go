@@ -26,6 +26,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/hugepages"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -803,7 +804,7 @@ func (m *memWatch) result(registered int64, pods int) Memory {
 		pm = m.last
 		m.mu.Unlock()
 	}
-	out := Memory{PeakRSS: pm.hwm, RegisterRSS: registered, EndRSS: pm.rss, HugePages: anonHugePages(m.pid)}
+	out := Memory{PeakRSS: pm.hwm, RegisterRSS: registered, EndRSS: pm.rss, HugePages: hugepages.Backed(m.pid)}
 	if pods > 0 {
 		out.PeakPerPodKB = float64(pm.hwm) / float64(pods) / 1000
 	}

@@ -3,9 +3,7 @@ package loadtest
 import (
 	"debug/buildinfo"
 	"fmt"
-	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 
 	"github.com/podbus/podbus/internal/hugepages"
@@ -27,25 +25,6 @@ func thpNote(mode string, huge int64) string {
 		return mode
 	}
 	return mode + " (no huge pages: see docs/operations.md)"
-}
-
-// anonHugePages is how much of pid's memory huge pages back (0 when unknown); pid 0 is this process.
-func anonHugePages(pid int) int64 {
-	path := "/proc/self/smaps_rollup"
-	if pid > 0 {
-		path = fmt.Sprintf("/proc/%d/smaps_rollup", pid)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // The garbage collectors a podbus binary can be built with (Go 1.26): Green Tea, Go's default, and

@@ -33,6 +33,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/nodepool"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/hugepages"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/pki"
 	"github.com/podbus/podbus/internal/podutil"
@@ -382,7 +383,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	res, err := run(ctx, cfg)
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
-		res.THP, res.GC, res.HugePages = hostTHP(), builtGC(), anonHugePages(0)
+		res.THP, res.GC, res.HugePages = hostTHP(), builtGC(), hugepages.Backed(0)
 	}
 	if res != nil && cfg.Out != "" {
 		if werr := writeOut(cfg.Out, res); werr != nil {

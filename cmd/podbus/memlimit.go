@@ -64,26 +64,35 @@ func memoryLimitFlag(fs *flag.FlagSet, p *string) {
 var errHugePages = errors.New("invalid --huge-pages")
 
 // reserveHugePages applies --huge-pages: under auto, the heap is reserved in advised memory for the soft
-// limit now in force, or for a quarter of the machine without one (internal/hugepages).
+// limit now in force (internal/hugepages).
 func reserveHugePages(spec string) error {
 	if on, err := hugePagesOn(spec); !on {
 		return err
 	}
-	size := hugepages.Size(debug.SetMemoryLimit(-1))
-	if size == 0 {
-		size = hugepages.Size(machineMemory() / 4)
-	}
-	n, err := hugepages.Reserve(size)
+	n, err := hugepages.Reserve(hugePagesSize(debug.SetMemoryLimit(-1), machineMemory()))
 	switch {
 	case err == nil:
 		slog.Debug("heap reserved in huge pages", "bytes", n)
-	case errors.Is(err, hugepages.ErrNotNeeded), errors.Is(err, hugepages.ErrUnavailable),
-		errors.Is(err, hugepages.ErrOvercommit), errors.Is(err, hugepages.ErrTooSmall):
-		slog.Debug("heap left to the host's huge pages mode", "reason", err)
+	case errors.Is(err, hugepages.ErrSkipped):
+		slog.Debug("heap not reserved in huge pages", "reason", err)
 	default:
-		slog.Warn("heap left to the host's huge pages mode", "reason", err)
+		slog.Warn("heap not reserved in huge pages", "reason", err)
 	}
 	return nil
+}
+
+// hugePagesSize is the reservation for a heap under limit (math.MaxInt64, or below one, when there is
+// none) on a machine of machine bytes (0 when unknown): the limit, or a quarter of the machine without
+// one, never more than half of it, in whole huge pages.
+func hugePagesSize(limit, machine int64) int64 {
+	const hugePage = 2 << 20
+	if limit <= 0 || limit == math.MaxInt64 {
+		limit = machine / 4
+	}
+	if machine > 0 && limit > machine/2 {
+		limit = machine / 2
+	}
+	return limit &^ (hugePage - 1)
 }
 
 // applyMemoryLimit sets the Go runtime's soft memory limit for spec (see memoryLimitFlag). The GC target

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -54,5 +55,28 @@ func TestHugePagesOn(t *testing.T) {
 		if on != tt.on || !errors.Is(err, tt.err) {
 			t.Errorf("hugePagesOn(%q) = %v, %v; want %v, %v", tt.spec, on, err, tt.on, tt.err)
 		}
+	}
+}
+
+func TestHugePagesSize(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tt := range []struct {
+		name           string
+		limit, machine int64
+		want           int64
+	}{
+		{"the limit", 3584 << 20, 24 * gib, 3584 << 20},
+		{"half the machine at most", 3584 << 20, 4 * gib, 2 * gib},
+		{"machine unknown", 3 * gib, 0, 3 * gib},
+		{"whole huge pages", 3*gib + 12345, 0, 3 * gib},
+		{"no limit: a quarter of the machine", math.MaxInt64, 24 * gib, 6 * gib},
+		{"limit off: a quarter of the machine", 0, 24 * gib, 6 * gib},
+		{"no limit, machine unknown: nothing", math.MaxInt64, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := hugePagesSize(tt.limit, tt.machine); got != tt.want {
+				t.Errorf("hugePagesSize(%d, %d) = %d, want %d", tt.limit, tt.machine, got, tt.want)
+			}
+		})
 	}
 }

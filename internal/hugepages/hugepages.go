@@ -10,7 +10,6 @@
 package hugepages
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -35,12 +34,15 @@ const EnabledPath = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 const hugePage = 2 << 20
 
+// ErrSkipped is what every refusal of Reserve wraps: the host makes the reservation needless or unsafe.
+var ErrSkipped = errors.New("heap left to the host's huge pages mode")
+
 // Sentinels of Reserve: why the heap was left as it was.
 var (
-	ErrNotNeeded   = errors.New("the host gives huge pages to every mapping")
-	ErrUnavailable = errors.New("transparent huge pages are off or unavailable")
-	ErrOvercommit  = errors.New("strict overcommit: reserving address space would be charged in full")
-	ErrTooSmall    = errors.New("size below one huge page")
+	ErrNotNeeded   = fmt.Errorf("%w: the host gives huge pages to every mapping", ErrSkipped)
+	ErrUnavailable = fmt.Errorf("%w: transparent huge pages are off or unavailable", ErrSkipped)
+	ErrOvercommit  = fmt.Errorf("%w: strict overcommit: reserving address space would be charged in full", ErrSkipped)
+	ErrTooSmall    = fmt.Errorf("%w: size below one huge page", ErrSkipped)
 )
 
 // Host is this host's mode ("" when the kernel does not say).
@@ -62,8 +64,7 @@ func ParseMode(s string) string {
 // Host facts Reserve depends on, read from /proc and /sys; tests replace them.
 type hostInfo struct {
 	mode       string
-	overcommit int   // vm.overcommit_memory: 2 is strict accounting
-	memTotal   int64 // bytes; 0 when unknown
+	overcommit int // vm.overcommit_memory: 2 is strict accounting
 }
 
 func readHost() hostInfo {
@@ -71,39 +72,39 @@ func readHost() hostInfo {
 	if b, err := os.ReadFile("/proc/sys/vm/overcommit_memory"); err == nil {
 		h.overcommit, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				h.memTotal = kb << 10
-				break
-			}
-		}
-	}
 	return h
 }
 
-// Size is what Reserve should reserve for a heap bounded by limit (the runtime's soft memory limit,
-// math.MaxInt64 or less than one when there is none): the limit, at most half the machine's memory.
-func Size(limit int64) int64 {
-	return sizeFor(limit, readHost())
+// Backed is how much of process pid's memory huge pages back, in bytes (0 when unknown); pid 0 is
+// this process.
+func Backed(pid int) int64 {
+	path := "/proc/self/smaps_rollup"
+	if pid > 0 {
+		path = fmt.Sprintf("/proc/%d/smaps_rollup", pid)
+	}
+	kib, _ := rollupKiB(path, "AnonHugePages")
+	return kib << 10
 }
 
-func sizeFor(limit int64, h hostInfo) int64 {
-	if limit <= 0 || limit == 1<<63-1 {
-		return 0
+// rollupKiB reads one field of an smaps_rollup file, in KiB.
+func rollupKiB(path, field string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
 	}
-	if h.memTotal > 0 && limit > h.memTotal/2 {
-		limit = h.memTotal / 2
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			v, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return v, err == nil
+		}
 	}
-	return limit &^ (hugePage - 1)
+	return 0, false
 }
 
 // Reserve grows the heap by n bytes in one mapping, advises it MADV_HUGEPAGE and returns the memory to
-// the runtime and the kernel: nothing stays resident. Call it at start, before the heap grows. It
-// returns the bytes advised, or a sentinel saying why it did nothing.
+// the runtime and the kernel: nothing stays resident. Call it at start, before the heap grows, with n
+// below the machine's memory (one mapping larger than that fails under heuristic overcommit, and the
+// runtime throws). It returns the bytes advised, or an ErrSkipped saying why it did nothing.
 func Reserve(n int64) (int64, error) {
 	return reserve(n, readHost())
 }

@@ -25,28 +25,6 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-func TestSizeFor(t *testing.T) {
-	const gib = int64(1) << 30
-	for _, tt := range []struct {
-		name            string
-		limit, memTotal int64
-		want            int64
-	}{
-		{"no limit", 1<<63 - 1, 24 * gib, 0},
-		{"limit off", 0, 24 * gib, 0},
-		{"the limit", 3584 << 20, 24 * gib, 3584 << 20},
-		{"half the machine at most", 3584 << 20, 4 * gib, 2 * gib},
-		{"machine unknown", 3 * gib, 0, 3 * gib},
-		{"whole huge pages", 3*gib + 12345, 0, 3 * gib},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := sizeFor(tt.limit, hostInfo{mode: ModeMadvise, memTotal: tt.memTotal}); got != tt.want {
-				t.Errorf("sizeFor(%d) = %d, want %d", tt.limit, got, tt.want)
-			}
-		})
-	}
-}
-
 // Reserve leaves the heap alone where it cannot help or could harm, and says why.
 func TestReserveRefuses(t *testing.T) {
 	for _, tt := range []struct {
@@ -62,8 +40,8 @@ func TestReserveRefuses(t *testing.T) {
 		{"nothing to reserve", hostInfo{mode: ModeMadvise}, 0, ErrTooSmall},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if n, err := reserve(tt.n, tt.host); !errors.Is(err, tt.want) || n != 0 {
-				t.Errorf("reserve = %d, %v; want 0, %v", n, err, tt.want)
+			if n, err := reserve(tt.n, tt.host); !errors.Is(err, tt.want) || !errors.Is(err, ErrSkipped) || n != 0 {
+				t.Errorf("reserve = %d, %v; want 0, %v (an ErrSkipped)", n, err, tt.want)
 			}
 		})
 	}
@@ -98,23 +76,19 @@ func TestReserveBacksHeapWithHugePages(t *testing.T) {
 	if huge == 0 {
 		t.Errorf("64 MiB touched in advised memory, no huge page backs it")
 	}
+	if Backed(0) < huge<<10 {
+		t.Errorf("Backed(0) = %d bytes, less than the %d KiB of the one mapping", Backed(0), huge)
+	}
 }
 
 // rollup is a field of /proc/self/smaps_rollup, in KiB.
 func rollup(t *testing.T, field string) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
-	if err != nil {
-		t.Fatal(err)
+	v, ok := rollupKiB("/proc/self/smaps_rollup", field)
+	if !ok {
+		t.Fatalf("no %s in /proc/self/smaps_rollup", field)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return v
-		}
-	}
-	t.Fatalf("no %s in smaps_rollup", field)
-	return 0
+	return v
 }
 
 // mappingOf is the VmFlags and AnonHugePages (KiB) of the mapping holding addr.
