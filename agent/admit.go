@@ -38,24 +38,19 @@ func parseCapacity(cfg Config) (*resources, error) {
 }
 
 // admitLocked is the kubelet's resource admission: the requests of the pods this node runs plus the
-// new pod's must fit the node's allocatable. It returns the rejection reason and message, or "".
-// Called with a.mu held.
-func (a *Agent) admitLocked(pod *pb.Pod) (reason, message string) {
+// new pod's must fit the node's allocatable. It returns the rejection reason and message, or "" after
+// counting w's requests as used: the caller then adds w to a.pods. Called with a.mu held.
+func (a *Agent) admitLocked(w *podWorker) (reason, message string) {
+	pod := w.pod
 	if reason, message := a.admitPrivileged(pod); reason != "" {
 		return reason, message
 	}
-	used := &pb.Resources{}
-	for _, w := range a.pods {
-		if w.active() {
-			if w.requests == nil {
-				w.requests = podutil.PodRequests(w.pod)
-			}
-			podutil.Add(used, w.requests)
-		}
-	}
+	used := a.usedLocked()
 	req := podutil.PodRequests(pod)
 	short := podutil.Insufficient(a.alloc, used, req)
 	if len(short) == 0 {
+		w.requests = req
+		podutil.Add(used, req)
 		return "", ""
 	}
 	name := short[0]
@@ -74,3 +69,25 @@ func (a *Agent) admitLocked(pod *pb.Pod) (reason, message string) {
 	}
 	return "OutOf" + name, fmt.Sprintf("Pod was rejected: Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", name, r, u, c)
 }
+
+// usedLocked is the sum of the requests of the active pods, kept between admissions so that admitting
+// a pod costs the same on a node with 110 pods as on an empty one. It is summed again after anything
+// that may have stopped a pod counting (usedStale). Called with a.mu held.
+func (a *Agent) usedLocked() *resources {
+	if a.usedStale.Swap(false) || a.used == nil {
+		used := &resources{}
+		for _, w := range a.pods {
+			if w.active() {
+				if w.requests == nil {
+					w.requests = podutil.PodRequests(w.pod)
+				}
+				podutil.Add(used, w.requests)
+			}
+		}
+		a.used = used
+	}
+	return a.used
+}
+
+// recount marks the admission sum stale: a pod finished or left a.pods. Safe with any lock held.
+func (a *Agent) recount() { a.usedStale.Store(true) }

@@ -132,6 +132,12 @@ type Agent struct {
 	runCtx   context.Context
 	wg       sync.WaitGroup // pod goroutines
 
+	// used is admitLocked's sum of the active pods' requests (nil: not summed yet); usedStale says it
+	// is to be summed again. An admission adds to it; anything that may stop a pod counting sets
+	// usedStale, which needs no lock so that a worker can set it holding its own.
+	used      *resources
+	usedStale atomic.Bool
+
 	objsOnce sync.Once
 	objs     ObjectGetter // see objects
 
@@ -408,7 +414,7 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod, boundAt time.Time) error 
 func (a *Agent) admitAndRun(ctx context.Context, pod *pb.Pod) (*podWorker, context.Context, error) {
 	uid := pod.GetMetadata().GetUid()
 	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
-	if reason, msg := a.admitLocked(pod); reason != "" {
+	if reason, msg := a.admitLocked(w); reason != "" {
 		w.reject(reason, msg)
 		a.pods[uid] = w
 		a.mu.Unlock()
@@ -444,6 +450,7 @@ func (a *Agent) forget(w *podWorker) {
 	defer a.mu.Unlock()
 	if a.pods[w.uid] == w {
 		delete(a.pods, w.uid)
+		a.recount()
 	}
 }
 
@@ -622,6 +629,7 @@ func (a *Agent) adopt(ctx context.Context, p *pb.Pod, info *SandboxInfo) {
 	w := newPodWorker(a, p)
 	a.mu.Lock()
 	a.pods[w.uid] = w
+	a.recount()
 	a.mu.Unlock()
 	a.wg.Add(1)
 	go w.run(ctx, info, a.wg.Done)

@@ -461,6 +461,44 @@ func TestAdmissionRejectsOverCapacity(t *testing.T) {
 	bustest.Eventually(t, wait, func() bool { return e.get(big) == nil }, "rejected pod deleted")
 }
 
+// TestAdmissionCountsFreedCapacity: a pod that stops counting (deleted, or finished) leaves its
+// requests to the next admission, which keeps a running sum between admissions.
+func TestAdmissionCountsFreedCapacity(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *pb.Pod
+		free func(e *env, p *pb.Pod)
+	}{
+		{"deleted", newPod("first", withCPU("800m")), func(e *env, p *pb.Pod) {
+			e.until(p, "running", isRunningReady)
+			e.terminate(p, 0)
+			bustest.Eventually(t, wait, func() bool { return e.get(p) == nil }, "first pod deleted")
+		}},
+		{"succeeded", newPod("first", withCPU("800m"), withPolicy("Never"), withCommand("sh", "-c", "exit 0")),
+			func(e *env, p *pb.Pod) {
+				e.until(p, "succeeded", func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == "Succeeded" })
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.CPU = "1"
+			e := newEnv(t, cfg, fake.Config{})
+			e.create(tt.pod)
+			tt.free(e, tt.pod)
+			next := newPod("next", withCPU("800m"))
+			e.create(next)
+			e.until(next, "running in the freed capacity", isRunningReady)
+			third := newPod("third", withCPU("300m"))
+			e.create(third)
+			got := e.until(third, "rejected", func(q *pb.Pod) bool { return q.GetStatus().GetPhase() == "Failed" })
+			if got.GetStatus().GetReason() != "OutOfcpu" {
+				t.Errorf("third pod: reason %q, want OutOfcpu (the running pod still counts)", got.GetStatus().GetReason())
+			}
+		})
+	}
+}
+
 func TestReadinessProbe(t *testing.T) {
 	var healthy atomic.Bool
 	e := newEnv(t, testConfig(), fake.Config{Probe: func(pt agent.ProbeTarget) agent.ProbeResult {

@@ -603,6 +603,7 @@ func (w *podWorker) finish(ctx context.Context) {
 		return
 	}
 	w.finished = true
+	w.a.recount()
 	sb := w.sandbox
 	w.mu.Unlock()
 	if sb != nil {

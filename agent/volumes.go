@@ -172,6 +172,7 @@ func (w *podWorker) endFailed(ctx context.Context) {
 	}
 	w.mu.Lock()
 	w.sandbox, w.finished = nil, true
+	w.a.recount()
 	for _, c := range append(append([]*ctr{}, w.init...), w.ctrs...) {
 		c.done, c.ready = true, false
 	}
