@@ -33,8 +33,8 @@ func TestCachedPodTolerations(t *testing.T) {
 		if d := gocmp.Diff(p.GetSpec().GetTolerations(), c.tolerations, protocmp.Transform()); d != "" {
 			t.Errorf("pod %d tolerations (-stored +cached):\n%s", i, d)
 		}
-		if c.ns != p.GetMetadata().GetNamespace() || c.node != p.GetSpec().GetNodeName() || c.uid != p.GetMetadata().GetUid() ||
-			c.correlation != p.GetInternal().GetCorrelationId() {
+		if c.ns != p.GetMetadata().GetNamespace() || c.node != p.GetSpec().GetNodeName() || c.uid() != p.GetMetadata().GetUid() ||
+			c.name() != p.GetMetadata().GetName() || c.correlation() != p.GetInternal().GetCorrelationId() {
 			t.Errorf("pod %d cached as %+v", i, c)
 		}
 	}

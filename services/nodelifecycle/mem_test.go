@@ -12,7 +12,7 @@ import (
 
 // testService is a Service's cache, without a bus.
 func testService() *Service {
-	return &Service{nodes: map[string]*cachedNode{}, pods: map[string]*cachedPod{}, byNode: map[string]map[string]bool{},
+	return &Service{nodes: map[string]*cachedNode{}, pods: map[string]cachedPod{}, byNode: map[string]map[string]bool{},
 		pending: map[string]time.Time{}, strs: intern.NewStrings(intern.DefaultLimit),
 		tols: intern.NewTable[[]*pb.Toleration](intern.DefaultLimit)}
 }
@@ -23,13 +23,14 @@ func BenchmarkCachePods(b *testing.B) {
 	const n = 20000
 	entries, size := podtest.Entries(n)
 	for b.Loop() {
-		before := podtest.HeapAlloc()
+		before, beforeObjs := podtest.LiveHeap()
 		s := testService()
 		for _, e := range entries {
 			s.onPod(e)
 		}
-		after := podtest.HeapAlloc()
+		after, afterObjs := podtest.LiveHeap()
 		b.ReportMetric(float64(after-before)/n, "B/pod")
+		b.ReportMetric(float64(afterObjs-beforeObjs)/n, "objects/pod")
 		b.ReportMetric(float64(size)/n, "stored-B/pod")
 		runtime.KeepAlive(s)
 	}

@@ -77,7 +77,7 @@ type Service struct {
 	nodesK jetstream.KeyValue
 
 	nodes   map[string]*cachedNode // by node name
-	pods    map[string]*cachedPod  // by pod key
+	pods    map[string]cachedPod   // by pod key
 	byNode  map[string]map[string]bool
 	pending map[string]time.Time // pod key -> eviction deadline (the heap's valid entries)
 	timers  deadlines
@@ -100,11 +100,23 @@ var cachedPodMask = bus.NewMask(&pb.Pod{}, "metadata.uid", "metadata.namespace",
 // the cache decodes and keeps once.
 var tolerationsMask = bus.NewMask(&pb.Pod{}, "spec.tolerations")
 
+// cachedPod is kept by value, its own strings in one: a full cluster's pods are each one entry in
+// this cache, and the collector marks them all on every cycle.
 type cachedPod struct {
-	uid, ns, name, node, correlation string
-	tolerations                      []*pb.Toleration // shared with every pod of the same: read only
-	terminating, evicted             bool
+	ids                  string           // uid, name and correlation id, end to end
+	nameAt, corrAt       int32            // where the name and the correlation id start in ids
+	ns, node             string           // interned
+	tolerations          []*pb.Toleration // shared with every pod of the same: read only
+	terminating, evicted bool
 }
+
+func newCachedPod(uid, name, correlation string) cachedPod {
+	return cachedPod{ids: uid + name + correlation, nameAt: int32(len(uid)), corrAt: int32(len(uid) + len(name))}
+}
+
+func (c *cachedPod) uid() string         { return c.ids[:c.nameAt] }
+func (c *cachedPod) name() string        { return c.ids[c.nameAt:c.corrAt] }
+func (c *cachedPod) correlation() string { return c.ids[c.corrAt:] }
 
 // New checks the configuration; Run opens the buckets.
 func New(cfg Config, conn *bus.Conn) (*Service, error) {
@@ -136,7 +148,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		log:     cfg.Logger.With("actor", actor),
 		limit:   newTokenBucket(cfg.EvictionRate, cfg.EvictionBurst),
 		nodes:   map[string]*cachedNode{},
-		pods:    map[string]*cachedPod{},
+		pods:    map[string]cachedPod{},
 		byNode:  map[string]map[string]bool{},
 		pending: map[string]time.Time{},
 		strs:    intern.NewStrings(intern.DefaultLimit),
@@ -334,7 +346,7 @@ func isLifecycle(t *pb.Taint) bool {
 
 func (s *Service) onPod(e jetstream.KeyValueEntry) {
 	key := e.Key()
-	if old := s.pods[key]; old != nil && old.node != "" {
+	if old, ok := s.pods[key]; ok && old.node != "" {
 		delete(s.byNode[old.node], key)
 		if len(s.byNode[old.node]) == 0 {
 			delete(s.byNode, old.node)
@@ -357,9 +369,10 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		return
 	}
 	md := p.GetMetadata()
-	c := &cachedPod{uid: md.GetUid(), ns: s.strs.Get(md.GetNamespace()), name: md.GetName(), node: s.strs.Get(p.GetSpec().GetNodeName()),
-		correlation: p.GetInternal().GetCorrelationId(), tolerations: tols, terminating: md.GetDeletionTimestamp() != nil}
-	if old := s.pods[key]; old != nil && old.uid == c.uid {
+	c := newCachedPod(md.GetUid(), md.GetName(), p.GetInternal().GetCorrelationId())
+	c.ns, c.node = s.strs.Get(md.GetNamespace()), s.strs.Get(p.GetSpec().GetNodeName())
+	c.tolerations, c.terminating = tols, md.GetDeletionTimestamp() != nil
+	if old, ok := s.pods[key]; ok && old.uid() == c.uid() {
 		c.evicted = old.evicted
 	}
 	s.pods[key] = c
@@ -413,8 +426,8 @@ func (s *Service) evaluate(key string) {
 // deadline is when the pod is to be evicted; ok is false when it is not (no NoExecute taint on its
 // node, or one it tolerates forever).
 func (s *Service) deadline(key string) (time.Time, bool) {
-	p := s.pods[key]
-	if p == nil || p.node == "" || p.terminating || p.evicted {
+	p, ok := s.pods[key]
+	if !ok || p.node == "" || p.terminating || p.evicted {
 		return time.Time{}, false
 	}
 	n := s.nodes[p.node]
@@ -513,10 +526,11 @@ func (s *Service) fire(ctx context.Context) {
 // stops what the store no longer binds to it. A not-ready node's agent still runs and stops it gracefully.
 func (s *Service) evict(ctx context.Context, key string, now time.Time) error {
 	p := s.pods[key]
+	uid, name := p.uid(), p.name()
 	cmd := &pb.PodCommand{
 		Op:   pb.PodCommand_OP_DELETE,
-		Pod:  &pb.Pod{Metadata: &pb.ObjectMeta{Name: p.name, Namespace: p.ns, Uid: p.uid}},
-		User: User, PreconditionUid: p.uid, Reason: podutil.ReasonTaintManagerEviction,
+		Pod:  &pb.Pod{Metadata: &pb.ObjectMeta{Name: name, Namespace: p.ns, Uid: uid}},
+		User: User, PreconditionUid: uid, Reason: podutil.ReasonTaintManagerEviction,
 	}
 	if n := s.nodes[p.node]; n != nil {
 		if k, _ := wantedTaintKey(n.node); k == podutil.TaintNodeUnreachable {
@@ -525,18 +539,19 @@ func (s *Service) evict(ctx context.Context, key string, now time.Time) error {
 	}
 	// One command and one event per pod however many replicas send them: message ids.
 	err := s.pub.Publish(ctx, bus.SubjPodDelete, cmd, bus.Meta{
-		MsgID: "taintevict-" + p.uid, Correlation: p.correlation, PodUID: p.uid,
-		Key: p.ns + "/" + p.name, User: User,
+		MsgID: "taintevict-" + uid, Correlation: p.correlation(), PodUID: uid,
+		Key: p.ns + "/" + name, User: User,
 	})
 	if err != nil {
 		return fmt.Errorf("delete pod %s: %w", key, err)
 	}
 	p.evicted = true
+	s.pods[key] = p
 	metrics.Count("nodelifecycle.evictions", 1)
-	s.log.Info("evicting pod", "pod", p.ns+"/"+p.name, "node", p.node)
-	obj := &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: p.ns, Name: p.name, Uid: p.uid}
+	s.log.Info("evicting pod", "pod", p.ns+"/"+name, "node", p.node)
+	obj := &pb.ObjectReference{Kind: "Pod", ApiVersion: "v1", Namespace: p.ns, Name: name, Uid: uid}
 	f, err := s.rec.Event(obj, "Normal", podutil.ReasonTaintManagerEviction,
-		fmt.Sprintf("Marking for deletion Pod %s/%s", p.ns, p.name), "taintevict-"+p.uid, now)
+		fmt.Sprintf("Marking for deletion Pod %s/%s", p.ns, name), "taintevict-"+uid, now)
 	if err != nil {
 		return nil // the eviction stands; the event is best effort
 	}
