@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"maps"
 	"slices"
 
@@ -19,11 +20,14 @@ import (
 
 // cache is what the watches brought: the controllers' objects decoded, every object's ownership.
 type cache struct {
-	pods  map[string]*podEntry // by pod key
-	strs  *intern.Strings      // the pods' repeated strings
-	nodes map[string]*pb.Node  // by node name
-	dsets map[string]*dsEntry  // by object key
-	pdbs  map[string]*pdbEntry // by object key
+	pods map[string]*podEntry // by pod key
+	strs *intern.Strings      // the pods' repeated strings
+	// labelSets are the pods' label sets by hash, shared (see labelSet).
+	labelSets map[uint64]labelSet
+	seed      maphash.Seed
+	nodes     map[string]*pb.Node  // by node name
+	dsets     map[string]*dsEntry  // by object key
+	pdbs      map[string]*pdbEntry // by object key
 	// The collector's graph: every object of every kind by uid, its dependents by owner uid.
 	objects    map[string]*object
 	byKey      map[bucketKey]string // -> uid
@@ -57,7 +61,8 @@ type object struct {
 
 func newCache() cache {
 	return cache{
-		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
+		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit),
+		labelSets: map[uint64]labelSet{}, seed: maphash.MakeSeed(), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
 		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[bucketKey]string{},
 		dependents: map[string]map[string]bool{},
 	}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -51,7 +53,10 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 		return nil, nil, false
 	}
 	md := p.GetMetadata()
-	meta = &metav1.ObjectMeta{Name: md.GetName(), Namespace: c.strs.Get(md.GetNamespace()), UID: typesUID(md.GetUid()),
+	// The uid and the name share one allocation: a full cluster's every pod is an entry here.
+	ids := md.GetUid() + md.GetName()
+	uid, name := ids[:len(md.GetUid())], ids[len(md.GetUid()):]
+	meta = &metav1.ObjectMeta{Name: name, Namespace: c.strs.Get(md.GetNamespace()), UID: typesUID(uid),
 		Finalizers: md.GetFinalizers()}
 	if md.GetDeletionTimestamp() != nil {
 		t := metav1.NewTime(md.GetDeletionTimestamp().AsTime())
@@ -172,6 +177,8 @@ func (pe *podEntry) controlledBy(uid string) bool {
 // labels.Labels.
 type labelSet []string
 
+// labelSet is m sorted, shared with every cached pod of the same labels (a workload's pods have the
+// same): one slice per set rather than per pod.
 func (c *cache) labelSet(m map[string]string) labelSet {
 	if len(m) == 0 {
 		return nil
@@ -179,6 +186,20 @@ func (c *cache) labelSet(m map[string]string) labelSet {
 	ls := make(labelSet, 0, 2*len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		ls = append(ls, c.strs.Get(k), c.strs.Get(m[k]))
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	for _, s := range ls {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	sum := h.Sum64()
+	shared, ok := c.labelSets[sum]
+	if ok && slices.Equal(shared, ls) {
+		return shared
+	}
+	if !ok && len(c.labelSets) < intern.DefaultLimit {
+		c.labelSets[sum] = ls
 	}
 	return ls
 }

@@ -235,6 +235,14 @@ func TestLabelSet(t *testing.T) {
 	if _, ok := labelSet(nil).Lookup("a"); ok {
 		t.Errorf("empty set has a label")
 	}
+	same := c.labelSet(map[string]string{"c": "", "a": "1", "b": "2"})
+	if !slices.Equal(same, ls) || &same[0] != &ls[0] {
+		t.Errorf("equal label sets not shared: %v, %v", same, ls)
+	}
+	other := c.labelSet(map[string]string{"b": "2", "a": "1", "c": "x"})
+	if v := other.Get("c"); v != "x" || ls.Get("c") != "" {
+		t.Errorf("different label sets: c = %q in the second, %q in the first", v, ls.Get("c"))
+	}
 }
 
 // readyOnly cuts the conditions other than Ready out of the wire form: the result decodes as the
