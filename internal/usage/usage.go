@@ -255,7 +255,7 @@ func (d decoder) node(data []byte) (Node, error) {
 			return err
 		case num == 2 && typ == protowire.VarintType:
 			if x != 0 {
-				n.Time = time.Unix(0, int64(x)).UTC()
+				n.Time = timeOf(x)
 			}
 		case num == 3 && typ == protowire.VarintType:
 			n.WindowMillis = int64(x)
@@ -314,6 +314,9 @@ func (d decoder) container(data []byte) (Container, error) {
 	})
 	return c, err
 }
+
+// timeOf is a node's time field.
+func timeOf(x uint64) time.Time { return time.Unix(0, int64(x)).UTC() }
 
 // fields calls f with each field of a message: v for a length-delimited one, x for a varint; other
 // wire types are skipped, as protobuf skips unknown fields.

@@ -139,7 +139,8 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// Decode reads what the generated protobuf code reads, and what it decodes encodes back to itself.
+// Decode reads what the generated protobuf code reads, Walk what Decode reads, and what it decodes
+// encodes back to itself.
 func FuzzDecode(f *testing.F) {
 	r := &Report{Nodes: []Node{{Name: "n1", Time: time.Unix(1700000000, 5).UTC(), WindowMillis: 15000, CPUNanoCores: 7,
 		Pods: []Pod{{Namespace: "ns", Name: "p", UID: "u", Containers: []Container{{Name: "c", CPUNanoCores: 1, MemoryBytes: 2}}}}}}}
@@ -152,6 +153,13 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\x0a\x04\x0a\x02\xff\xfe"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Decode(data)
+		walked, _, werr := walkReport(data, "")
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("Decode: %v, Walk: %v", err, werr)
+		}
+		if err == nil && cmp.Diff(got, walked, cmpopts.EquateEmpty()) != "" {
+			t.Fatalf("Walk reads otherwise (-Decode +Walk):\n%s", cmp.Diff(got, walked, cmpopts.EquateEmpty()))
+		}
 		if len(data) > 0 && data[0] == '{' {
 			return
 		}

@@ -3,6 +3,7 @@ package admission
 import (
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,68 +98,146 @@ type usageCache struct {
 	// own are nodes that report on their own subject: a pool's report of them is ignored.
 	own  map[string]bool
 	strs *intern.Strings // node and container names
+	gen  uint64          // counts the node reports taken in
+	walk usageWalk       // the message being taken in
 }
 
 type nodeUsage struct {
 	u        usage.Node // without its pods: pods has them
-	pods     []string   // the keys of pods this report set
+	pods     []string   // the keys of pods this report set, in its order
 	received time.Time
+	gen      uint64 // the report's
 }
 
 // podUsage is what a pod's metrics are made of besides its name: its containers' usage.
 type podUsage struct {
-	node       string
+	key  string // the map's: a report that lists the pod again reuses it
+	node string
+	// containers are changed in place by the next report of the same containers: readers copy them
+	// before the cache's lock is released.
 	containers []usage.Container
+	gen        uint64 // the node report that set it
 }
 
 func newUsageCache() *usageCache {
-	return &usageCache{now: time.Now, nodes: map[string]*nodeUsage{}, pods: map[string]podUsage{}, own: map[string]bool{},
+	c := &usageCache{now: time.Now, nodes: map[string]*nodeUsage{}, pods: map[string]podUsage{}, own: map[string]bool{},
 		strs: intern.NewStrings(intern.DefaultLimit)}
+	c.walk.c = c
+	return c
 }
 
-// onMessage takes a usage report in. A node's own subject may report that node only.
+// onMessage takes a usage report in. A node's own subject may report that node only. Every node
+// reports every pod each UsageInterval, so a pod whose containers are the same as in its node's last
+// report is updated in place: a full cluster's reports then allocate nothing per pod.
 func (c *usageCache) onMessage(m *nats.Msg) {
-	rep, err := usage.Decode(m.Data)
-	if err != nil {
-		metrics.Count("admission.usage.malformed", 1)
-		return
-	}
 	node, own := bus.UsageSubjectNode(m.Subject)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
-	for _, n := range rep.Nodes {
-		switch {
-		case own && n.Name != node:
-			metrics.Count("admission.usage.foreign", 1)
-			continue
-		case own:
-			c.own[n.Name] = true
-		case c.own[n.Name]:
-			metrics.Count("admission.usage.foreign", 1)
-			continue
-		}
-		if old := c.nodes[n.Name]; old != nil {
-			for _, k := range old.pods {
-				if pu, ok := c.pods[k]; ok && pu.node == n.Name {
-					delete(c.pods, k)
-				}
-			}
-		}
-		n.Name = c.strs.Get(n.Name)
-		keys := make([]string, 0, len(n.Pods))
-		for _, p := range n.Pods {
-			k := p.Namespace + "/" + p.Name
-			cs := make([]usage.Container, len(p.Containers))
-			for i, ct := range p.Containers {
-				cs[i] = usage.Container{Name: c.strs.Get(ct.Name), CPUNanoCores: ct.CPUNanoCores, MemoryBytes: ct.MemoryBytes}
-			}
-			c.pods[k] = podUsage{node: n.Name, containers: cs}
-			keys = append(keys, k)
-		}
-		n.Pods = nil
-		c.nodes[n.Name] = &nodeUsage{u: n, pods: keys, received: now}
+	w := &c.walk
+	w.subject, w.own, w.now = node, own, c.now()
+	if err := usage.Walk(m.Data, w); err != nil {
+		metrics.Count("admission.usage.malformed", 1)
 	}
+	w.n, w.old, w.keys = nil, nil, nil
+}
+
+// usageWalk takes one message's nodes into the cache, with the cache's lock held.
+type usageWalk struct {
+	c       *usageCache
+	subject string // the node of a node's own subject
+	own     bool
+	now     time.Time
+	n       *nodeUsage
+	old     []string // n's keys before this report
+	keys    []string // this report's, once they differ from old
+	i       int      // pods of this report so far
+	same    bool     // the first i keys are old's
+	key     []byte
+}
+
+func (w *usageWalk) Node(n usage.Node) bool {
+	c := w.c
+	switch {
+	case w.own && n.Name != w.subject:
+		metrics.Count("admission.usage.foreign", 1)
+		return false
+	case w.own:
+		c.own[n.Name] = true
+	case c.own[n.Name]:
+		metrics.Count("admission.usage.foreign", 1)
+		return false
+	}
+	n.Name = c.strs.Get(n.Name)
+	nu := c.nodes[n.Name]
+	if nu == nil {
+		nu = &nodeUsage{}
+		c.nodes[n.Name] = nu
+	}
+	c.gen++
+	nu.u, nu.received, nu.gen = n, w.now, c.gen
+	w.n, w.old, w.keys, w.i, w.same = nu, nu.pods, nil, 0, true
+	return true
+}
+
+func (w *usageWalk) Pod(p *usage.PodView) {
+	c := w.c
+	w.key = append(append(append(w.key[:0], p.Namespace...), '/'), p.Name...)
+	pu, ok := c.pods[string(w.key)]
+	k := pu.key
+	if !ok {
+		k = string(w.key)
+	}
+	if w.same && (w.i >= len(w.old) || w.old[w.i] != k) {
+		w.keys = append(make([]string, 0, max(len(w.old), w.i+1)), w.old[:w.i]...)
+		w.same = false
+	}
+	if !w.same {
+		w.keys = append(w.keys, k)
+	}
+	w.i++
+	if ok && sameContainers(pu.containers, p.Containers) {
+		for j, ct := range p.Containers {
+			pu.containers[j].CPUNanoCores, pu.containers[j].MemoryBytes = ct.CPUNanoCores, ct.MemoryBytes
+		}
+	} else {
+		pu.containers = make([]usage.Container, len(p.Containers))
+		for j, ct := range p.Containers {
+			pu.containers[j] = usage.Container{Name: c.strs.Get(string(ct.Name)), CPUNanoCores: ct.CPUNanoCores, MemoryBytes: ct.MemoryBytes}
+		}
+	}
+	pu.key, pu.node, pu.gen = k, w.n.u.Name, w.n.gen
+	c.pods[k] = pu
+}
+
+// EndNode drops the node's pods that its report left out, unless another node's report has them.
+func (w *usageWalk) EndNode() {
+	c, nu := w.c, w.n
+	if w.same && w.i == len(w.old) {
+		return // the same pods in the same order: every one was set again
+	}
+	for _, k := range w.old {
+		if pu, ok := c.pods[k]; ok && pu.node == nu.u.Name && pu.gen != nu.gen {
+			delete(c.pods, k)
+		}
+	}
+	if w.same {
+		nu.pods = w.old[:w.i:w.i]
+	} else {
+		nu.pods = w.keys
+	}
+}
+
+// sameContainers says whether a report names the cached containers, in the same order.
+func sameContainers(cached []usage.Container, cs []usage.ContainerView) bool {
+	if len(cached) != len(cs) {
+		return false
+	}
+	for i := range cs {
+		if cached[i].Name != string(cs[i].Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // node returns the node's usage without its pods, if fresh.
@@ -184,7 +263,7 @@ func (c *usageCache) pod(ns, name string) (usage.Pod, usage.Node, bool) {
 	if n == nil || c.now().Sub(n.received) > usageTTL {
 		return usage.Pod{}, usage.Node{}, false
 	}
-	return usage.Pod{Namespace: ns, Name: name, Containers: p.containers},
+	return usage.Pod{Namespace: ns, Name: name, Containers: slices.Clone(p.containers)},
 		usage.Node{Name: n.u.Name, Time: n.u.Time, WindowMillis: n.u.WindowMillis}, true
 }
 

@@ -2,8 +2,13 @@ package admission
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nats-io/nats.go"
 
@@ -148,3 +153,135 @@ func TestUsageCacheExpires(t *testing.T) {
 }
 
 func natsMsg(subject string, data []byte) *nats.Msg { return &nats.Msg{Subject: subject, Data: data} }
+
+// usagePods is every pod the cache serves, "ns/name" -> "node:container=cpu/mem,...".
+func usagePods(c *usageCache) map[string]string {
+	out := map[string]string{}
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.pods))
+	for k := range c.pods {
+		keys = append(keys, k)
+	}
+	c.mu.Unlock()
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		p, n, ok := c.pod(ns, name)
+		if !ok {
+			continue
+		}
+		s := n.Name + ":"
+		for _, ct := range p.Containers {
+			s += fmt.Sprintf("%s=%d/%d,", ct.Name, ct.CPUNanoCores, ct.MemoryBytes)
+		}
+		out[k] = s
+	}
+	return out
+}
+
+func usagePod(name string, cpu uint64, containers ...string) usage.Pod {
+	p := usage.Pod{Namespace: "ns", Name: name}
+	for _, c := range containers {
+		p.Containers = append(p.Containers, usage.Container{Name: c, CPUNanoCores: cpu, MemoryBytes: 2 * cpu})
+	}
+	return p
+}
+
+// Each node's report replaces what its last one said of its pods, however the two differ.
+func TestUsageCacheReports(t *testing.T) {
+	first := []usage.Pod{usagePod("a", 1, "app"), usagePod("b", 1, "app", "side"), usagePod("c", 1, "app")}
+	tests := []struct {
+		name string
+		n1   []usage.Pod // n1's second report
+		n2   []usage.Pod // n2's report, after it
+		want map[string]string
+	}{
+		{"same pods, new figures", []usage.Pod{usagePod("a", 5, "app"), usagePod("b", 6, "app", "side"), usagePod("c", 7, "app")}, nil,
+			map[string]string{"ns/a": "n1:app=5/10,", "ns/b": "n1:app=6/12,side=6/12,", "ns/c": "n1:app=7/14,"}},
+		{"one left out", []usage.Pod{usagePod("a", 5, "app"), usagePod("c", 7, "app")}, nil,
+			map[string]string{"ns/a": "n1:app=5/10,", "ns/c": "n1:app=7/14,"}},
+		{"the last left out", []usage.Pod{usagePod("a", 5, "app"), usagePod("b", 6, "app", "side")}, nil,
+			map[string]string{"ns/a": "n1:app=5/10,", "ns/b": "n1:app=6/12,side=6/12,"}},
+		{"one added, order changed", []usage.Pod{usagePod("d", 8, "app"), usagePod("c", 7, "app"), usagePod("a", 5, "app"), usagePod("b", 6, "app", "side")}, nil,
+			map[string]string{"ns/a": "n1:app=5/10,", "ns/b": "n1:app=6/12,side=6/12,", "ns/c": "n1:app=7/14,", "ns/d": "n1:app=8/16,"}},
+		{"other containers", []usage.Pod{usagePod("a", 5, "web"), usagePod("b", 6, "side", "app"), usagePod("c", 7)}, nil,
+			map[string]string{"ns/a": "n1:web=5/10,", "ns/b": "n1:side=6/12,app=6/12,", "ns/c": "n1:"}},
+		{"none", nil, nil, map[string]string{}},
+		{"moved to n2 before n1 reports", []usage.Pod{usagePod("a", 5, "app")}, []usage.Pod{usagePod("b", 9, "app")},
+			map[string]string{"ns/a": "n1:app=5/10,", "ns/b": "n2:app=9/18,"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newUsageCache()
+			report := func(node string, pods []usage.Pod) {
+				data, err := usage.Encode(&usage.Report{Nodes: []usage.Node{{Name: node, Pods: pods}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.onMessage(natsMsg(bus.SubjUsagePool("host"), data))
+			}
+			report("n1", first)
+			if tt.n2 != nil {
+				report("n2", tt.n2)
+			}
+			report("n1", tt.n1)
+			if d := cmp.Diff(tt.want, usagePods(c)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// A pod's usage as served is a copy: the next report does not change what a reader holds.
+func TestUsageCacheServesCopies(t *testing.T) {
+	c := newUsageCache()
+	for _, cpu := range []uint64{1, 2} {
+		data, _ := usage.Encode(&usage.Report{Nodes: []usage.Node{{Name: "n1", Pods: []usage.Pod{usagePod("a", cpu, "app")}}}})
+		c.onMessage(natsMsg(bus.SubjUsageNode("n1"), data))
+		if cpu == 1 {
+			p, _, _ := c.pod("ns", "a")
+			defer func() {
+				if got := p.Containers[0].CPUNanoCores; got != 1 {
+					t.Errorf("a reader's copy changed to %d", got)
+				}
+			}()
+		}
+	}
+}
+
+// A node's report of the same pods allocates nothing per pod.
+func TestUsageCacheAllocations(t *testing.T) {
+	c := newUsageCache()
+	var pods []usage.Pod
+	for i := range 500 {
+		pods = append(pods, usagePod(fmt.Sprintf("pod-%d", i), uint64(i), "app"))
+	}
+	data, err := usage.Encode(&usage.Report{Nodes: []usage.Node{{Name: "n1", Pods: pods}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := natsMsg(bus.SubjUsagePool("host"), data)
+	c.onMessage(m)
+	if allocs := testing.AllocsPerRun(20, func() { c.onMessage(m) }); allocs > 5 {
+		t.Errorf("%.0f allocations for a report of 500 pods the cache has", allocs)
+	}
+	// Agents list a node's pods in any order: the keys' list is made again, nothing per pod.
+	slices.Reverse(pods)
+	data, err = usage.Encode(&usage.Report{Nodes: []usage.Node{{Name: "n1", Pods: pods}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reordered := natsMsg(bus.SubjUsagePool("host"), data)
+	flip := false
+	if allocs := testing.AllocsPerRun(20, func() {
+		if flip = !flip; flip {
+			c.onMessage(reordered)
+		} else {
+			c.onMessage(m)
+		}
+	}); allocs > 6 {
+		t.Errorf("%.0f allocations for a reordered report of 500 pods the cache has", allocs)
+	}
+	if len(usagePods(c)) != 500 {
+		t.Errorf("%d pods cached", len(usagePods(c)))
+	}
+}
