@@ -55,9 +55,11 @@ func NewPodInfo(p *pb.Pod) *PodInfo {
 // Placed returns the pod as it will count on its node once placed (the cache's assumed pods).
 func (p *PodInfo) Placed() *PlacedPod {
 	md := p.Pod.GetMetadata()
-	// Shared with the pod's alloc entry and its ReplicaSet's other pods: the cache keeps it while the
-	// pod runs.
-	pp := &PlacedPod{UID: md.GetUid(), Namespace: intern.String(md.GetNamespace()), Name: md.GetName(), Labels: intern.Labels(md.GetLabels()),
+	// The uid and the name in one allocation, the rest shared with the pod's alloc entry and its
+	// ReplicaSet's other pods: the cache keeps it while the pod runs.
+	ids := md.GetUid() + md.GetName()
+	pp := &PlacedPod{UID: ids[:len(md.GetUid())], Namespace: intern.String(md.GetNamespace()), Name: ids[len(md.GetUid()):],
+		Labels:    intern.Labels(md.GetLabels()),
 		LabelsKey: LabelsKey(md.GetNamespace(), md.GetLabels()),
 		Priority:  p.Pod.GetSpec().GetPriority(), SchedulerName: intern.String(p.Pod.GetSpec().GetSchedulerName()),
 		Requests: intern.Resources(p.Requests), Affinity: p.Affinity, assumption: &assumption{}}
