@@ -51,6 +51,7 @@ var podKind = &kind{
 			"status.nominatedNodeName": p.Status.NominatedNodeName,
 		}
 	},
+	ownField: "status.podIP",
 	storage: &kvStorage{
 		spec:     bus.BucketSpec{Name: bus.BucketPods},
 		pipeline: true,

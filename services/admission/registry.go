@@ -45,7 +45,11 @@ type kind struct {
 	cells   func(runtime.Object) []any
 	// fields are the fields a fieldSelector may name, with their values; nil: metadata.name and, for
 	// namespaced kinds, metadata.namespace.
-	fields       func(runtime.Object) fields.Set
+	fields func(runtime.Object) fields.Set
+	// ownField, when set, is the one selectable field besides the name and namespace whose value is
+	// each object's own (a pod's IP): the watch cache then shares the other fields' values among the
+	// objects that have the same, one slice per distinct set rather than per object.
+	ownField     string
 	subresources []subresourceInfo
 	// storage keeps the kind in a KV bucket; nil for a kind that serves itself.
 	storage  *kvStorage

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sort"
@@ -63,8 +64,12 @@ type cacheEntry struct {
 	rev      uint64
 	data     []byte
 	labels   labels.Set
-	fields   []string // the values of the kind's selectable fields, in watchCache.fieldNames order
-	stale    bool     // guarded by watchCache.mu
+	// fields are the values of the kind's selectable fields, in watchCache.fieldNames order, read
+	// through field: shared among entries (see sharedFields) but for those special marks.
+	fields  []string
+	special uint32 // two bits a field: fieldShared, fieldName, fieldNamespace or fieldOwn
+	own     string // the kind's ownField
+	stale   bool   // guarded by watchCache.mu
 }
 
 func compareEntries(a, b *cacheEntry) int {
@@ -130,7 +135,12 @@ type watchCache struct {
 	bookmarks  time.Duration
 	fieldNames []string
 	fieldIdx   map[string]int
-	log        *slog.Logger
+	// sharedFields are the entries' field values by hash (see setFields); fieldBuf is setFields' own.
+	// Both belong to the goroutine that applies changes.
+	sharedFields map[uint64][]string
+	fieldSeed    maphash.Seed
+	fieldBuf     []string
+	log          *slog.Logger
 
 	ready     chan struct{} // closed after the first full read of the bucket
 	readyOnce sync.Once
@@ -163,7 +173,7 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 	}
 	c := &watchCache{
 		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, maxBytes: maxCacheEventBytes, bookmarks: bookmarks, log: log,
-		fieldIdx: map[string]int{},
+		fieldIdx: map[string]int{}, sharedFields: map[uint64][]string{}, fieldSeed: maphash.MakeSeed(),
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
 		ring:     make([]*cacheEvent, minEvents),
@@ -182,15 +192,15 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 
 // entryFields are an entry's selectable fields, as a field selector reads them.
 type entryFields struct {
-	idx  map[string]int
-	vals []string
+	idx map[string]int
+	e   *cacheEntry
 }
 
 func (f entryFields) Has(k string) bool { _, ok := f.idx[k]; return ok }
 
 func (f entryFields) Get(k string) string {
 	if i, ok := f.idx[k]; ok {
-		return f.vals[i]
+		return f.e.field(i)
 	}
 	return ""
 }
@@ -203,7 +213,7 @@ func (c *watchCache) matches(sel selection, e *cacheEntry) bool {
 	if !sel.m.label.Empty() && !sel.m.label.Matches(e.labels) {
 		return false
 	}
-	return sel.m.field.Empty() || sel.m.field.Matches(entryFields{c.fieldIdx, e.fields})
+	return sel.m.field.Empty() || sel.m.field.Matches(entryFields{c.fieldIdx, e})
 }
 
 // decode turns an entry into the API object, with resourceVersion rev.
@@ -276,6 +286,7 @@ func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.mu.Lock()
 	c.closeWatchersLocked()
 	c.objects, c.pending, c.sorted, c.dirty = from.objects, from.pending, from.sorted, true
+	c.sharedFields, c.fieldSeed = from.sharedFields, from.fieldSeed
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
 	c.head, c.n, c.ringBytes = 0, 0, 0
@@ -370,20 +381,82 @@ func (c *watchCache) newEntry(key, ns, name string, value []byte, rev uint64) *c
 	}
 	// The entry keeps its own copy of the value, not a part of the message that brought it, and shares
 	// label sets and the fields' values that repeat across objects.
-	vals := make([]string, len(c.fieldNames))
+	e := &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: internLabels(lbls)}
+	c.setFields(e, fs)
+	return e
+}
+
+// The marks of cacheEntry.special.
+const (
+	fieldShared = iota
+	fieldName
+	fieldNamespace
+	fieldOwn
+)
+
+// maxSharedFields is the most fields whose marks fit cacheEntry.special.
+const maxSharedFields = 16
+
+// setFields keeps fs in e: the name, the namespace and the kind's ownField in the entry, the other
+// values in a slice shared with the entries that have the same (the pods of a node in one phase),
+// when the kind has an ownField.
+func (c *watchCache) setFields(e *cacheEntry, fs fields.Set) {
+	share := c.ki.ownField != "" && len(c.fieldNames) <= maxSharedFields
+	vals := c.fieldBuf[:0]
 	for i, f := range c.fieldNames {
-		switch v := fs[f]; {
-		case v == name:
-			vals[i] = name
-		case v == ns:
-			vals[i] = ns
-		case f == "status.podIP":
-			vals[i] = strings.Clone(v)
+		v, mark := fs[f], fieldShared
+		switch {
+		case v == e.name:
+			mark = fieldName
+		case v == e.ns:
+			mark = fieldNamespace
+		case f == c.ki.ownField:
+			mark = fieldOwn
+			e.own = strings.Clone(v)
+		}
+		switch {
+		case !share && mark == fieldOwn:
+			vals = append(vals, e.own)
+		case !share || mark == fieldShared:
+			vals = append(vals, intern.String(v))
 		default:
-			vals[i] = intern.String(v)
+			e.special |= uint32(mark) << (2 * i)
+			vals = append(vals, "")
 		}
 	}
-	return &cacheEntry{ns: ns, name: name, key: key, rev: rev, data: bytes.Clone(value), labels: internLabels(lbls), fields: vals}
+	c.fieldBuf = vals
+	if !share {
+		e.fields = slices.Clone(vals)
+		return
+	}
+	var h maphash.Hash
+	h.SetSeed(c.fieldSeed)
+	for _, v := range vals {
+		h.WriteString(v)
+		h.WriteByte(0)
+	}
+	sum := h.Sum64()
+	if shared, ok := c.sharedFields[sum]; ok && slices.Equal(shared, vals) {
+		e.fields = shared
+		return
+	}
+	e.fields = slices.Clone(vals)
+	if _, taken := c.sharedFields[sum]; !taken && len(c.sharedFields) < intern.DefaultLimit {
+		c.sharedFields[sum] = e.fields
+	}
+}
+
+// field is the value of the i-th of the kind's selectable fields.
+func (e *cacheEntry) field(i int) string {
+	switch e.special >> (2 * i) & 3 {
+	case fieldName:
+		return e.name
+	case fieldNamespace:
+		return e.ns
+	case fieldOwn:
+		return e.own
+	}
+	return e.fields[i]
 }
 
 // eventType is the type of ev for a watcher selecting sel, "" if it does not see it: an object that
@@ -559,7 +632,7 @@ func (c *watchCache) field(id, name string) (string, bool) {
 	if e == nil {
 		return "", false
 	}
-	return e.fields[i], true
+	return e.field(i), true
 }
 
 func (c *watchCache) isReady() bool {
