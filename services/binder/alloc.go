@@ -371,9 +371,13 @@ func decodeAllocEntry(e jetstream.KeyValueEntry) (node, uid string, pa *pb.PodAl
 	}
 	pa = &pb.PodAllocation{}
 	if proto.Unmarshal(e.Value(), pa) != nil {
-		pa = nil
+		return node, uid, nil, nil, true
 	}
 	intern.PodAllocation(pa) // the caches keep it as long as the pod runs
+	// The uid (the cache's key) and the name in one allocation: the entry's key, which uid is a part
+	// of, is not kept.
+	ids := uid + pa.GetName()
+	uid, pa.Name = ids[:len(uid)], ids[len(uid):]
 	return node, uid, pa, nil, true
 }
 
