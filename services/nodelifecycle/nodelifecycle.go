@@ -525,7 +525,10 @@ func (s *Service) fire(ctx context.Context) {
 // node is deleted at once (grace 0): its agent cannot confirm a graceful stop, and when it comes back it
 // stops what the store no longer binds to it. A not-ready node's agent still runs and stops it gracefully.
 func (s *Service) evict(ctx context.Context, key string, now time.Time) error {
-	p := s.pods[key]
+	p, ok := s.pods[key]
+	if !ok {
+		return nil // deleted since its deadline was set
+	}
 	uid, name := p.uid(), p.name()
 	cmd := &pb.PodCommand{
 		Op:   pb.PodCommand_OP_DELETE,
