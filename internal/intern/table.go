@@ -1,5 +1,10 @@
 package intern
 
+import (
+	"hash/maphash"
+	"slices"
+)
+
 // Table and Strings are tables that one cache owns (namespaces, node names, owners, labels,
 // tolerations), for the values the process-wide table in intern.go does not cover. Unlike it, they
 // forget their values when full.
@@ -55,4 +60,47 @@ func (s *Strings) Get(v string) string {
 	}
 	shared, _ := s.t.Get(v, func() (string, bool) { return v, true })
 	return shared
+}
+
+// StringSlices shares equal string slices (a pod's sorted labels, a watch cache's field values), by
+// a hash of their contents checked equal. Like Table it forgets all at its limit. It is not safe for
+// concurrent use.
+type StringSlices struct {
+	seed  maphash.Seed
+	m     map[uint64][]string
+	limit int
+}
+
+// NewStringSlices is a StringSlices forgetting all at limit slices.
+func NewStringSlices(limit int) *StringSlices {
+	return &StringSlices{seed: maphash.MakeSeed(), limit: limit}
+}
+
+// Get is the shared slice equal to s: s's own copy the first time, or when another slice of the
+// same hash is shared. The result is read-only.
+func (t *StringSlices) Get(s []string) []string {
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	for _, v := range s {
+		h.WriteString(v)
+		h.WriteByte(0)
+	}
+	sum := h.Sum64()
+	shared, ok := t.m[sum]
+	if ok && slices.Equal(shared, s) {
+		return shared
+	}
+	own := slices.Clone(s)
+	if ok {
+		return own
+	}
+	limit := t.limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	if t.m == nil || len(t.m) >= limit {
+		t.m = map[uint64][]string{}
+	}
+	t.m[sum] = own
+	return own
 }

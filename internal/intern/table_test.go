@@ -46,3 +46,23 @@ func TestTableMakesOnce(t *testing.T) {
 		t.Errorf("a value made not ok was kept")
 	}
 }
+
+func TestStringSlices(t *testing.T) {
+	s := NewStringSlices(2)
+	buf := []string{"app", "web"}
+	a := s.Get(buf)
+	buf[1] = "db" // the caller's buffer is its own again
+	if b := s.Get([]string{"app", "web"}); &a[0] != &b[0] || a[1] != "web" {
+		t.Errorf("equal slices not shared: %v %v", a, b)
+	}
+	if d := s.Get(buf); d[1] != "db" || &d[0] == &a[0] {
+		t.Errorf("another slice shared: %v", d)
+	}
+	if e := s.Get(nil); len(e) != 0 {
+		t.Errorf("empty slice: %v", e)
+	}
+	// Full: the table forgets, and what it shared stays as it was.
+	if f := s.Get([]string{"app", "web"}); f[1] != "web" || a[1] != "web" {
+		t.Errorf("after forgetting: %v, %v", f, a)
+	}
+}

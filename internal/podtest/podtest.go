@@ -4,6 +4,7 @@ package podtest
 import (
 	"fmt"
 	"runtime"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -106,4 +107,17 @@ func LiveHeap() (bytes, objects uint64) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc, m.HeapObjects
+}
+
+// ReportLiveHeap reports on b what fill keeps of n pods' entries whose stored values are storedBytes
+// in all: the live heap's bytes and objects per pod after a GC, measured around fill, which returns
+// what holds them.
+func ReportLiveHeap(b *testing.B, n, storedBytes int, fill func() any) {
+	before, beforeObjs := LiveHeap()
+	kept := fill()
+	after, afterObjs := LiveHeap()
+	b.ReportMetric(float64(after-before)/float64(n), "B/pod")
+	b.ReportMetric(float64(afterObjs-beforeObjs)/float64(n), "objects/pod")
+	b.ReportMetric(float64(storedBytes)/float64(n), "stored-B/pod")
+	runtime.KeepAlive(kept)
 }

@@ -246,29 +246,17 @@ func (d decoder) str(b []byte) (string, error) {
 }
 
 func (d decoder) node(data []byte) (Node, error) {
-	var n Node
-	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			var err error
-			n.Name, err = text(v)
-			return err
-		case num == 2 && typ == protowire.VarintType:
-			if x != 0 {
-				n.Time = timeOf(x)
-			}
-		case num == 3 && typ == protowire.VarintType:
-			n.WindowMillis = int64(x)
-		case num == 4 && typ == protowire.VarintType:
-			n.CPUNanoCores = x
-		case num == 5 && typ == protowire.VarintType:
-			n.MemoryBytes = x
-		case num == 6 && typ == protowire.BytesType:
-			p, err := d.pod(v)
-			n.Pods = append(n.Pods, p)
-			return err
+	n, err := d.nodeFields(data)
+	if err != nil {
+		return n, err
+	}
+	err = fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 6 || typ != protowire.BytesType {
+			return nil
 		}
-		return nil
+		p, err := d.pod(v)
+		n.Pods = append(n.Pods, p)
+		return err
 	})
 	return n, err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sort"
@@ -135,10 +134,9 @@ type watchCache struct {
 	bookmarks  time.Duration
 	fieldNames []string
 	fieldIdx   map[string]int
-	// sharedFields are the entries' field values by hash (see setFields); fieldBuf is setFields' own.
-	// Both belong to the goroutine that applies changes.
-	sharedFields map[uint64][]string
-	fieldSeed    maphash.Seed
+	// sharedFields are the entries' field values (see setFields); fieldBuf is setFields' own. Both
+	// belong to the goroutine that applies changes.
+	sharedFields *intern.StringSlices
 	fieldBuf     []string
 	log          *slog.Logger
 
@@ -173,7 +171,7 @@ func newWatchCache(ki *kind, kv jetstream.KeyValue, events int, bookmarks time.D
 	}
 	c := &watchCache{
 		ki: ki, kv: kv, minEvents: minEvents, maxEvents: maxEvents, maxBytes: maxCacheEventBytes, bookmarks: bookmarks, log: log,
-		fieldIdx: map[string]int{}, sharedFields: map[uint64][]string{}, fieldSeed: maphash.MakeSeed(),
+		fieldIdx: map[string]int{}, sharedFields: intern.NewStringSlices(intern.DefaultLimit),
 		ready:    make(chan struct{}),
 		objects:  map[string]*cacheEntry{},
 		ring:     make([]*cacheEvent, minEvents),
@@ -286,7 +284,7 @@ func (c *watchCache) replace(from *watchCache, last uint64) {
 	c.mu.Lock()
 	c.closeWatchersLocked()
 	c.objects, c.pending, c.sorted, c.dirty = from.objects, from.pending, from.sorted, true
-	c.sharedFields, c.fieldSeed = from.sharedFields, from.fieldSeed
+	c.sharedFields = from.sharedFields
 	c.rv = max(from.rv, last, c.rv)
 	c.oldest = c.rv
 	c.head, c.n, c.ringBytes = 0, 0, 0
@@ -429,21 +427,7 @@ func (c *watchCache) setFields(e *cacheEntry, fs fields.Set) {
 		e.fields = slices.Clone(vals)
 		return
 	}
-	var h maphash.Hash
-	h.SetSeed(c.fieldSeed)
-	for _, v := range vals {
-		h.WriteString(v)
-		h.WriteByte(0)
-	}
-	sum := h.Sum64()
-	if shared, ok := c.sharedFields[sum]; ok && slices.Equal(shared, vals) {
-		e.fields = shared
-		return
-	}
-	e.fields = slices.Clone(vals)
-	if _, taken := c.sharedFields[sum]; !taken && len(c.sharedFields) < intern.DefaultLimit {
-		c.sharedFields[sum] = e.fields
-	}
+	e.fields = c.sharedFields.Get(vals)
 }
 
 // field is the value of the i-th of the kind's selectable fields.

@@ -182,19 +182,16 @@ func BenchmarkCachePods(b *testing.B) {
 	const n = 20000
 	entries, size := podtest.Entries(n)
 	for b.Loop() {
-		before, beforeObjs := podtest.LiveHeap()
-		c := newWatchCache(podKind, nil, 0, 0, nil)
-		for _, e := range entries {
-			c.apply(e.K, e.Op, e.V, e.Rev)
-		}
-		c.mu.Lock()
-		c.sortedLocked()
-		c.mu.Unlock()
-		after, afterObjs := podtest.LiveHeap()
-		b.ReportMetric(float64(after-before)/n, "B/pod")
-		b.ReportMetric(float64(afterObjs-beforeObjs)/n, "objects/pod")
-		b.ReportMetric(float64(size)/n, "stored-B/pod")
-		runtime.KeepAlive(c)
+		podtest.ReportLiveHeap(b, n, size, func() any {
+			c := newWatchCache(podKind, nil, 0, 0, nil)
+			for _, e := range entries {
+				c.apply(e.K, e.Op, e.V, e.Rev)
+			}
+			c.mu.Lock()
+			c.sortedLocked()
+			c.mu.Unlock()
+			return c
+		})
 	}
 	runtime.KeepAlive(entries)
 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"encoding/json"
-	"hash/maphash"
 	"maps"
 	"slices"
 
@@ -20,11 +19,9 @@ import (
 
 // cache is what the watches brought: the controllers' objects decoded, every object's ownership.
 type cache struct {
-	pods map[string]*podEntry // by pod key
-	strs *intern.Strings      // the pods' repeated strings
-	// labelSets are the pods' label sets by hash, shared (see labelSet).
-	labelSets map[uint64]labelSet
-	seed      maphash.Seed
+	pods      map[string]*podEntry // by pod key
+	strs      *intern.Strings      // the pods' repeated strings
+	labelSets *intern.StringSlices // the pods' label sets (see labelSet)
 	nodes     map[string]*pb.Node  // by node name
 	dsets     map[string]*dsEntry  // by object key
 	pdbs      map[string]*pdbEntry // by object key
@@ -62,7 +59,7 @@ type object struct {
 func newCache() cache {
 	return cache{
 		pods: map[string]*podEntry{}, strs: intern.NewStrings(intern.DefaultLimit),
-		labelSets: map[uint64]labelSet{}, seed: maphash.MakeSeed(), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
+		labelSets: intern.NewStringSlices(intern.DefaultLimit), nodes: map[string]*pb.Node{}, dsets: map[string]*dsEntry{},
 		pdbs: map[string]*pdbEntry{}, objects: map[string]*object{}, byKey: map[bucketKey]string{},
 		dependents: map[string]map[string]bool{},
 	}

@@ -24,18 +24,15 @@ func BenchmarkCachePods(b *testing.B) {
 	entries, size := podtest.Entries(n)
 	kb := &defaultKinds[0]
 	for b.Loop() {
-		before, beforeObjs := podtest.LiveHeap()
-		s := testService()
-		for _, e := range entries {
-			s.apply(change{kind: kb, entry: e})
-		}
-		// work would have drained these.
-		s.dirtyDS, s.dirtyPDB, s.dirtyGC = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		after, afterObjs := podtest.LiveHeap()
-		b.ReportMetric(float64(after-before)/n, "B/pod")
-		b.ReportMetric(float64(afterObjs-beforeObjs)/n, "objects/pod")
-		b.ReportMetric(float64(size)/n, "stored-B/pod")
-		runtime.KeepAlive(s)
+		podtest.ReportLiveHeap(b, n, size, func() any {
+			s := testService()
+			for _, e := range entries {
+				s.apply(change{kind: kb, entry: e})
+			}
+			// work would have drained these.
+			s.dirtyDS, s.dirtyPDB, s.dirtyGC = map[string]bool{}, map[string]bool{}, map[string]bool{}
+			return s
+		})
 	}
 	runtime.KeepAlive(entries)
 }

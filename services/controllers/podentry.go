@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"hash/maphash"
 	"maps"
 	"slices"
 	"sort"
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -187,21 +185,7 @@ func (c *cache) labelSet(m map[string]string) labelSet {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		ls = append(ls, c.strs.Get(k), c.strs.Get(m[k]))
 	}
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	for _, s := range ls {
-		h.WriteString(s)
-		h.WriteByte(0)
-	}
-	sum := h.Sum64()
-	shared, ok := c.labelSets[sum]
-	if ok && slices.Equal(shared, ls) {
-		return shared
-	}
-	if !ok && len(c.labelSets) < intern.DefaultLimit {
-		c.labelSets[sum] = ls
-	}
-	return ls
+	return c.labelSets.Get(ls)
 }
 
 // Lookup is the value of a label and whether it is set.

@@ -23,16 +23,13 @@ func BenchmarkCachePods(b *testing.B) {
 	const n = 20000
 	entries, size := podtest.Entries(n)
 	for b.Loop() {
-		before, beforeObjs := podtest.LiveHeap()
-		s := testService()
-		for _, e := range entries {
-			s.onPod(e)
-		}
-		after, afterObjs := podtest.LiveHeap()
-		b.ReportMetric(float64(after-before)/n, "B/pod")
-		b.ReportMetric(float64(afterObjs-beforeObjs)/n, "objects/pod")
-		b.ReportMetric(float64(size)/n, "stored-B/pod")
-		runtime.KeepAlive(s)
+		podtest.ReportLiveHeap(b, n, size, func() any {
+			s := testService()
+			for _, e := range entries {
+				s.onPod(e)
+			}
+			return s
+		})
 	}
 	runtime.KeepAlive(entries)
 }
