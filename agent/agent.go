@@ -138,6 +138,8 @@ type Agent struct {
 	used      *resources
 	usedStale atomic.Bool
 
+	usageBuf usageBuffers // estimate's
+
 	objsOnce sync.Once
 	objs     ObjectGetter // see objects
 

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/agent"
 	"github.com/podbus/podbus/agent/fake"
@@ -234,5 +236,76 @@ func TestHostStartsPodsBoundBeforeItsConsumer(t *testing.T) {
 	bustest.Eventually(t, wait, func() bool { return e.drained(bus.StreamPods, durable) }, "%s drained", durable)
 	if n := rts["hn0"].Running(); n != 2 {
 		t.Errorf("hn0 runs %d containers, want 2", n)
+	}
+}
+
+// A host of simulated nodes estimates its running pods' usage and reports all its nodes on its pool's
+// subject, every interval, each pod with its own containers.
+func TestHostReportsEstimatedUsage(t *testing.T) {
+	srv, e := newHostEnv(t)
+	hconn := bustest.Conn(t, srv.ClientURL(), "host-u")
+	var agents []*agent.Agent
+	for i := range 2 {
+		cidr := fmt.Sprintf("10.77.%d.0/24", i)
+		rt, err := fake.New(fake.Config{PodCIDR: cidr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.New(agent.Config{Node: fmt.Sprintf("u%d", i), PodCIDR: cidr, HeartbeatInterval: time.Minute,
+			UsageInterval: 100 * time.Millisecond}, hconn, rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+	}
+	reports := e.usageReports(bus.SubjUsagePool("host-u"))
+	host, err := agent.NewHost(agent.HostConfig{Name: "host-u"}, hconn, agents...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, host.Run)
+
+	want := map[string]string{} // pod -> node/containers
+	for i, node := range []string{"u0", "u0", "u1"} {
+		p := newPod(fmt.Sprintf("use%d", i))
+		want[p.Metadata.Name] = node + "/app"
+		if i == 1 {
+			side := proto.Clone(p.Spec.Containers[0]).(*pb.Container)
+			side.Name = "side"
+			p.Spec.Containers = append(p.Spec.Containers, side)
+			want[p.Metadata.Name] = node + "/app,side"
+		}
+		p.Spec.NodeName = node
+		e.createOn(p, node)
+	}
+	// Two reports in a row that list every pod as started: the second is made in the first's buffers.
+	seen := 0
+	deadline := time.After(wait)
+	for seen < 2 {
+		select {
+		case r := <-reports:
+			got := map[string]string{}
+			for _, n := range r.Nodes {
+				for _, p := range n.Pods {
+					var names []string
+					for _, c := range p.Containers {
+						names = append(names, c.Name)
+						if c.CPUNanoCores == 0 || c.MemoryBytes == 0 {
+							t.Errorf("pod %s container %s: no usage %+v", p.Name, c.Name, c)
+						}
+					}
+					got[p.Name] = n.Name + "/" + strings.Join(names, ",")
+				}
+			}
+			if len(got) < len(want) {
+				continue // not every pod running yet
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Fatalf("report (-want +got):\n%s", d)
+			}
+			seen++
+		case <-deadline:
+			t.Fatalf("no report listing every pod (%d seen)", seen)
+		}
 	}
 }

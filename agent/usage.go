@@ -193,42 +193,64 @@ func (a *Agent) publishUsage(subject string, r *usage.Report) error {
 	return nil
 }
 
-// estimate is the node's usage made up by the runtime's estimator, from the pods running here.
+// estimate is the node's usage made up by the runtime's estimator, from the pods running here. The
+// node's pods and containers are the agent's buffers, reused by the next call: the caller encodes the
+// node before it estimates again (estimateLoop, the only caller).
 func (a *Agent) estimate(est UsageEstimator, now time.Time) usage.Node {
 	out := usage.Node{Name: a.cfg.Node, Time: now, WindowMillis: a.cfg.UsageInterval.Milliseconds()}
+	b := &a.usageBuf
 	a.mu.Lock()
-	workers := make([]*podWorker, 0, len(a.pods))
+	b.workers = b.workers[:0]
 	for _, w := range a.pods {
-		workers = append(workers, w)
+		b.workers = append(b.workers, w)
 	}
 	a.mu.Unlock()
-	for _, w := range workers {
+	b.pods, b.ctrs = b.pods[:0], b.ctrs[:0]
+	for _, w := range b.workers {
 		w.mu.Lock()
 		if w.rejected || w.finished || w.terminating {
 			w.mu.Unlock()
 			continue
 		}
-		var p usage.Pod
+		first := len(b.ctrs)
 		for _, c := range w.ctrs {
 			if c.state.GetRunning() == nil {
 				continue
 			}
 			cpu, mem := est.EstimateUsage(w.pod, c.spec, now)
-			p.Containers = append(p.Containers, usage.Container{Name: c.spec.GetName(), CPUNanoCores: cpu, MemoryBytes: mem})
+			b.ctrs = append(b.ctrs, usage.Container{Name: c.spec.GetName(), CPUNanoCores: cpu, MemoryBytes: mem})
 			out.CPUNanoCores += cpu
 			out.MemoryBytes += mem
 		}
 		w.mu.Unlock()
-		if len(p.Containers) > 0 {
+		if len(b.ctrs) > first {
 			md := w.pod.GetMetadata()
-			p.Namespace, p.Name = md.GetNamespace(), md.GetName() // no uid: the API does not need it, pools send many
-			out.Pods = append(out.Pods, p)
+			// No uid: the API does not need it, pools send many. The containers' slice is fixed below,
+			// once b.ctrs has stopped growing.
+			b.pods = append(b.pods, usage.Pod{Namespace: md.GetNamespace(), Name: md.GetName(),
+				Containers: b.ctrs[first:len(b.ctrs):len(b.ctrs)]})
 		}
 	}
+	// b.ctrs may have moved as it grew: point each pod at its containers in the final array.
+	at := 0
+	for i := range b.pods {
+		n := len(b.pods[i].Containers)
+		b.pods[i].Containers = b.ctrs[at : at+n : at+n]
+		at += n
+	}
+	clear(b.workers) // the workers of pods gone since are not kept alive
+	out.Pods = b.pods
 	// The system's own share: what a kubelet, a runtime and an OS use on an idle node.
 	out.CPUNanoCores += 50_000_000
 	out.MemoryBytes += 512 << 20
 	return out
+}
+
+// usageBuffers are estimate's, kept between intervals.
+type usageBuffers struct {
+	workers []*podWorker
+	pods    []usage.Pod
+	ctrs    []usage.Container
 }
 
 // estimateLoop publishes the estimated usage of every node of a host whose runtime estimates, all of

@@ -75,19 +75,7 @@ func TestUsageAndEviction(t *testing.T) {
 	}
 	e.run(t, a.Run)
 
-	reports := make(chan *usage.Report, 64)
-	sub, err := e.conn.NC.Subscribe(bus.SubjUsageNode(node), func(m *nats.Msg) {
-		if r, err := usage.Decode(m.Data); err == nil {
-			select {
-			case reports <- r:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	reports := e.usageReports(bus.SubjUsageNode(node))
 
 	be := newPod("besteffort")
 	be.Spec.Containers[0].Resources.Requests = map[string]string{}
@@ -160,4 +148,24 @@ func eventually(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// usageReports are the usage reports published on subject from now on, those the test is too slow
+// to take dropped.
+func (e *env) usageReports(subject string) <-chan *usage.Report {
+	e.t.Helper()
+	reports := make(chan *usage.Report, 64)
+	sub, err := e.conn.NC.Subscribe(subject, func(m *nats.Msg) {
+		if r, err := usage.Decode(m.Data); err == nil {
+			select {
+			case reports <- r:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return reports
 }

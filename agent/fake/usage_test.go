@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -39,5 +40,32 @@ func TestEstimateUsage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+var unitSink float64
+
+// unit is FNV-1a of the uid, a zero byte, the name and the epoch's bytes, as hash/fnv makes it.
+func TestUnitIsFNV(t *testing.T) {
+	for _, tc := range []struct {
+		uid, name string
+		epoch     int64
+	}{{"", "", 0}, {"6f1c2e8a-3b5d-4c7e-9f0a-1b2c3d4e5f60", "app", 1796470000}, {"u", "side-car", -1}} {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(tc.uid))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(tc.name))
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(tc.epoch >> (8 * i))
+		}
+		_, _ = h.Write(b[:])
+		want := float64(h.Sum64()>>11) / (1 << 53)
+		if got := unit(tc.uid, tc.name, tc.epoch); got != want {
+			t.Errorf("unit(%q, %q, %d) = %v, want %v", tc.uid, tc.name, tc.epoch, got, want)
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { unitSink = unit("uid", "app", 7) }); a != 0 {
+		t.Errorf("%.0f allocations", a)
 	}
 }
