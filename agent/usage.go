@@ -225,18 +225,11 @@ func (a *Agent) estimate(est UsageEstimator, now time.Time) usage.Node {
 		w.mu.Unlock()
 		if len(b.ctrs) > first {
 			md := w.pod.GetMetadata()
-			// No uid: the API does not need it, pools send many. The containers' slice is fixed below,
-			// once b.ctrs has stopped growing.
+			// No uid: the API does not need it, pools send many. Should b.ctrs grow later, this pod
+			// keeps its containers in the array they were written to.
 			b.pods = append(b.pods, usage.Pod{Namespace: md.GetNamespace(), Name: md.GetName(),
 				Containers: b.ctrs[first:len(b.ctrs):len(b.ctrs)]})
 		}
-	}
-	// b.ctrs may have moved as it grew: point each pod at its containers in the final array.
-	at := 0
-	for i := range b.pods {
-		n := len(b.pods[i].Containers)
-		b.pods[i].Containers = b.ctrs[at : at+n : at+n]
-		at += n
 	}
 	clear(b.workers) // the workers of pods gone since are not kept alive
 	out.Pods = b.pods

@@ -201,25 +201,47 @@ func Decode(data []byte) (*Report, error) {
 	return r, nil
 }
 
-// decodePB reads a podbusv1.UsageReport straight into a Report: the API server decodes every pod of
-// the cluster once per UsageInterval, so no message tree is built only to be copied, and the
-// namespaces and container names that repeat from pod to pod are allocated once per message.
+// decodePB reads a podbusv1.UsageReport straight into a Report, through Walk: no message tree is built
+// only to be copied, and the namespaces and container names that repeat from pod to pod are allocated
+// once per message.
 func decodePB(data []byte) (*Report, error) {
-	d := decoder{strs: map[string]string{}}
-	r := &Report{}
-	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num == 1 && typ == protowire.BytesType {
-			n, err := d.node(v)
-			r.Nodes = append(r.Nodes, n)
-			return err
-		}
-		return nil
-	})
-	return r, err
+	b := &builder{strs: map[string]string{}}
+	if err := walkPB(data, b); err != nil {
+		return nil, err
+	}
+	return &b.r, nil
 }
 
-type decoder struct {
+// builder is a Walker that builds the report.
+type builder struct {
+	r    Report
 	strs map[string]string
+}
+
+func (b *builder) Node(n Node) bool {
+	b.r.Nodes = append(b.r.Nodes, n)
+	return true
+}
+
+func (b *builder) Pod(v *PodView) {
+	p := Pod{Namespace: b.str(v.Namespace), Name: string(v.Name), UID: string(v.UID)}
+	for _, c := range v.Containers {
+		p.Containers = append(p.Containers, Container{Name: b.str(c.Name), CPUNanoCores: c.CPUNanoCores, MemoryBytes: c.MemoryBytes})
+	}
+	n := &b.r.Nodes[len(b.r.Nodes)-1]
+	n.Pods = append(n.Pods, p)
+}
+
+func (b *builder) EndNode() {}
+
+// str is b as a string, one copy per distinct value in the message (Walk checked it is UTF-8).
+func (b *builder) str(v []byte) string {
+	if s, ok := b.strs[string(v)]; ok {
+		return s
+	}
+	s := string(v)
+	b.strs[s] = s
+	return s
 }
 
 // errUTF8 is a string field that is not UTF-8, which protobuf refuses for proto3 strings.
@@ -231,76 +253,6 @@ func text(b []byte) (string, error) {
 		return "", errUTF8
 	}
 	return string(b), nil
-}
-
-// str is text, one copy per distinct value in the message.
-func (d decoder) str(b []byte) (string, error) {
-	if s, ok := d.strs[string(b)]; ok {
-		return s, nil
-	}
-	s, err := text(b)
-	if err == nil {
-		d.strs[s] = s
-	}
-	return s, err
-}
-
-func (d decoder) node(data []byte) (Node, error) {
-	n, err := d.nodeFields(data)
-	if err != nil {
-		return n, err
-	}
-	err = fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != 6 || typ != protowire.BytesType {
-			return nil
-		}
-		p, err := d.pod(v)
-		n.Pods = append(n.Pods, p)
-		return err
-	})
-	return n, err
-}
-
-func (d decoder) pod(data []byte) (Pod, error) {
-	var p Pod
-	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if typ != protowire.BytesType {
-			return nil
-		}
-		var err error
-		switch num {
-		case 1:
-			p.Namespace, err = d.str(v)
-		case 2:
-			p.Name, err = text(v)
-		case 3:
-			p.UID, err = text(v)
-		case 4:
-			var c Container
-			c, err = d.container(v)
-			p.Containers = append(p.Containers, c)
-		}
-		return err
-	})
-	return p, err
-}
-
-func (d decoder) container(data []byte) (Container, error) {
-	var c Container
-	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			var err error
-			c.Name, err = d.str(v)
-			return err
-		case num == 2 && typ == protowire.VarintType:
-			c.CPUNanoCores = x
-		case num == 3 && typ == protowire.VarintType:
-			c.MemoryBytes = x
-		}
-		return nil
-	})
-	return c, err
 }
 
 // timeOf is a node's time field.

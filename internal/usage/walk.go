@@ -55,15 +55,23 @@ func Walk(data []byte, w Walker) error {
 		}
 		return nil
 	}
-	if err := validate(data); err != nil {
+	if err := walkPB(data, w); err != nil {
 		return errors.Join(ErrMalformed, err)
+	}
+	return nil
+}
+
+// walkPB is Walk of a protobuf report, its errors not wrapped.
+func walkPB(data []byte, w Walker) error {
+	if err := validate(data); err != nil {
+		return err
 	}
 	var v PodView
 	return fields(data, func(num protowire.Number, typ protowire.Type, nb []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil
 		}
-		n, err := decoder{}.nodeFields(nb)
+		n, err := nodeFields(nb)
 		if err != nil || !w.Node(n) {
 			return err
 		}
@@ -85,7 +93,7 @@ func Walk(data []byte, w Walker) error {
 }
 
 // nodeFields is a node's own fields, its pods left out.
-func (d decoder) nodeFields(data []byte) (Node, error) {
+func nodeFields(data []byte) (Node, error) {
 	var n Node
 	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
@@ -109,7 +117,7 @@ func (d decoder) nodeFields(data []byte) (Node, error) {
 	return n, err
 }
 
-// read sets v to a pod's fields as decoder.pod reads them: the last of a repeated string, every
+// read sets v to a pod's fields as protobuf reads them: the last of a repeated string, every
 // container.
 func (v *PodView) read(data []byte) error {
 	v.Namespace, v.Name, v.UID, v.Containers = nil, nil, nil, v.Containers[:0]

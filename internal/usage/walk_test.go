@@ -9,35 +9,20 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// rebuild is a Walker that builds the report back from what Walk gives it, skipping nodes by name.
+// rebuild is the decoder's builder, skipping nodes by name and counting EndNode calls.
 type rebuild struct {
-	r    Report
+	builder
 	skip string
 	ends int
 }
 
-func (b *rebuild) Node(n Node) bool {
-	if n.Name == b.skip {
-		return false
-	}
-	b.r.Nodes = append(b.r.Nodes, n)
-	return true
-}
-
-func (b *rebuild) Pod(v *PodView) {
-	p := Pod{Namespace: string(v.Namespace), Name: string(v.Name), UID: string(v.UID)}
-	for _, c := range v.Containers {
-		p.Containers = append(p.Containers, Container{Name: string(c.Name), CPUNanoCores: c.CPUNanoCores, MemoryBytes: c.MemoryBytes})
-	}
-	n := &b.r.Nodes[len(b.r.Nodes)-1]
-	n.Pods = append(n.Pods, p)
-}
+func (b *rebuild) Node(n Node) bool { return n.Name != b.skip && b.builder.Node(n) }
 
 func (b *rebuild) EndNode() { b.ends++ }
 
 // walkReport is what Walk gives of data, as a Report.
 func walkReport(data []byte, skip string) (*Report, int, error) {
-	b := &rebuild{skip: skip}
+	b := &rebuild{builder: builder{strs: map[string]string{}}, skip: skip}
 	err := Walk(data, b)
 	return &b.r, b.ends, err
 }

@@ -405,22 +405,22 @@ func (c *watchCache) setFields(e *cacheEntry, fs fields.Set) {
 		v, mark := fs[f], fieldShared
 		switch {
 		case v == e.name:
-			mark = fieldName
+			v, mark = e.name, fieldName
 		case v == e.ns:
-			mark = fieldNamespace
+			v, mark = e.ns, fieldNamespace
 		case f == c.ki.ownField:
-			mark = fieldOwn
-			e.own = strings.Clone(v)
-		}
-		switch {
-		case !share && mark == fieldOwn:
-			vals = append(vals, e.own)
-		case !share || mark == fieldShared:
-			vals = append(vals, intern.String(v))
+			v, mark = strings.Clone(v), fieldOwn
 		default:
-			e.special |= uint32(mark) << (2 * i)
-			vals = append(vals, "")
+			v = intern.String(v)
 		}
+		if share && mark != fieldShared {
+			e.special |= uint32(mark) << (2 * i)
+			if mark == fieldOwn {
+				e.own = v
+			}
+			v = ""
+		}
+		vals = append(vals, v)
 	}
 	c.fieldBuf = vals
 	if !share {
