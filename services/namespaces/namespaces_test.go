@@ -111,9 +111,13 @@ func (e *env) runFakeStore() {
 			return // gone already: a controller with an older view may ask again, harmlessly
 		}
 		cms, _ := listKeys(ctx, e.cms, md.GetNamespace())
-		e.mu.Lock()
-		e.configMapsAtLastPod = len(cms)
-		e.mu.Unlock()
+		// Counted while the pod was still stored as read: a late duplicate command may read the pod
+		// just before the test removes it and count after the namespace emptied.
+		if again, err := bus.Get(ctx, e.pods, key, &pb.Pod{}); err == nil && again == rev {
+			e.mu.Lock()
+			e.configMapsAtLastPod = len(cms)
+			e.mu.Unlock()
+		}
 		if cur.GetSpec().GetNodeName() == "" {
 			_ = bus.Delete(ctx, e.pods, key, rev)
 			return
