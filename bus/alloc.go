@@ -83,7 +83,7 @@ func WriteUnder(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 		m.Data = nil
 		m.Header.Set(hdrKVOperation, "DEL")
 	}
-	ack, err := js.PublishMsg(ctx, m)
+	ack, err := publishAck(ctx, js.Conn(), m)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
@@ -154,7 +154,7 @@ func WriteAllUnder(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 			continue
 		}
 		m.Header.Set(hdrBatchCommit, "1")
-		ack, err = js.PublishMsg(ctx, m)
+		ack, err = publishAck(ctx, nc, m)
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {

@@ -153,7 +153,7 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL/2)
-		ack, err := b.js.PublishMsg(ctx, msg)
+		ack, err := publishAck(ctx, b.js.Conn(), msg)
 		cancel()
 		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if err == nil || !lost || attempt == 1 || msg.Header.Get(HdrMsgID) == "" {

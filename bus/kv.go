@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/podbus/podbus/internal/metrics"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +29,9 @@ func Get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message
 
 // GetEncoded is Get for a caller that decodes the value itself, or only part of it (see Prune).
 func GetEncoded(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, uint64, error) {
+	if b, ok := kv.(*Bucket); ok {
+		return b.get(ctx, key)
+	}
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrNotFound)
@@ -48,6 +53,9 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Mess
 
 // CreateEncoded is Create for a value already encoded, which the caller may send on (see Splice).
 func CreateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (uint64, error) {
+	if b, ok := kv.(*Bucket); ok {
+		return b.create(ctx, key, data)
+	}
 	rev, err := kv.Create(ctx, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrExists)
@@ -76,6 +84,9 @@ func UpdateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data 
 			return 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrConflict)
 		}
 		return r, err
+	}
+	if b, ok := kv.(*Bucket); ok {
+		return b.update(ctx, key, data, rev)
 	}
 	newRev, err := kv.Update(ctx, key, data, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
@@ -143,4 +154,88 @@ func Mutate[T proto.Message](ctx context.Context, kv jetstream.KeyValue, key str
 		return m, newRev, nil
 	}
 	return zero, 0, fmt.Errorf("%s/%s: %w after %d attempts", kv.Bucket(), key, ErrConflict, attempts)
+}
+
+// Bucket is a KV bucket opened by OpenBucket: Get, Create and Update on it (the helpers of this file)
+// go through the lean requests of jsapi.go; everything else is nats.go's KeyValue.
+type Bucket struct {
+	jetstream.KeyValue
+	nc     *nats.Conn
+	stream string // KV_<bucket>
+	prefix string // $KV.<bucket>.
+	direct bool   // the stream answers direct gets
+}
+
+func newBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Bucket, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("status of bucket %s: %w", kv.Bucket(), err)
+	}
+	b := &Bucket{KeyValue: kv, nc: js.Conn(), stream: KVStream(kv.Bucket()), prefix: "$KV." + kv.Bucket() + "."}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		b.direct = bs.StreamInfo().Config.AllowDirect
+	}
+	return b, nil
+}
+
+func (b *Bucket) get(ctx context.Context, key string) ([]byte, uint64, error) {
+	if !keyValid(key) {
+		return nil, 0, fmt.Errorf("get %s/%s: %w", b.Bucket(), key, jetstream.ErrInvalidKey)
+	}
+	m, err := getLast(ctx, b.nc, b.stream, b.prefix+key, b.direct)
+	if errors.Is(err, errNoMsg) || (err == nil && m.deleted) {
+		return nil, 0, fmt.Errorf("%s/%s: %w", b.Bucket(), key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s/%s: %w", b.Bucket(), key, err)
+	}
+	return m.data, m.seq, nil
+}
+
+// write stores data under key if key's last revision is still rev (0: none).
+func (b *Bucket) write(ctx context.Context, key string, data []byte, rev uint64) (uint64, error) {
+	if !keyValid(key) {
+		return 0, jetstream.ErrInvalidKey
+	}
+	m := &nats.Msg{Subject: b.prefix + key, Data: data, Header: nats.Header{hdrExpectedLastSubjSeq: {strconv.FormatUint(rev, 10)}}}
+	ack, err := publishAck(ctx, b.nc, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// create is kv.Create: a key whose last revision is a delete or purge marker may be created again.
+func (b *Bucket) create(ctx context.Context, key string, data []byte) (uint64, error) {
+	rev, err := b.write(ctx, key, data, 0)
+	if isWrongLastSeq(err) {
+		if m, gerr := getLast(ctx, b.nc, b.stream, b.prefix+key, b.direct); gerr == nil && m.deleted {
+			rev, err = b.write(ctx, key, data, m.seq)
+		}
+	}
+	if isWrongLastSeq(err) {
+		return 0, fmt.Errorf("%s/%s: %w", b.Bucket(), key, ErrExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create %s/%s: %w", b.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+func (b *Bucket) update(ctx context.Context, key string, data []byte, rev uint64) (uint64, error) {
+	newRev, err := b.write(ctx, key, data, rev)
+	if isWrongLastSeq(err) {
+		return 0, fmt.Errorf("%s/%s at %d: %w", b.Bucket(), key, rev, ErrConflict)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update %s/%s: %w", b.Bucket(), key, err)
+	}
+	return newRev, nil
+}
+
+// isWrongLastSeq says err is JetStream's refusal of a compare-and-set (10164 on replicated streams).
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

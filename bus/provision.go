@@ -290,7 +290,7 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetst
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", name, err)
 	}
-	return kv, nil
+	return newBucket(ctx, js, kv)
 }
 
 // kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets. A direct get may be

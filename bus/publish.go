@@ -96,7 +96,7 @@ func (p *Publisher) Publish(ctx context.Context, subject string, m proto.Message
 	if err != nil {
 		return err
 	}
-	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := publishAck(ctx, p.js.Conn(), msg); err != nil {
 		return fmt.Errorf("publish %s: %w", subject, err)
 	}
 	return nil

@@ -1,0 +1,281 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The pipeline's hot requests to JetStream (acknowledged publishes, compare-and-set writes, reads of one
+// key) go through these helpers rather than nats.go's: the same subjects, headers and answers, but an
+// acknowledgement is read without reflection and a call without a deadline gets its timeout from a
+// pooled timer instead of a new context. Every answer this file does not expect is handed to
+// encoding/json, as nats.go would read it.
+
+// Timeouts and retries of nats.go's JetStream API, which these helpers keep.
+const (
+	jsAPITimeout      = 5 * time.Second
+	pubRetryWait      = 250 * time.Millisecond
+	pubRetryAttempts  = 2
+	jsErrCodeNotFound = jetstream.JSErrCodeMessageNotFound
+)
+
+// request sends m and waits for its answer until ctx's deadline, or jsAPITimeout when ctx has none.
+func request(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return nc.RequestMsgWithContext(ctx, m)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nc.RequestMsg(m, jsAPITimeout)
+}
+
+// publishAck stores m on its stream and returns JetStream's acknowledgement, as jetstream's PublishMsg
+// does: a "no responders" (a stream without a leader for a moment) is retried twice, 250 ms apart, and
+// a refusal is a *jetstream.APIError.
+func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.PubAck, error) {
+	resp, err := request(ctx, nc, m)
+	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < pubRetryAttempts; r++ {
+		t := time.NewTimer(pubRetryWait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		resp, err = request(ctx, nc, m)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, jetstream.ErrNoStreamResponse
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parsePubAck(resp.Data)
+}
+
+// parsePubAck reads a publish's answer. The form nats-server writes for a stored message is read by
+// hand; any other (an error, a batch's count, a value) by encoding/json.
+func parsePubAck(data []byte) (*jetstream.PubAck, error) {
+	if ack, ok := parsePlainAck(data); ok {
+		return ack, nil
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error,omitempty"`
+		*jetstream.PubAck
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, jetstream.ErrInvalidJSAck
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("nats: %w", resp.Error)
+	}
+	if resp.PubAck == nil || resp.PubAck.Stream == "" {
+		return nil, jetstream.ErrInvalidJSAck
+	}
+	return resp.PubAck, nil
+}
+
+// parsePlainAck reads {"stream":"S","seq":N} with an optional "duplicate":true after the sequence;
+// false for anything else.
+func parsePlainAck(data []byte) (*jetstream.PubAck, bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"stream":"`))
+	if !ok {
+		return nil, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end <= 0 {
+		return nil, false
+	}
+	for _, c := range rest[:end] {
+		if c < 0x20 || c > 0x7e || c == '\\' { // escapes and non-ASCII: encoding/json's to read
+			return nil, false
+		}
+	}
+	stream := rest[:end]
+	if rest, ok = bytes.CutPrefix(rest[end+1:], []byte(`,"seq":`)); !ok {
+		return nil, false
+	}
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 20 || (n > 1 && rest[0] == '0') {
+		return nil, false
+	}
+	seq, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	ack := &jetstream.PubAck{Sequence: seq}
+	switch tail := rest[n:]; {
+	case string(tail) == "}":
+	case string(tail) == `,"duplicate":true}`:
+		ack.Duplicate = true
+	default:
+		return nil, false
+	}
+	ack.Stream = streamNames.get(stream)
+	return ack, true
+}
+
+// streamNames keeps the names of the streams acknowledgements came from, so that reading one allocates
+// nothing: a process writes to a handful of streams.
+var streamNames nameSet
+
+type nameSet struct {
+	mu    sync.Mutex
+	names atomic.Pointer[map[string]string]
+}
+
+const maxNameSet = 256
+
+func (s *nameSet) get(b []byte) string {
+	if m := s.names.Load(); m != nil {
+		if name, ok := (*m)[string(b)]; ok {
+			return name
+		}
+	}
+	name := string(b)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.names.Load()
+	if old != nil && len(*old) >= maxNameSet {
+		return name
+	}
+	next := make(map[string]string, 1+len(mapOrEmpty(old)))
+	for k, v := range mapOrEmpty(old) {
+		next[k] = v
+	}
+	next[name] = name
+	s.names.Store(&next)
+	return name
+}
+
+func mapOrEmpty(m *map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	return *m
+}
+
+// keyValid is nats.go's check of a KV key: letters, digits and -/_=. without an empty token.
+func keyValid(key string) bool {
+	if key == "" || key[0] == '.' || key[len(key)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-' || c == '/' || c == '_' || c == '=':
+		case c == '.':
+			if key[i-1] == '.' {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Headers of a stored message read back.
+const (
+	hdrStatus       = "Status"
+	hdrNatsSequence = "Nats-Sequence"
+	hdrNatsStream   = "Nats-Stream"
+	statusNotFound  = "404"
+	kvOpDelete      = "DEL"
+	kvOpPurge       = "PURGE"
+)
+
+// lastMsg is the last message of subject in a stream, or errNoMsg when it has none.
+type lastMsg struct {
+	seq     uint64
+	data    []byte
+	deleted bool // a KV delete or purge marker
+}
+
+var errNoMsg = errors.New("no message")
+
+// getLast reads the last message on subject of stream: a direct get when the stream allows them (any
+// replica answers), otherwise the stream leader's message API.
+func getLast(ctx context.Context, nc *nats.Conn, stream, subject string, direct bool) (lastMsg, error) {
+	if direct {
+		resp, err := request(ctx, nc, &nats.Msg{Subject: "$JS.API.DIRECT.GET." + stream + "." + subject})
+		if err != nil {
+			return lastMsg{}, err
+		}
+		return readDirect(resp)
+	}
+	req := make([]byte, 0, len(`{"last_by_subj":""}`)+len(subject))
+	req = append(append(append(req, `{"last_by_subj":"`...), subject...), `"}`...)
+	resp, err := request(ctx, nc, &nats.Msg{Subject: "$JS.API.STREAM.MSG.GET." + stream, Data: req})
+	if err != nil {
+		return lastMsg{}, err
+	}
+	return readMsgGet(resp.Data)
+}
+
+// readDirect reads a direct get's answer: the message itself, with its sequence in a header, or a
+// status without a body.
+func readDirect(m *nats.Msg) (lastMsg, error) {
+	if st := m.Header.Get(hdrStatus); st != "" {
+		if st == statusNotFound {
+			return lastMsg{}, errNoMsg
+		}
+		return lastMsg{}, fmt.Errorf("direct get: status %s %s", st, m.Header.Get("Description"))
+	}
+	if m.Header.Get(hdrNatsStream) == "" {
+		return lastMsg{}, jetstream.ErrInvalidJetStreamResponse
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(hdrNatsSequence), 10, 64)
+	if err != nil {
+		return lastMsg{}, jetstream.ErrInvalidJetStreamResponse
+	}
+	op := m.Header.Get(hdrKVOperation)
+	return lastMsg{seq: seq, data: m.Data, deleted: op == kvOpDelete || op == kvOpPurge}, nil
+}
+
+// readMsgGet reads the message API's answer: JSON with the message's headers and data in base64.
+func readMsgGet(data []byte) (lastMsg, error) {
+	var resp struct {
+		Error   *jetstream.APIError `json:"error,omitempty"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs,omitempty"`
+			Data []byte `json:"data,omitempty"`
+		} `json:"message,omitempty"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return lastMsg{}, fmt.Errorf("%w: %w", jetstream.ErrInvalidJetStreamResponse, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jsErrCodeNotFound {
+			return lastMsg{}, errNoMsg
+		}
+		return lastMsg{}, resp.Error
+	}
+	if resp.Message == nil {
+		return lastMsg{}, jetstream.ErrInvalidJetStreamResponse
+	}
+	out := lastMsg{seq: resp.Message.Seq, data: resp.Message.Data}
+	if len(resp.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+		if err != nil {
+			return lastMsg{}, fmt.Errorf("%w: %w", jetstream.ErrInvalidJetStreamResponse, err)
+		}
+		op := h.Get(hdrKVOperation)
+		out.deleted = op == kvOpDelete || op == kvOpPurge
+	}
+	return out, nil
+}
