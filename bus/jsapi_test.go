@@ -93,3 +93,31 @@ func TestKeyValid(t *testing.T) {
 		}
 	}
 }
+
+type namedKV struct {
+	jetstream.KeyValue
+	name string
+}
+
+func (k namedKV) Bucket() string { return k.name }
+
+// TestBucketOf: a bucket the watch hub wraps still takes the lean requests; other handles do not.
+func TestBucketOf(t *testing.T) {
+	b := &Bucket{KeyValue: namedKV{name: BucketPods}}
+	h := NewWatchHub(t.Context(), nil, nil, BucketPods)
+	tests := []struct {
+		name string
+		kv   jetstream.KeyValue
+		want *Bucket
+	}{
+		{"bucket", b, b},
+		{"shared by the hub", h.Wrap(b), b},
+		{"other", namedKV{name: BucketPods}, nil},
+		{"other shared", h.Wrap(namedKV{name: BucketPods}), nil},
+	}
+	for _, tt := range tests {
+		if got := bucketOf(tt.kv); got != tt.want {
+			t.Errorf("%s: bucketOf = %p, want %p", tt.name, got, tt.want)
+		}
+	}
+}

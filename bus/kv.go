@@ -29,7 +29,7 @@ func Get(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Message
 
 // GetEncoded is Get for a caller that decodes the value itself, or only part of it (see Prune).
 func GetEncoded(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, uint64, error) {
-	if b, ok := kv.(*Bucket); ok {
+	if b := bucketOf(kv); b != nil {
 		return b.get(ctx, key)
 	}
 	e, err := kv.Get(ctx, key)
@@ -53,7 +53,7 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, m proto.Mess
 
 // CreateEncoded is Create for a value already encoded, which the caller may send on (see Splice).
 func CreateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (uint64, error) {
-	if b, ok := kv.(*Bucket); ok {
+	if b := bucketOf(kv); b != nil {
 		return b.create(ctx, key, data)
 	}
 	rev, err := kv.Create(ctx, key, data)
@@ -85,7 +85,7 @@ func UpdateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data 
 		}
 		return r, err
 	}
-	if b, ok := kv.(*Bucket); ok {
+	if b := bucketOf(kv); b != nil {
 		return b.update(ctx, key, data, rev)
 	}
 	newRev, err := kv.Update(ctx, key, data, rev)
@@ -164,6 +164,17 @@ type Bucket struct {
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
 	direct bool   // the stream answers direct gets
+}
+
+// bucketOf is kv when it is a Bucket, or the Bucket a hub's handle wraps; nil otherwise.
+func bucketOf(kv jetstream.KeyValue) *Bucket {
+	switch k := kv.(type) {
+	case *Bucket:
+		return k
+	case sharedKV:
+		return bucketOf(k.KeyValue)
+	}
+	return nil
 }
 
 func newBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Bucket, error) {
