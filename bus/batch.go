@@ -152,9 +152,7 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 // de-duplication id the copy is dropped if the first one was stored after all.
 func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), batchPublishTTL/2)
-		ack, err := publishAck(ctx, b.js.Conn(), msg)
-		cancel()
+		ack, err := publishAckWithin(context.Background(), b.js.Conn(), msg, batchPublishTTL/2)
 		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		if err == nil || !lost || attempt == 1 || msg.Header.Get(HdrMsgID) == "" {
 			return ack, err

@@ -31,20 +31,30 @@ const (
 
 // request sends m and waits for its answer until ctx's deadline, or jsAPITimeout when ctx has none.
 func request(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, error) {
+	return requestWithin(ctx, nc, m, jsAPITimeout)
+}
+
+// requestWithin is request with timeout instead of jsAPITimeout.
+func requestWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); ok {
 		return nc.RequestMsgWithContext(ctx, m)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return nc.RequestMsg(m, jsAPITimeout)
+	return nc.RequestMsg(m, timeout)
 }
 
 // publishAck stores m on its stream and returns JetStream's acknowledgement, as jetstream's PublishMsg
 // does: a "no responders" (a stream without a leader for a moment) is retried twice, 250 ms apart, and
 // a refusal is a *jetstream.APIError.
 func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.PubAck, error) {
-	resp, err := request(ctx, nc, m)
+	return publishAckWithin(ctx, nc, m, jsAPITimeout)
+}
+
+// publishAckWithin is publishAck waiting timeout for each answer when ctx has no deadline.
+func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
+	resp, err := requestWithin(ctx, nc, m, timeout)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < pubRetryAttempts; r++ {
 		t := time.NewTimer(pubRetryWait)
 		select {
@@ -52,7 +62,7 @@ func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.Pub
 		case <-t.C:
 		}
 		t.Stop()
-		resp, err = request(ctx, nc, m)
+		resp, err = requestWithin(ctx, nc, m, timeout)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, jetstream.ErrNoStreamResponse

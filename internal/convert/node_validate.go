@@ -47,7 +47,7 @@ func validateTaints(taints []corev1.Taint, fldPath *field.Path) field.ErrorList 
 		if msgs := validation.IsValidLabelValue(t.Value); len(msgs) != 0 {
 			errs = append(errs, field.Invalid(idx.Child("value"), t.Value, strings.Join(msgs, ";")))
 		}
-		errs = append(errs, enumField(idx.Child("effect"), string(t.Effect), true,
+		errs = append(errs, enumField(idx, "effect", string(t.Effect), true,
 			corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute)...)
 		if seen[t.Effect].Has(t.Key) {
 			dup := field.Duplicate(idx, t)

@@ -47,26 +47,32 @@ func validatePodMeta(p *corev1.Pod) field.ErrorList {
 
 func validatePodSpec(s *corev1.PodSpec, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	volumes, vErrs := validateVolumes(s.Volumes, fldPath.Child("volumes"))
-	errs = append(errs, vErrs...)
+	volumes := sets.New[string]()
+	if len(s.Volumes) > 0 {
+		var vErrs field.ErrorList
+		volumes, vErrs = validateVolumes(s.Volumes, fldPath.Child("volumes"))
+		errs = append(errs, vErrs...)
+	}
 
 	names := sets.New[string]()
-	errs = append(errs, validateContainers(s.InitContainers, true, volumes, names, s.HostNetwork, fldPath.Child("initContainers"))...)
+	if len(s.InitContainers) > 0 {
+		errs = append(errs, validateContainers(s.InitContainers, true, volumes, names, s.HostNetwork, fldPath.Child("initContainers"))...)
+	}
 	if len(s.Containers) == 0 {
 		errs = append(errs, field.Required(fldPath.Child("containers"), ""))
 	}
 	errs = append(errs, validateContainers(s.Containers, false, volumes, names, s.HostNetwork, fldPath.Child("containers"))...)
 	errs = append(errs, validateHostPorts(s, fldPath)...)
 
-	errs = append(errs, enumField(fldPath.Child("restartPolicy"), string(s.RestartPolicy), true,
+	errs = append(errs, enumField(fldPath, "restartPolicy", string(s.RestartPolicy), true,
 		corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever)...)
-	errs = append(errs, enumField(fldPath.Child("dnsPolicy"), string(s.DNSPolicy), true,
+	errs = append(errs, enumField(fldPath, "dnsPolicy", string(s.DNSPolicy), true,
 		corev1.DNSClusterFirstWithHostNet, corev1.DNSClusterFirst, corev1.DNSDefault, corev1.DNSNone)...)
 	if s.DNSPolicy == corev1.DNSNone && s.DNSConfig == nil {
 		errs = append(errs, field.Required(fldPath.Child("dnsConfig"), fmt.Sprintf("must provide `dnsConfig` when `dnsPolicy` is %s", corev1.DNSNone)))
 	}
 	if s.PreemptionPolicy != nil {
-		errs = append(errs, enumField(fldPath.Child("preemptionPolicy"), string(*s.PreemptionPolicy), true,
+		errs = append(errs, enumField(fldPath, "preemptionPolicy", string(*s.PreemptionPolicy), true,
 			corev1.PreemptLowerPriority, corev1.PreemptNever)...)
 	}
 	if s.TerminationGracePeriodSeconds != nil {
@@ -77,51 +83,65 @@ func validatePodSpec(s *corev1.PodSpec, fldPath *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(fldPath.Child("activeDeadlineSeconds"), v, validation.InclusiveRangeError(1, math.MaxInt32)))
 		}
 	}
-	errs = append(errs, metav1validation.ValidateLabels(s.NodeSelector, fldPath.Child("nodeSelector"))...)
-	errs = append(errs, nameField(fldPath.Child("serviceAccountName"), s.ServiceAccountName, validation.IsDNS1123Subdomain)...)
-	errs = append(errs, nameField(fldPath.Child("nodeName"), s.NodeName, validation.IsDNS1123Subdomain)...)
-	errs = append(errs, nameField(fldPath.Child("schedulerName"), s.SchedulerName, validation.IsDNS1123Subdomain)...)
-	errs = append(errs, nameField(fldPath.Child("priorityClassName"), s.PriorityClassName, validation.IsDNS1123Subdomain)...)
-	errs = append(errs, nameField(fldPath.Child("hostname"), s.Hostname, validation.IsDNS1123Label)...)
-	errs = append(errs, nameField(fldPath.Child("subdomain"), s.Subdomain, validation.IsDNS1123Label)...)
+	if len(s.NodeSelector) > 0 {
+		errs = append(errs, metav1validation.ValidateLabels(s.NodeSelector, fldPath.Child("nodeSelector"))...)
+	}
+	errs = append(errs, nameField(fldPath, "serviceAccountName", s.ServiceAccountName, validation.IsDNS1123Subdomain)...)
+	errs = append(errs, nameField(fldPath, "nodeName", s.NodeName, validation.IsDNS1123Subdomain)...)
+	errs = append(errs, nameField(fldPath, "schedulerName", s.SchedulerName, validation.IsDNS1123Subdomain)...)
+	errs = append(errs, nameField(fldPath, "priorityClassName", s.PriorityClassName, validation.IsDNS1123Subdomain)...)
+	errs = append(errs, nameField(fldPath, "hostname", s.Hostname, validation.IsDNS1123Label)...)
+	errs = append(errs, nameField(fldPath, "subdomain", s.Subdomain, validation.IsDNS1123Label)...)
 	for i, r := range s.ImagePullSecrets {
 		if r.Name == "" {
 			errs = append(errs, field.Required(fldPath.Child("imagePullSecrets").Index(i).Child("name"), ""))
 		}
 	}
-	errs = append(errs, validateTolerations(s.Tolerations, fldPath.Child("tolerations"))...)
-	errs = append(errs, validateAffinity(s.Affinity, fldPath.Child("affinity"))...)
-	errs = append(errs, validateTopologySpread(s.TopologySpreadConstraints, fldPath.Child("topologySpreadConstraints"))...)
-	errs = append(errs, validateSchedulingGates(s.SchedulingGates, fldPath.Child("schedulingGates"))...)
+	// The lists' paths are built only for lists that have entries to check.
+	if len(s.Tolerations) > 0 {
+		errs = append(errs, validateTolerations(s.Tolerations, fldPath.Child("tolerations"))...)
+	}
+	if s.Affinity != nil {
+		errs = append(errs, validateAffinity(s.Affinity, fldPath.Child("affinity"))...)
+	}
+	if len(s.TopologySpreadConstraints) > 0 {
+		errs = append(errs, validateTopologySpread(s.TopologySpreadConstraints, fldPath.Child("topologySpreadConstraints"))...)
+	}
+	if len(s.SchedulingGates) > 0 {
+		errs = append(errs, validateSchedulingGates(s.SchedulingGates, fldPath.Child("schedulingGates"))...)
+	}
 	return errs
 }
 
-// enumField checks a value against its allowed set; required says whether "" is an error.
-func enumField[T ~string](fldPath *field.Path, v string, required bool, allowed ...T) field.ErrorList {
+// enumField checks the value of parent's field name against its allowed set; required says whether
+// "" is an error. The field's path is built only for an error: every create validates every field.
+func enumField[T ~string](parent *field.Path, name, v string, required bool, allowed ...T) field.ErrorList {
 	if v == "" {
 		if required {
-			return field.ErrorList{field.Required(fldPath, "")}
+			return field.ErrorList{field.Required(parent.Child(name), "")}
 		}
 		return nil
 	}
-	valid := make([]string, len(allowed))
-	for i, a := range allowed {
+	for _, a := range allowed {
 		if string(a) == v {
 			return nil
 		}
+	}
+	valid := make([]string, len(allowed))
+	for i, a := range allowed {
 		valid[i] = string(a)
 	}
-	return field.ErrorList{field.NotSupported(fldPath, v, valid)}
+	return field.ErrorList{field.NotSupported(parent.Child(name), v, valid)}
 }
 
-// nameField validates an optional name with one of validation's Is* checks.
-func nameField(fldPath *field.Path, v string, check func(string) []string) field.ErrorList {
+// nameField validates parent's optional field name with one of validation's Is* checks.
+func nameField(parent *field.Path, name, v string, check func(string) []string) field.ErrorList {
 	if v == "" {
 		return nil
 	}
 	var errs field.ErrorList
 	for _, msg := range check(v) {
-		errs = append(errs, field.Invalid(fldPath, v, msg))
+		errs = append(errs, field.Invalid(parent.Child(name), v, msg))
 	}
 	return errs
 }
@@ -134,7 +154,7 @@ func validateVolumes(vols []corev1.Volume, fldPath *field.Path) (sets.Set[string
 		if v.Name == "" {
 			errs = append(errs, field.Required(idx.Child("name"), ""))
 		} else {
-			errs = append(errs, nameField(idx.Child("name"), v.Name, validation.IsDNS1123Label)...)
+			errs = append(errs, nameField(idx, "name", v.Name, validation.IsDNS1123Label)...)
 			if names.Has(v.Name) {
 				errs = append(errs, field.Duplicate(idx.Child("name"), v.Name))
 			}
@@ -159,7 +179,7 @@ func validateContainers(cs []corev1.Container, init bool, volumes, names sets.Se
 		if c.Name == "" {
 			errs = append(errs, field.Required(idx.Child("name"), ""))
 		} else {
-			errs = append(errs, nameField(idx.Child("name"), c.Name, validation.IsDNS1123Label)...)
+			errs = append(errs, nameField(idx, "name", c.Name, validation.IsDNS1123Label)...)
 			if names.Has(c.Name) {
 				errs = append(errs, field.Duplicate(idx.Child("name"), c.Name))
 			}
@@ -170,9 +190,9 @@ func validateContainers(cs []corev1.Container, init bool, volumes, names sets.Se
 		} else if strings.TrimSpace(c.Image) != c.Image {
 			errs = append(errs, field.Invalid(idx.Child("image"), c.Image, "must not have leading or trailing whitespace"))
 		}
-		errs = append(errs, enumField(idx.Child("imagePullPolicy"), string(c.ImagePullPolicy), true,
+		errs = append(errs, enumField(idx, "imagePullPolicy", string(c.ImagePullPolicy), true,
 			corev1.PullAlways, corev1.PullNever, corev1.PullIfNotPresent)...)
-		errs = append(errs, enumField(idx.Child("terminationMessagePolicy"), string(c.TerminationMessagePolicy), true,
+		errs = append(errs, enumField(idx, "terminationMessagePolicy", string(c.TerminationMessagePolicy), true,
 			corev1.TerminationMessageReadFile, corev1.TerminationMessageFallbackToLogsOnError)...)
 		errs = append(errs, validatePorts(c.Ports, hostNetwork, idx.Child("ports"))...)
 		errs = append(errs, validateEnv(c.Env, idx.Child("env"))...)
@@ -227,7 +247,7 @@ func validatePorts(ports []corev1.ContainerPort, hostNetwork bool, fldPath *fiel
 		if hostNetwork && p.HostPort != p.ContainerPort {
 			errs = append(errs, field.Invalid(idx.Child("hostPort"), p.HostPort, "must match `containerPort` when `hostNetwork` is true"))
 		}
-		errs = append(errs, enumField(idx.Child("protocol"), string(p.Protocol), true,
+		errs = append(errs, enumField(idx, "protocol", string(p.Protocol), true,
 			corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP)...)
 	}
 	return errs
@@ -480,7 +500,7 @@ func validateTolerations(ts []corev1.Toleration, fldPath *field.Path) field.Erro
 			errs = append(errs, field.NotSupported(idx.Child("operator"), t.Operator,
 				[]corev1.TolerationOperator{corev1.TolerationOpEqual, corev1.TolerationOpExists}))
 		}
-		errs = append(errs, enumField(idx.Child("effect"), string(t.Effect), false,
+		errs = append(errs, enumField(idx, "effect", string(t.Effect), false,
 			corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute)...)
 	}
 	return errs
@@ -619,7 +639,7 @@ func validateTopologySpread(cs []corev1.TopologySpreadConstraint, fldPath *field
 		} else {
 			errs = append(errs, metav1validation.ValidateLabelName(c.TopologyKey, idx.Child("topologyKey"))...)
 		}
-		whenErrs := enumField(idx.Child("whenUnsatisfiable"), string(c.WhenUnsatisfiable), false,
+		whenErrs := enumField(idx, "whenUnsatisfiable", string(c.WhenUnsatisfiable), false,
 			corev1.DoNotSchedule, corev1.ScheduleAnyway)
 		if c.WhenUnsatisfiable == "" {
 			whenErrs = field.ErrorList{field.NotSupported(idx.Child("whenUnsatisfiable"), c.WhenUnsatisfiable,
@@ -635,11 +655,11 @@ func validateTopologySpread(cs []corev1.TopologySpreadConstraint, fldPath *field
 			}
 		}
 		if c.NodeAffinityPolicy != nil {
-			errs = append(errs, enumField(idx.Child("nodeAffinityPolicy"), string(*c.NodeAffinityPolicy), true,
+			errs = append(errs, enumField(idx, "nodeAffinityPolicy", string(*c.NodeAffinityPolicy), true,
 				corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore)...)
 		}
 		if c.NodeTaintsPolicy != nil {
-			errs = append(errs, enumField(idx.Child("nodeTaintsPolicy"), string(*c.NodeTaintsPolicy), true,
+			errs = append(errs, enumField(idx, "nodeTaintsPolicy", string(*c.NodeTaintsPolicy), true,
 				corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore)...)
 		}
 		errs = append(errs, metav1validation.ValidateLabelSelector(c.LabelSelector, selectorOpts, idx.Child("labelSelector"))...)
