@@ -4411,7 +4411,10 @@ type PodCommand struct {
 	// CREATE: not to be applied after this time. A controller that claimed the pod counts it until its
 	// claim lapses and then decides again; a command delivered later than that must not add a pod the
 	// controller no longer counts.
-	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	NotAfter *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// CREATE: the sender keeps the pod it sent, so a result whose stored pod is exactly that one leaves
+	// it out (CommandResult.pod_as_sent). A sender that does not set it always gets the pod back.
+	OmitSentPod   bool `protobuf:"varint,9,opt,name=omit_sent_pod,json=omitSentPod,proto3" json:"omit_sent_pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4502,13 +4505,22 @@ func (x *PodCommand) GetNotAfter() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PodCommand) GetOmitSentPod() bool {
+	if x != nil {
+		return x.OmitSentPod
+	}
+	return false
+}
+
 type CommandResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`    // HTTP status code the API should answer with
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // Kubernetes StatusReason for errors (AlreadyExists, NotFound, Conflict, ...)
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	Pod           *Pod                   `protobuf:"bytes,4,opt,name=pod,proto3" json:"pod,omitempty"` // the stored object (absent once deleted)
-	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Code     int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`    // HTTP status code the API should answer with
+	Reason   string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // Kubernetes StatusReason for errors (AlreadyExists, NotFound, Conflict, ...)
+	Message  string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Pod      *Pod                   `protobuf:"bytes,4,opt,name=pod,proto3" json:"pod,omitempty"` // the stored object (absent once deleted, or when pod_as_sent)
+	Revision uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The stored object is the command's pod as sent, left out of pod (PodCommand.omit_sent_pod).
+	PodAsSent     bool `protobuf:"varint,6,opt,name=pod_as_sent,json=podAsSent,proto3" json:"pod_as_sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4576,6 +4588,13 @@ func (x *CommandResult) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *CommandResult) GetPodAsSent() bool {
+	if x != nil {
+		return x.PodAsSent
+	}
+	return false
 }
 
 // pod.pending: store (and requeues) -> schedulers.
@@ -6459,7 +6478,7 @@ const file_podbus_proto_rawDesc = "" +
 	"\x06scalar\x18\x05 \x03(\v2 .podbus.v1.Resources.ScalarEntryR\x06scalar\x1a9\n" +
 	"\vScalarEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xac\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd0\x03\n" +
 	"\n" +
 	"PodCommand\x12(\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x18.podbus.v1.PodCommand.OpR\x02op\x12 \n" +
@@ -6469,19 +6488,21 @@ const file_podbus_proto_rawDesc = "" +
 	"\x10precondition_uid\x18\x05 \x01(\tR\x0fpreconditionUid\x12\x12\n" +
 	"\x04user\x18\x06 \x01(\tR\x04user\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x127\n" +
-	"\tnot_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"E\n" +
+	"\tnot_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\"\n" +
+	"\romit_sent_pod\x18\t \x01(\bR\vomitSentPod\"E\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_CREATE\x10\x01\x12\r\n" +
 	"\tOP_UPDATE\x10\x02\x12\r\n" +
 	"\tOP_DELETE\x10\x03B\x17\n" +
-	"\x15_grace_period_seconds\"\x93\x01\n" +
+	"\x15_grace_period_seconds\"\xb3\x01\n" +
 	"\rCommandResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12 \n" +
 	"\x03pod\x18\x04 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"`\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12\x1e\n" +
+	"\vpod_as_sent\x18\x06 \x01(\bR\tpodAsSent\"`\n" +
 	"\n" +
 	"PendingPod\x12 \n" +
 	"\x03pod\x18\x01 \x01(\v2\x0e.podbus.v1.PodR\x03pod\x12\x1a\n" +

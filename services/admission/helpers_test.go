@@ -130,8 +130,8 @@ func testUser(r *http.Request, u *userInfo) *userInfo {
 	return &userInfo{Name: u.Name, Groups: append(slices.Clone(u.Groups), groupMasters)}
 }
 
-// fakeStore answers pod commands like the store service: create/update with CAS, delete at once when
-// unbound, else mark terminating. conflicts makes the next n updates answer 409 Conflict.
+// fakeStore answers pod commands like the store service: create/update with CAS (a create's pod left
+// out of the answer when the sender keeps it), delete at once when unbound, else mark terminating. conflicts makes the next n updates answer 409 Conflict.
 type fakeStore struct {
 	conn      *bus.Conn
 	mu        sync.Mutex
@@ -175,6 +175,8 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 				res = &pb.CommandResult{Code: 409, Reason: "AlreadyExists", Message: fmt.Sprintf("pods %q already exists", md.GetName())}
 			case err != nil:
 				res = &pb.CommandResult{Code: 500, Message: err.Error()}
+			case cmd.GetOmitSentPod():
+				res = &pb.CommandResult{Code: 201, PodAsSent: true, Revision: rev}
 			default:
 				res = &pb.CommandResult{Code: 201, Pod: cmd.GetPod(), Revision: rev}
 			}

@@ -180,7 +180,7 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 		return
 	}
 	uid := string(pod.UID)
-	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user.Name}, bus.Meta{
+	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user.Name, OmitSentPod: true}, bus.Meta{
 		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user.Name,
 	})
 	if err != nil {
@@ -196,7 +196,11 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 		code = http.StatusCreated
 	}
 	metrics.StageAdmission.Since(start)
-	writeObject(w, code, req, podKind, podFromPB(res.GetPod(), res.GetRevision()))
+	stored := res.GetPod()
+	if res.GetPodAsSent() {
+		stored = p
+	}
+	writeObject(w, code, req, podKind, podFromPB(stored, res.GetRevision()))
 }
 
 // decodePodBody reads and decodes a pod from the request body.

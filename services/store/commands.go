@@ -68,7 +68,12 @@ func (s *Service) create(ctx context.Context, cmd *pb.PodCommand, raw []byte, in
 	for range maxAttempts {
 		rev, err := bus.CreateEncoded(ctx, s.pods, key, data)
 		if err == nil {
-			return s.created(ctx, pod, data, rev, true, in)
+			res, err := s.created(ctx, pod, data, rev, true, in)
+			if err == nil && cmd.GetOmitSentPod() {
+				// Stored as sent: the sender has it already.
+				res.Pod, res.PodAsSent = nil, true
+			}
+			return res, err
 		}
 		if !errors.Is(err, bus.ErrExists) {
 			return nil, fmt.Errorf("create pod %s: %w", key, err)

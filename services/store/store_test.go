@@ -135,6 +135,12 @@ func (h *harness) msgs(stream, subject string) []*jetstream.RawStreamMsg {
 
 func create(p *pb.Pod) *pb.PodCommand { return &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p} }
 
+// keeping is cmd from a sender that keeps the pod it sent, as the API does.
+func keeping(cmd *pb.PodCommand) *pb.PodCommand {
+	cmd.OmitSentPod = true
+	return cmd
+}
+
 func TestCreate(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -174,6 +180,18 @@ func TestCreate(t *testing.T) {
 			cmd:      create(pod("u1")),
 			want:     &pb.CommandResult{Code: 201},
 		},
+		{
+			name:        "a sender that keeps its pod gets none back",
+			cmd:         keeping(create(pod("u1"))),
+			want:        &pb.CommandResult{Code: 201, PodAsSent: true},
+			wantPending: 1,
+		},
+		{
+			name:     "a kept pod that moved on since comes back as stored",
+			existing: pod("u1", bound("n1")),
+			cmd:      keeping(create(pod("u1"))),
+			want:     &pb.CommandResult{Code: 201},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,8 +208,15 @@ func TestCreate(t *testing.T) {
 				t.Errorf("answer (-want +got):\n%s", diff)
 			}
 			if got.GetCode() == 201 {
-				if got.GetRevision() != rev || !proto.Equal(got.GetPod(), stored) {
-					t.Errorf("answer carries pod at %d, store has %d", got.GetRevision(), rev)
+				answered := got.GetPod()
+				if got.GetPodAsSent() {
+					if answered != nil {
+						t.Errorf("answer marked as sent carries a pod")
+					}
+					answered = tt.cmd.GetPod()
+				}
+				if got.GetRevision() != rev || !proto.Equal(answered, stored) {
+					t.Errorf("answer stands for pod at %d, store has %d (same pod: %v)", got.GetRevision(), rev, proto.Equal(answered, stored))
 				}
 			}
 			if tt.existing == nil && !proto.Equal(stored, tt.cmd.GetPod()) {
