@@ -4680,8 +4680,9 @@ type SchedulingDecision struct {
 	// must go so the pod fits there. The binder marks them in alloc/<nominated_node>, records
 	// status.nominatedNodeName and asks the store to delete them with reason Preempted.
 	Victims []*PreemptionVictim `protobuf:"bytes,16,rep,name=victims,proto3" json:"victims,omitempty"`
-	// The pod as decided (at pod_revision), so the binder commits without reading it first; its
-	// compare-and-set on pod_revision still catches any change since. Absent: the binder reads it.
+	// The pod as decided (at pod_revision). The binder routes the decision by it (a pod with inter-pod
+	// constraints goes to the checked group) but binds the stored pod, never this body: whoever may
+	// publish pod.scheduled could put any pod here.
 	Pod           *Pod `protobuf:"bytes,17,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
