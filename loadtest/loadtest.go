@@ -629,6 +629,9 @@ func (t *tracker) waitWindow(ctx context.Context, window int, sent int64) bool {
 var trackedPodMask = bus.NewMask(&pb.Pod{}, "metadata.name", "spec.node_name", "status.phase",
 	"status.conditions.type", "status.conditions.status")
 
+// trackedDecisionMask is what the tracker reads of a decision: not the pod it carries.
+var trackedDecisionMask = bus.NewMask(&pb.SchedulingDecision{}, "namespace", "name", "unschedulable")
+
 // observe marks the stages of the tracker's pods as they happen: decisions on pod.scheduled (a core
 // subscription, no consumer state) and the pods bucket's updates (bound, running, ready).
 func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string) (stop func(), err error) {
@@ -637,7 +640,8 @@ func (t *tracker) observe(ctx context.Context, conn *bus.Conn, namespace string)
 		entries, _ := bus.Unbatch(m.Subject, m.Header, m.Data)
 		for _, e := range entries {
 			var d pb.SchedulingDecision
-			if proto.Unmarshal(e.Data, &d) != nil || d.GetNamespace() != namespace || d.GetUnschedulable() {
+			if pruned, ok := bus.Prune(e.Data, trackedDecisionMask); !ok || proto.Unmarshal(pruned, &d) != nil ||
+				d.GetNamespace() != namespace || d.GetUnschedulable() {
 				continue
 			}
 			t.mark(d.GetName(), 1, now)
