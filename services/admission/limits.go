@@ -270,30 +270,28 @@ var errBodyTimeout = &apierrors.StatusError{ErrStatus: metav1.Status{
 }}
 
 // withTimeout serves h with a deadline of d: past it h's context ends and the client gets 504 unless
-// h has started answering; withTimeout returns once h has.
+// h has started answering; withTimeout returns once h has. h runs on the caller's goroutine, whose
+// stack has grown to what serving takes, rather than on a fresh one that would grow again for every
+// request; the 504 is written from the deadline's own goroutine, through tw's lock.
 func withTimeout(w http.ResponseWriter, r *http.Request, d time.Duration, h http.HandlerFunc) {
 	ctx, cancel := context.WithTimeout(r.Context(), d)
 	defer cancel()
 	tw := &timeoutWriter{w: w, h: make(http.Header)}
-	done := make(chan struct{})
-	var panicked any
-	go func() {
-		defer close(done)
-		defer func() { panicked = recover() }()
-		h(tw, r.WithContext(ctx))
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	answered := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(answered)
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.Context().Err() == nil {
 			metrics.Count("admission.limit.timeouts", 1)
 			tw.timeout()
 		}
-		<-done
-	}
-	if panicked != nil {
-		panic(panicked)
-	}
+	})
+	// The 504 must be written before the handler returns: w is not to be used after that.
+	defer func() {
+		if !stop() {
+			<-answered
+		}
+	}()
+	h(tw, r.WithContext(ctx))
 }
 
 // timeoutWriter lets the handler write until the deadline and answers 504 in its place after it. The
