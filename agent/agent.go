@@ -359,14 +359,15 @@ func keepAlive(ctx context.Context, m *bus.Msg) func() {
 
 // bind handles a binding: admission, then the pod's worker starts it. It returns once the report that
 // follows ContainerCreating (Running, an init state or a failure) is stored. boundAt is when the
-// binding was stored (the node_start stage runs from there to the start settling).
+// binding was stored (the node_start stage runs from there to the start settling). The pod becomes
+// its worker's: the caller must not use it after.
 func (a *Agent) bind(ctx context.Context, pod *pb.Pod, boundAt time.Time) error {
-	uid := pod.GetMetadata().GetUid()
 	md := pod.GetMetadata()
+	uid, ns, name := md.GetUid(), md.GetNamespace(), md.GetName()
 	a.mu.Lock()
 	if _, ok := a.gone[uid]; ok {
 		a.mu.Unlock()
-		return a.reportGone(ctx, &pb.PodTermination{Uid: uid, Namespace: md.GetNamespace(), Name: md.GetName(), Node: a.cfg.Node})
+		return a.reportGone(ctx, &pb.PodTermination{Uid: uid, Namespace: ns, Name: name, Node: a.cfg.Node})
 	}
 	if w, ok := a.pods[uid]; ok {
 		a.mu.Unlock()
@@ -401,7 +402,7 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod, boundAt time.Time) error 
 	case <-w.started:
 		if err := runCtx.Err(); err != nil {
 			// Shutting down before the pod settled: leave the binding for redelivery.
-			return fmt.Errorf("start pod %s/%s: %w", md.GetNamespace(), md.GetName(), err)
+			return fmt.Errorf("start pod %s/%s: %w", ns, name, err)
 		}
 		metrics.StageNodeStart.Since(boundAt)
 		return nil
@@ -410,12 +411,12 @@ func (a *Agent) bind(ctx context.Context, pod *pb.Pod, boundAt time.Time) error 
 	}
 }
 
-// admitAndRun admits a new pod and starts its worker, or reports it rejected. Called with a.mu held; it
-// releases it. It returns the running worker and the context it runs in, or no worker when the pod was
-// rejected.
+// admitAndRun admits a new pod and starts its worker, or reports it rejected. The pod becomes the
+// worker's. Called with a.mu held; it releases it. It returns the running worker and the context it
+// runs in, or no worker when the pod was rejected.
 func (a *Agent) admitAndRun(ctx context.Context, pod *pb.Pod) (*podWorker, context.Context, error) {
 	uid := pod.GetMetadata().GetUid()
-	w := newPodWorker(a, proto.Clone(pod).(*pb.Pod))
+	w := newPodWorker(a, pod)
 	if reason, msg := a.admitLocked(w); reason != "" {
 		w.reject(reason, msg)
 		a.pods[uid] = w
@@ -443,7 +444,7 @@ func (a *Agent) start(ctx context.Context, pod *pb.Pod) error {
 		a.mu.Unlock()
 		return nil
 	}
-	_, _, err := a.admitAndRun(ctx, pod)
+	_, _, err := a.admitAndRun(ctx, proto.Clone(pod).(*pb.Pod)) // pod is the reconcile's, not ours
 	return err
 }
 
