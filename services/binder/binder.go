@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/internal/events"
+	"github.com/podbus/podbus/internal/gopool"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -87,6 +88,9 @@ type Service struct {
 	// beforeToken, when set (tests only), runs between a checked group's tentative reservations and the
 	// token's compare-and-set; an error fails the group there, reservations left, as a crash would.
 	beforeToken func() error
+	// groups runs a batch's node groups, and a group's reads and commits, side by side (set by Run;
+	// nil: a goroutine each).
+	groups *gopool.Pool
 }
 
 // New returns a binder replica on conn. It does not touch the bus until Run.
@@ -128,6 +132,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	s.groups = gopool.New(gctx, 2*s.cfg.Workers)
 	g.Go(func() error { return s.watchNodes(gctx) })
 	g.Go(func() error { return s.watchView(gctx) })
 	g.Go(func() error {

@@ -52,9 +52,9 @@ func (s *Service) handleDecisions(ctx context.Context, ms []*bus.Msg) []error {
 		byNode[key] = append(byNode[key], i)
 	}
 	var wg sync.WaitGroup
-	for _, key := range order {
+	for n, key := range order {
 		idx := byNode[key]
-		wg.Go(func() {
+		decide := func() {
 			group := make([]nodeDecision, len(idx))
 			for j, i := range idx {
 				group[j] = ds[i]
@@ -62,10 +62,29 @@ func (s *Service) handleDecisions(ctx context.Context, ms []*bus.Msg) []error {
 			for j, err := range s.decideNode(ctx, group) {
 				errs[idx[j]] = err
 			}
-		})
+		}
+		if n == len(order)-1 {
+			decide() // the last group on this goroutine, while the others run
+			continue
+		}
+		s.spread(&wg, decide)
 	}
 	wg.Wait()
 	return errs
+}
+
+// spread runs f beside the caller, counted in wg: on an idle worker of s.groups where there is one,
+// whose stack has grown already.
+func (s *Service) spread(wg *sync.WaitGroup, f func()) {
+	if s.groups == nil {
+		wg.Go(f)
+		return
+	}
+	wg.Add(1)
+	s.groups.Go(func() {
+		defer wg.Done()
+		f()
+	})
 }
 
 // nodeDecision is one decision of a group and its position in the stream.
@@ -99,7 +118,7 @@ func (s *Service) decideNode(ctx context.Context, ds []nodeDecision) []error {
 	readErrs := make([]error, len(ds))
 	var reads sync.WaitGroup
 	for i, nd := range ds {
-		reads.Go(func() {
+		s.spread(&reads, func() {
 			pod, rev, err := s.pod(ctx, bus.PodKey(nd.d.GetNamespace(), nd.d.GetName()))
 			stored[i], readErrs[i] = &storedPod{pod: pod, rev: rev}, err
 		})
@@ -141,7 +160,7 @@ func (s *Service) decideNode(ctx context.Context, ds []nodeDecision) []error {
 	var wg sync.WaitGroup
 	for _, p := range plains {
 		nd := ds[p.i]
-		wg.Go(func() {
+		s.spread(&wg, func() {
 			switch {
 			case p.alone:
 				errs[p.i] = s.decideWith(ctx, nd.d, nd.seq, nil, nil)
