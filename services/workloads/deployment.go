@@ -361,7 +361,10 @@ func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) 
 	if err != nil {
 		return err
 	}
+	// e may be the cache's entry, which the watch reads as it replaces it.
+	x.s.c.mu.Lock()
 	e.obj, e.rev = rs, rev
+	x.s.c.mu.Unlock()
 	return nil
 }
 

@@ -404,7 +404,10 @@ func (s *Service) onReplicaSet(e jetstream.KeyValueEntry) {
 		if x == nil {
 			continue
 		}
-		if ref := metav1.GetControllerOfNoCopy(x.obj); ref != nil {
+		s.c.mu.Lock()
+		obj := x.obj // a Deployment's sync may replace it (dsync.writeRS)
+		s.c.mu.Unlock()
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
 			if ref.Kind == "Deployment" {
 				s.queue.add(qDep + ns + "/" + ref.Name)
 			}
@@ -412,7 +415,7 @@ func (s *Service) onReplicaSet(e jetstream.KeyValueEntry) {
 		}
 		s.c.mu.Lock()
 		for k, d := range s.c.deploys {
-			if d.obj.Namespace == ns && selects(d.obj.Spec.Selector, x.obj.Labels) {
+			if d.obj.Namespace == ns && selects(d.obj.Spec.Selector, obj.Labels) {
 				s.queue.add(qDep + k)
 			}
 		}
