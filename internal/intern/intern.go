@@ -81,6 +81,21 @@ func String(s string) string {
 	return t.stringLocked(s)
 }
 
+// Bytes is String(string(b)), without making the string when the table holds it already: a reader of
+// a message's wire form interns its strings straight from the bytes.
+func Bytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	t := shared
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.strings[string(b)]; ok {
+		return v
+	}
+	return t.stringLocked(string(b))
+}
+
 func (t *table) stringLocked(s string) string {
 	if v, ok := t.strings[s]; ok {
 		return v

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -107,5 +108,25 @@ func BenchmarkLabelsHit(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Labels(m)
+	}
+}
+
+// Bytes gives the string String gives, the very same one, and allocates nothing when it is shared.
+func TestBytes(t *testing.T) {
+	b := []byte("bytes-test-value")
+	s := Bytes(b)
+	if s != string(b) || Bytes(nil) != "" {
+		t.Fatalf("Bytes(%q) = %q", b, s)
+	}
+	if u := String(string(b)); unsafe.StringData(u) != unsafe.StringData(s) {
+		t.Error("String and Bytes give different copies")
+	}
+	b[0] = 'B' // the shared string is not b's memory
+	if s != "bytes-test-value" {
+		t.Errorf("the shared string changed with its bytes: %q", s)
+	}
+	b[0] = 'b'
+	if n := testing.AllocsPerRun(100, func() { _ = Bytes(b) }); n != 0 {
+		t.Errorf("%v allocations for a shared string", n)
 	}
 }
