@@ -117,6 +117,14 @@ func cachedOwnerOf(r *pb.OwnerReference) cachedOwner {
 
 // decodeCached is a pods-bucket value as the cache keeps it. False when the value is malformed.
 func decodeCached(data []byte) (*cachedPod, bool) {
+	if c, ok := wireCached(data); ok {
+		return c, true
+	}
+	return decodeProto(data)
+}
+
+// decodeProto is decodeCached through the generated decoder, which takes any form of the pod.
+func decodeProto(data []byte) (*cachedPod, bool) {
 	pruned, ok := bus.Prune(data, podMask)
 	p := &pb.Pod{}
 	if !ok || proto.Unmarshal(pruned, p) != nil {

@@ -1,6 +1,7 @@
 package workloads
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -104,6 +105,11 @@ func TestCachedPodRoundTrip(t *testing.T) {
 			}
 			if got := compactPod(p).pod(); !proto.Equal(got, want) {
 				t.Errorf("compacted from the whole pod %v\nwant %v", got, want)
+			}
+			w, wok := wireCached(data)
+			d, dok := decodeProto(data)
+			if !wok || !dok || !reflect.DeepEqual(w, d) {
+				t.Errorf("read from the wire (%t) %+v\ndecoded (%t)        %+v", wok, w, dok, d)
 			}
 			c, _ := decodeCached(data)
 			var wantCtrl *pb.OwnerReference
