@@ -29,7 +29,8 @@ FUZZ_TARGETS := \
 	./services/admission:FuzzSelectors \
 	./services/admission:FuzzResourceVersion \
 	./services/admission:FuzzAccept \
-	./internal/usage:FuzzDecode
+	./internal/usage:FuzzDecode \
+	./services/workloads:FuzzWireCached
 FUZZTIME ?= 3s
 
 ## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)
