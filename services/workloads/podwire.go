@@ -1,14 +1,11 @@
 package workloads
 
 import (
-	"unicode/utf8"
-
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/internal/intern"
+	"github.com/podbus/podbus/internal/wire"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -22,7 +19,7 @@ func wireCached(data []byte) (*cachedPod, bool) {
 	c := &cachedPod{}
 	var r podRead
 	for len(data) > 0 {
-		num, typ, v, rest, ok := nextField(data)
+		num, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return nil, false
 		}
@@ -32,7 +29,7 @@ func wireCached(data []byte) (*cachedPod, bool) {
 		default:
 			continue
 		}
-		if typ != protowire.BytesType || !once(&r.seen, 1<<uint(num)) {
+		if typ != protowire.BytesType || !wire.Once(&r.seen, num) {
 			return nil, false
 		}
 		switch num {
@@ -68,26 +65,26 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 	c.has |= hasMeta
 	var seen uint64
 	for len(data) > 0 {
-		num, typ, v, rest, ok := nextField(data)
+		num, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return false
 		}
 		data = rest
 		switch num {
 		case fMetaName:
-			r.name, ok = wireBytes(typ, v)
+			r.name, ok = wire.String(typ, v)
 		case fMetaNamespace:
 			c.namespace, ok = wireInterned(typ, v)
 		case fMetaUID:
-			r.uid, ok = wireBytes(typ, v)
+			r.uid, ok = wire.String(typ, v)
 		case fMetaLabels:
 			ok = typ == protowire.BytesType && label(c, v)
 		case fMetaCreated:
 			c.has |= hasCreated
-			ok = typ == protowire.BytesType && once(&seen, 1) && wireStamp(v, &c.created)
+			ok = typ == protowire.BytesType && wire.Once(&seen, num) && wireStamp(v, &c.created)
 		case fMetaDeleted:
 			c.has |= hasDeleted
-			ok = typ == protowire.BytesType && once(&seen, 2) && wireStamp(v, &c.deleted)
+			ok = typ == protowire.BytesType && wire.Once(&seen, num) && wireStamp(v, &c.deleted)
 		case fMetaOwners:
 			var o cachedOwner
 			if ok = typ == protowire.BytesType && owner(v, &o); ok {
@@ -108,22 +105,9 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 
 // label adds one entry of the labels map; a later entry of a key replaces an earlier one.
 func label(c *cachedPod, data []byte) bool {
-	var k, v []byte
-	for len(data) > 0 {
-		num, typ, b, rest, ok := nextField(data)
-		if !ok {
-			return false
-		}
-		data = rest
-		switch num {
-		case 1:
-			k, ok = wireBytes(typ, b)
-		case 2:
-			v, ok = wireBytes(typ, b)
-		}
-		if !ok {
-			return false
-		}
+	k, v, ok := wire.MapEntry(data)
+	if !ok {
+		return false
 	}
 	if c.labels == nil {
 		c.labels = make(map[string]string, 4)
@@ -134,7 +118,7 @@ func label(c *cachedPod, data []byte) bool {
 
 func owner(data []byte, o *cachedOwner) bool {
 	for len(data) > 0 {
-		num, typ, v, rest, ok := nextField(data)
+		num, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return false
 		}
@@ -163,7 +147,7 @@ func owner(data []byte, o *cachedOwner) bool {
 func (r *podRead) status(c *cachedPod, data []byte) bool {
 	c.has |= hasStatus
 	for len(data) > 0 {
-		num, typ, v, rest, ok := nextField(data)
+		num, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return false
 		}
@@ -193,16 +177,16 @@ func readyCondition(c *cachedPod, data []byte) bool {
 	var at stamp
 	var hasAt bool
 	for len(data) > 0 {
-		num, wt, v, rest, ok := nextField(data)
+		num, wt, v, rest, ok := wire.Next(data)
 		if !ok {
 			return false
 		}
 		data = rest
 		switch num {
 		case fConditionType:
-			typ, ok = wireBytes(wt, v)
+			typ, ok = wire.String(wt, v)
 		case fConditionStatus:
-			status, ok = wireBytes(wt, v)
+			status, ok = wire.String(wt, v)
 		case fConditionAt:
 			ok = wt == protowire.BytesType && !hasAt && wireStamp(v, &at)
 			hasAt = true
@@ -224,7 +208,7 @@ func readyCondition(c *cachedPod, data []byte) bool {
 
 func wireStamp(data []byte, s *stamp) bool {
 	for len(data) > 0 {
-		num, typ, v, rest, ok := nextField(data)
+		num, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return false
 		}
@@ -232,10 +216,10 @@ func wireStamp(data []byte, s *stamp) bool {
 		var n uint64
 		switch num {
 		case fStampSeconds:
-			n, ok = wireVarint(typ, v)
+			n, ok = wire.Varint(typ, v)
 			s.sec = int64(n)
 		case fStampNanos:
-			n, ok = wireVarint(typ, v)
+			n, ok = wire.Varint(typ, v)
 			s.nsec = int32(n)
 		}
 		if !ok {
@@ -245,35 +229,17 @@ func wireStamp(data []byte, s *stamp) bool {
 	return true
 }
 
-// nextField reads the first field of data: its number, wire type and value (a length-delimited one
-// without its length), and what follows it. False when data is malformed.
-func nextField(data []byte) (num protowire.Number, typ protowire.Type, v, rest []byte, ok bool) {
-	num, typ, n := protowire.ConsumeTag(data)
-	if n < 0 {
-		return 0, 0, nil, nil, false
-	}
-	l := protowire.ConsumeFieldValue(num, typ, data[n:])
-	if l < 0 {
-		return 0, 0, nil, nil, false
-	}
-	v = data[n : n+l]
-	if typ == protowire.BytesType {
-		v, _ = protowire.ConsumeBytes(v)
-	}
-	return num, typ, v, data[n+l:], true
-}
-
 // bytesField is the last value of the string field num of a message's wire form.
 func bytesField(data []byte, num protowire.Number) ([]byte, bool) {
 	var out []byte
 	for len(data) > 0 {
-		n, typ, v, rest, ok := nextField(data)
+		n, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return nil, false
 		}
 		data = rest
 		if n == num {
-			if out, ok = wireBytes(typ, v); !ok {
+			if out, ok = wire.String(typ, v); !ok {
 				return nil, false
 			}
 		}
@@ -291,13 +257,13 @@ func stringField(data []byte, num protowire.Number) (string, bool) {
 func varintField(data []byte, num protowire.Number) (uint64, bool) {
 	var out uint64
 	for len(data) > 0 {
-		n, typ, v, rest, ok := nextField(data)
+		n, typ, v, rest, ok := wire.Next(data)
 		if !ok {
 			return 0, false
 		}
 		data = rest
 		if n == num {
-			if out, ok = wireVarint(typ, v); !ok {
+			if out, ok = wire.Varint(typ, v); !ok {
 				return 0, false
 			}
 		}
@@ -305,41 +271,14 @@ func varintField(data []byte, num protowire.Number) (uint64, bool) {
 	return out, true
 }
 
-// once marks bit in *seen and says whether it was clear: a message field given twice is merged by a
-// decoder, which wireCached leaves to it.
-func once(seen *uint64, bit uint64) bool {
-	if *seen&bit != 0 {
-		return false
-	}
-	*seen |= bit
-	return true
-}
-
-// wireBytes is a string field's value, false unless it is one: length-delimited and UTF-8, as the
-// decoder requires.
-func wireBytes(typ protowire.Type, v []byte) ([]byte, bool) {
-	if typ != protowire.BytesType || !utf8.Valid(v) {
-		return nil, false
-	}
-	return v, true
-}
-
 // wireInterned is a string field's value, interned.
 func wireInterned(typ protowire.Type, v []byte) (string, bool) {
-	b, ok := wireBytes(typ, v)
+	b, ok := wire.String(typ, v)
 	return intern.Bytes(b), ok
 }
 
-func wireVarint(typ protowire.Type, v []byte) (uint64, bool) {
-	if typ != protowire.VarintType {
-		return 0, false
-	}
-	n, l := protowire.ConsumeVarint(v)
-	return n, l > 0
-}
-
 func wireBool(typ protowire.Type, v []byte) (optBool, bool) {
-	n, ok := wireVarint(typ, v)
+	n, ok := wire.Varint(typ, v)
 	if n != 0 {
 		return boolTrue, ok
 	}
@@ -348,39 +287,29 @@ func wireBool(typ protowire.Type, v []byte) (optBool, bool) {
 
 // The numbers of the fields wireCached reads, from the messages' descriptors.
 var (
-	fPodMeta, fPodSpec   = field(&pb.Pod{}, "metadata"), field(&pb.Pod{}, "spec")
-	fPodStatus           = field(&pb.Pod{}, "status")
-	fPodInternal         = field(&pb.Pod{}, "internal")
-	fSpecNode            = field(&pb.PodSpec{}, "node_name")
-	fInternalCorrelation = field(&pb.PodInternal{}, "correlation_id")
+	fPodMeta, fPodSpec   = wire.Field(&pb.Pod{}, "metadata"), wire.Field(&pb.Pod{}, "spec")
+	fPodStatus           = wire.Field(&pb.Pod{}, "status")
+	fPodInternal         = wire.Field(&pb.Pod{}, "internal")
+	fSpecNode            = wire.Field(&pb.PodSpec{}, "node_name")
+	fInternalCorrelation = wire.Field(&pb.PodInternal{}, "correlation_id")
 
-	fMetaName, fMetaNamespace = field(&pb.ObjectMeta{}, "name"), field(&pb.ObjectMeta{}, "namespace")
-	fMetaUID, fMetaLabels     = field(&pb.ObjectMeta{}, "uid"), field(&pb.ObjectMeta{}, "labels")
-	fMetaOwners               = field(&pb.ObjectMeta{}, "owner_references")
-	fMetaCreated              = field(&pb.ObjectMeta{}, "creation_timestamp")
-	fMetaDeleted              = field(&pb.ObjectMeta{}, "deletion_timestamp")
+	fMetaName, fMetaNamespace = wire.Field(&pb.ObjectMeta{}, "name"), wire.Field(&pb.ObjectMeta{}, "namespace")
+	fMetaUID, fMetaLabels     = wire.Field(&pb.ObjectMeta{}, "uid"), wire.Field(&pb.ObjectMeta{}, "labels")
+	fMetaOwners               = wire.Field(&pb.ObjectMeta{}, "owner_references")
+	fMetaCreated              = wire.Field(&pb.ObjectMeta{}, "creation_timestamp")
+	fMetaDeleted              = wire.Field(&pb.ObjectMeta{}, "deletion_timestamp")
 
-	fOwnerAPIVersion, fOwnerKind = field(&pb.OwnerReference{}, "api_version"), field(&pb.OwnerReference{}, "kind")
-	fOwnerName, fOwnerUID        = field(&pb.OwnerReference{}, "name"), field(&pb.OwnerReference{}, "uid")
-	fOwnerController             = field(&pb.OwnerReference{}, "controller")
-	fOwnerBlock                  = field(&pb.OwnerReference{}, "block_owner_deletion")
+	fOwnerAPIVersion, fOwnerKind = wire.Field(&pb.OwnerReference{}, "api_version"), wire.Field(&pb.OwnerReference{}, "kind")
+	fOwnerName, fOwnerUID        = wire.Field(&pb.OwnerReference{}, "name"), wire.Field(&pb.OwnerReference{}, "uid")
+	fOwnerController             = wire.Field(&pb.OwnerReference{}, "controller")
+	fOwnerBlock                  = wire.Field(&pb.OwnerReference{}, "block_owner_deletion")
 
-	fStatusPhase, fStatusConditions = field(&pb.PodStatus{}, "phase"), field(&pb.PodStatus{}, "conditions")
-	fStatusContainers               = field(&pb.PodStatus{}, "container_statuses")
-	fConditionType                  = field(&pb.PodCondition{}, "type")
-	fConditionStatus                = field(&pb.PodCondition{}, "status")
-	fConditionAt                    = field(&pb.PodCondition{}, "last_transition_time")
-	fContainerRestarts              = field(&pb.ContainerStatus{}, "restart_count")
+	fStatusPhase, fStatusConditions = wire.Field(&pb.PodStatus{}, "phase"), wire.Field(&pb.PodStatus{}, "conditions")
+	fStatusContainers               = wire.Field(&pb.PodStatus{}, "container_statuses")
+	fConditionType                  = wire.Field(&pb.PodCondition{}, "type")
+	fConditionStatus                = wire.Field(&pb.PodCondition{}, "status")
+	fConditionAt                    = wire.Field(&pb.PodCondition{}, "last_transition_time")
+	fContainerRestarts              = wire.Field(&pb.ContainerStatus{}, "restart_count")
 
-	fStampSeconds, fStampNanos = field(&timestamppb.Timestamp{}, "seconds"), field(&timestamppb.Timestamp{}, "nanos")
+	fStampSeconds, fStampNanos = wire.Field(&timestamppb.Timestamp{}, "seconds"), wire.Field(&timestamppb.Timestamp{}, "nanos")
 )
-
-// field is the number of m's field name; it panics when m has none (a programming error, found by the
-// package's first test).
-func field(m proto.Message, name string) protowire.Number {
-	fd := m.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name))
-	if fd == nil {
-		panic("no field " + name)
-	}
-	return fd.Number()
-}
