@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./services/admission:FuzzSelectors \
 	./services/admission:FuzzResourceVersion \
 	./services/admission:FuzzAccept \
+	./services/admission:FuzzWireIndex \
 	./internal/usage:FuzzDecode \
 	./services/workloads:FuzzWireCached
 FUZZTIME ?= 3s

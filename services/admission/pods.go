@@ -87,6 +87,14 @@ var podIndexMask = bus.NewMask(&pb.Pod{}, "metadata.name", "metadata.namespace",
 // indexPod is a stored pod's labels and fields, decoding only those: the watch cache indexes every
 // change of every pod.
 func indexPod(data []byte) (map[string]string, fields.Set, error) {
+	if labels, f, ok := wireIndex(data); ok {
+		return labels, f, nil
+	}
+	return decodeIndex(data)
+}
+
+// decodeIndex is indexPod through the decoder, which takes any form of the pod.
+func decodeIndex(data []byte) (map[string]string, fields.Set, error) {
 	pruned, ok := bus.Prune(data, podIndexMask)
 	if !ok {
 		return nil, nil, fmt.Errorf("pod: %w", bus.ErrMalformed)
