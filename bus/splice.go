@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -40,23 +41,92 @@ type WireField struct {
 // false. It reports false when data is malformed (up to where f stopped).
 func EachField(data []byte, f func(WireField) bool) bool {
 	for pos := 0; pos < len(data); {
-		num, typ, n := protowire.ConsumeTag(data[pos:])
-		if n < 0 {
+		wf, _, ok := NextField(data[pos:])
+		if !ok {
 			return false
 		}
-		l := protowire.ConsumeFieldValue(num, typ, data[pos+n:])
-		if l < 0 {
-			return false
-		}
-		wf := WireField{Num: num, Type: typ, Raw: data[pos : pos+n+l], Pos: pos}
-		if typ == protowire.BytesType {
-			wf.Value, _ = protowire.ConsumeBytes(data[pos+n:])
-		}
+		wf.Pos = pos
 		if !f(wf) {
 			return true
 		}
-		pos += n + l
+		pos += len(wf.Raw)
 	}
+	return true
+}
+
+// NextField reads the first field of data, the wire form of a message (Pos 0), and returns what
+// follows it; false when data is malformed. A reader that needs a few fields of every pod walks them
+// with it, with no function value to allocate.
+func NextField(data []byte) (f WireField, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 {
+		return WireField{}, nil, false
+	}
+	l := protowire.ConsumeFieldValue(num, typ, data[n:])
+	if l < 0 {
+		return WireField{}, nil, false
+	}
+	f = WireField{Num: num, Type: typ, Raw: data[:n+l]}
+	if typ == protowire.BytesType {
+		f.Value, _ = protowire.ConsumeBytes(data[n:])
+	}
+	return f, data[n+l:], true
+}
+
+// StringBytes is f's value as a decoder reads a string field: false unless f is length-delimited and
+// UTF-8, as the decoder requires.
+func (f WireField) StringBytes() ([]byte, bool) {
+	if f.Type != protowire.BytesType || !utf8.Valid(f.Value) {
+		return nil, false
+	}
+	return f.Value, true
+}
+
+// Varint is f's value as a decoder reads a varint field (int32, int64, bool, ...): false unless f is
+// one.
+func (f WireField) Varint() (uint64, bool) {
+	if f.Type != protowire.VarintType {
+		return 0, false
+	}
+	_, _, n := protowire.ConsumeTag(f.Raw)
+	v, l := protowire.ConsumeVarint(f.Raw[n:])
+	return v, l > 0
+}
+
+// MapEntry is the key and value of an entry of a map<string, string> field, f (an absent one is
+// empty): false unless f is a well-formed entry.
+func (f WireField) MapEntry() (k, v []byte, ok bool) {
+	if f.Type != protowire.BytesType {
+		return nil, nil, false
+	}
+	for data := f.Value; len(data) > 0; {
+		e, rest, ok := NextField(data)
+		if !ok {
+			return nil, nil, false
+		}
+		data = rest
+		switch e.Num {
+		case 1:
+			k, ok = e.StringBytes()
+		case 2:
+			v, ok = e.StringBytes()
+		}
+		if !ok {
+			return nil, nil, false
+		}
+	}
+	return k, v, true
+}
+
+// FirstOf marks the message field f (numbered below 64) in *seen and says whether it was not marked
+// yet and is length-delimited: a decoder merges a message field given twice, which a reader of the
+// plain form leaves to it.
+func (f WireField) FirstOf(seen *uint64) bool {
+	bit := uint64(1) << (uint(f.Num) & 63)
+	if f.Num >= 64 || f.Type != protowire.BytesType || *seen&bit != 0 {
+		return false
+	}
+	*seen |= bit
 	return true
 }
 

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -261,5 +262,91 @@ func TestEditFields(t *testing.T) {
 	}
 	if _, _, ok := EditFields(data[:len(data)-1], func(WireField) (FieldEdit, []byte) { return KeepField, nil }); ok {
 		t.Error("a truncated message accepted")
+	}
+}
+
+// Reading a message field by field with NextField gives what the decoder gives.
+func TestNextFieldReadsWhatTheDecoderReads(t *testing.T) {
+	md := &pb.ObjectMeta{Name: "web-0", Namespace: "default", Generation: 7,
+		Labels: map[string]string{"app": "web", "tier": "", "": "empty key"}}
+	data, err := proto.Marshal(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var gen uint64
+	labels := map[string]string{}
+	for len(data) > 0 {
+		f, rest, ok := NextField(data)
+		if !ok {
+			t.Fatal("malformed")
+		}
+		data = rest
+		switch f.Num {
+		case FieldNumber(md, "name"):
+			b, ok := f.StringBytes()
+			if !ok {
+				t.Fatal("name is not a string")
+			}
+			name = string(b)
+		case FieldNumber(md, "generation"):
+			if gen, ok = f.Varint(); !ok {
+				t.Fatal("generation is not a varint")
+			}
+		case FieldNumber(md, "labels"):
+			k, v, ok := f.MapEntry()
+			if !ok {
+				t.Fatal("malformed label")
+			}
+			labels[string(k)] = string(v)
+		}
+	}
+	if name != md.Name || gen != uint64(md.Generation) || !maps.Equal(labels, md.Labels) {
+		t.Errorf("read %q %d %v, want %q %d %v", name, gen, labels, md.Name, md.Generation, md.Labels)
+	}
+}
+
+// What the decoder refuses, or reads as an unknown field, the field readers report.
+func TestWireFieldRefusals(t *testing.T) {
+	tag := func(num protowire.Number, typ protowire.Type) []byte { return protowire.AppendTag(nil, num, typ) }
+	field := func(data []byte) WireField {
+		f, _, ok := NextField(data)
+		if !ok {
+			t.Fatalf("malformed %x", data)
+		}
+		return f
+	}
+	str := protowire.AppendBytes(tag(1, protowire.BytesType), []byte("ok"))
+	varint := protowire.AppendVarint(tag(2, protowire.VarintType), 1)
+	for _, tc := range []struct {
+		name string
+		ok   func() bool
+	}{
+		{"a truncated tag", func() bool { _, _, ok := NextField([]byte{0x80}); return ok }},
+		{"a length past the end", func() bool { _, _, ok := NextField(append(tag(1, protowire.BytesType), 5, 'a')); return ok }},
+		{"a string that is not UTF-8", func() bool {
+			_, ok := field(protowire.AppendBytes(tag(1, protowire.BytesType), []byte{0xff})).StringBytes()
+			return ok
+		}},
+		{"a string given as a varint", func() bool { _, ok := field(varint).StringBytes(); return ok }},
+		{"a varint given as bytes", func() bool { _, ok := field(str).Varint(); return ok }},
+		{"a map entry given as a varint", func() bool { _, _, ok := field(varint).MapEntry(); return ok }},
+		{"a map key that is not UTF-8", func() bool {
+			entry := protowire.AppendBytes(tag(1, protowire.BytesType), []byte{0xc3})
+			_, _, ok := field(protowire.AppendBytes(tag(6, protowire.BytesType), entry)).MapEntry()
+			return ok
+		}},
+	} {
+		if tc.ok() {
+			t.Errorf("%s: read", tc.name)
+		}
+	}
+	var seen uint64
+	msg := field(str)
+	if !msg.FirstOf(&seen) || msg.FirstOf(&seen) || field(varint).FirstOf(&seen) {
+		t.Error("FirstOf: a message field is first once, and only when length-delimited")
+	}
+	if high := field(protowire.AppendBytes(tag(64, protowire.BytesType), nil)); high.FirstOf(&seen) {
+		t.Error("FirstOf took field 64")
 	}
 }

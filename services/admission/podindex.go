@@ -1,11 +1,10 @@
 package admission
 
 import (
-	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/intern"
-	"github.com/podbus/podbus/internal/wire"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -24,54 +23,52 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 		seen                                       uint64
 	)
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		pf, rest, ok := bus.NextField(data)
 		if !ok {
 			return nil, nil, false
 		}
 		data = rest
-		if num != fPodMeta && num != fPodSpec && num != fPodStatus {
+		if pf.Num != fPodMeta && pf.Num != fPodSpec && pf.Num != fPodStatus {
 			continue
 		}
-		if typ != protowire.BytesType || !wire.Once(&seen, num) {
+		if !pf.FirstOf(&seen) {
 			return nil, nil, false
 		}
-		for len(v) > 0 {
-			n, t, b, r, ok := wire.Next(v)
+		for v := pf.Value; len(v) > 0; {
+			f, r, ok := bus.NextField(v)
 			if !ok {
 				return nil, nil, false
 			}
 			v = r
 			switch {
-			case num == fPodMeta && n == fMetaName:
-				name, ok = wire.String(t, b)
-			case num == fPodMeta && n == fMetaNamespace:
-				ns, ok = interned(t, b)
-			case num == fPodMeta && n == fMetaLabels:
+			case pf.Num == fPodMeta && f.Num == fMetaName:
+				name, ok = f.StringBytes()
+			case pf.Num == fPodMeta && f.Num == fMetaNamespace:
+				ns, ok = interned(f)
+			case pf.Num == fPodMeta && f.Num == fMetaLabels:
 				var k, val []byte
-				if k, val, ok = wire.MapEntry(b); ok && t == protowire.BytesType {
+				if k, val, ok = f.MapEntry(); ok {
 					if labels == nil {
 						labels = make(map[string]string, 4)
 					}
 					labels[string(k)] = string(val)
-				} else {
-					ok = false
 				}
-			case num == fPodSpec && n == fSpecNode:
-				node, ok = interned(t, b)
-			case num == fPodSpec && n == fSpecRestart:
-				restart, ok = interned(t, b)
-			case num == fPodSpec && n == fSpecScheduler:
-				sched, ok = interned(t, b)
-			case num == fPodSpec && n == fSpecServiceAccount:
-				sa, ok = interned(t, b)
-			case num == fPodSpec && n == fSpecHostNetwork:
-				hostNetwork, ok = wire.Varint(t, b)
-			case num == fPodStatus && n == fStatusPhase:
-				phase, ok = interned(t, b)
-			case num == fPodStatus && n == fStatusPodIP:
-				ip, ok = wire.String(t, b)
-			case num == fPodStatus && n == fStatusNominated:
-				nomin, ok = interned(t, b)
+			case pf.Num == fPodSpec && f.Num == fSpecNode:
+				node, ok = interned(f)
+			case pf.Num == fPodSpec && f.Num == fSpecRestart:
+				restart, ok = interned(f)
+			case pf.Num == fPodSpec && f.Num == fSpecScheduler:
+				sched, ok = interned(f)
+			case pf.Num == fPodSpec && f.Num == fSpecServiceAccount:
+				sa, ok = interned(f)
+			case pf.Num == fPodSpec && f.Num == fSpecHostNetwork:
+				hostNetwork, ok = f.Varint()
+			case pf.Num == fPodStatus && f.Num == fStatusPhase:
+				phase, ok = interned(f)
+			case pf.Num == fPodStatus && f.Num == fStatusPodIP:
+				ip, ok = f.StringBytes()
+			case pf.Num == fPodStatus && f.Num == fStatusNominated:
+				nomin, ok = interned(f)
 			}
 			if !ok {
 				return nil, nil, false
@@ -96,24 +93,24 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 	}, true
 }
 
-// interned is a string field's value, interned.
-func interned(typ protowire.Type, v []byte) (string, bool) {
-	b, ok := wire.String(typ, v)
+// interned is a string field's value, interned from its bytes.
+func interned(f bus.WireField) (string, bool) {
+	b, ok := f.StringBytes()
 	return intern.Bytes(b), ok
 }
 
 // The numbers of the fields wireIndex reads, from the messages' descriptors.
 var (
-	fPodMeta, fPodSpec, fPodStatus = wire.Field(&pb.Pod{}, "metadata"), wire.Field(&pb.Pod{}, "spec"), wire.Field(&pb.Pod{}, "status")
+	fPodMeta, fPodSpec, fPodStatus = bus.FieldNumber(&pb.Pod{}, "metadata"), bus.FieldNumber(&pb.Pod{}, "spec"), bus.FieldNumber(&pb.Pod{}, "status")
 
-	fMetaName, fMetaNamespace = wire.Field(&pb.ObjectMeta{}, "name"), wire.Field(&pb.ObjectMeta{}, "namespace")
-	fMetaLabels               = wire.Field(&pb.ObjectMeta{}, "labels")
+	fMetaName, fMetaNamespace = bus.FieldNumber(&pb.ObjectMeta{}, "name"), bus.FieldNumber(&pb.ObjectMeta{}, "namespace")
+	fMetaLabels               = bus.FieldNumber(&pb.ObjectMeta{}, "labels")
 
-	fSpecNode, fSpecRestart = wire.Field(&pb.PodSpec{}, "node_name"), wire.Field(&pb.PodSpec{}, "restart_policy")
-	fSpecScheduler          = wire.Field(&pb.PodSpec{}, "scheduler_name")
-	fSpecServiceAccount     = wire.Field(&pb.PodSpec{}, "service_account_name")
-	fSpecHostNetwork        = wire.Field(&pb.PodSpec{}, "host_network")
+	fSpecNode, fSpecRestart = bus.FieldNumber(&pb.PodSpec{}, "node_name"), bus.FieldNumber(&pb.PodSpec{}, "restart_policy")
+	fSpecScheduler          = bus.FieldNumber(&pb.PodSpec{}, "scheduler_name")
+	fSpecServiceAccount     = bus.FieldNumber(&pb.PodSpec{}, "service_account_name")
+	fSpecHostNetwork        = bus.FieldNumber(&pb.PodSpec{}, "host_network")
 
-	fStatusPhase, fStatusPodIP = wire.Field(&pb.PodStatus{}, "phase"), wire.Field(&pb.PodStatus{}, "pod_ip")
-	fStatusNominated           = wire.Field(&pb.PodStatus{}, "nominated_node_name")
+	fStatusPhase, fStatusPodIP = bus.FieldNumber(&pb.PodStatus{}, "phase"), bus.FieldNumber(&pb.PodStatus{}, "pod_ip")
+	fStatusNominated           = bus.FieldNumber(&pb.PodStatus{}, "nominated_node_name")
 )

@@ -4,8 +4,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/intern"
-	"github.com/podbus/podbus/internal/wire"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -19,30 +19,32 @@ func wireCached(data []byte) (*cachedPod, bool) {
 	c := &cachedPod{}
 	var r podRead
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return nil, false
 		}
 		data = rest
-		switch num {
+		switch f.Num {
 		case fPodMeta, fPodSpec, fPodStatus, fPodInternal:
 		default:
 			continue
 		}
-		if typ != protowire.BytesType || !wire.Once(&r.seen, num) {
+		if !f.FirstOf(&r.seen) {
 			return nil, false
 		}
-		switch num {
+		switch f.Num {
 		case fPodMeta:
-			ok = r.meta(c, v)
+			ok = r.meta(c, f.Value)
 		case fPodSpec:
 			c.has |= hasSpec
-			c.node, ok = stringField(v, fSpecNode)
+			var node []byte
+			node, ok = lastString(f.Value, fSpecNode)
+			c.node = intern.Bytes(node)
 		case fPodStatus:
-			ok = r.status(c, v)
+			ok = r.status(c, f.Value)
 		case fPodInternal:
 			c.has |= hasInternal
-			r.correlation, ok = bytesField(v, fInternalCorrelation)
+			r.correlation, ok = lastString(f.Value, fInternalCorrelation)
 		}
 		if !ok {
 			return nil, false
@@ -65,29 +67,35 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 	c.has |= hasMeta
 	var seen uint64
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return false
 		}
 		data = rest
-		switch num {
+		switch f.Num {
 		case fMetaName:
-			r.name, ok = wire.String(typ, v)
+			r.name, ok = f.StringBytes()
 		case fMetaNamespace:
-			c.namespace, ok = wireInterned(typ, v)
+			c.namespace, ok = interned(f)
 		case fMetaUID:
-			r.uid, ok = wire.String(typ, v)
+			r.uid, ok = f.StringBytes()
 		case fMetaLabels:
-			ok = typ == protowire.BytesType && label(c, v)
+			var k, v []byte
+			if k, v, ok = f.MapEntry(); ok {
+				if c.labels == nil {
+					c.labels = make(map[string]string, 4)
+				}
+				c.labels[string(k)] = string(v)
+			}
 		case fMetaCreated:
 			c.has |= hasCreated
-			ok = typ == protowire.BytesType && wire.Once(&seen, num) && wireStamp(v, &c.created)
+			ok = f.FirstOf(&seen) && wireStamp(f.Value, &c.created)
 		case fMetaDeleted:
 			c.has |= hasDeleted
-			ok = typ == protowire.BytesType && wire.Once(&seen, num) && wireStamp(v, &c.deleted)
+			ok = f.FirstOf(&seen) && wireStamp(f.Value, &c.deleted)
 		case fMetaOwners:
 			var o cachedOwner
-			if ok = typ == protowire.BytesType && owner(v, &o); ok {
+			if ok = f.Type == protowire.BytesType && owner(f.Value, &o); ok {
 				if c.has&hasOwner == 0 {
 					c.has |= hasOwner
 					c.owner = o
@@ -103,39 +111,26 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 	return true
 }
 
-// label adds one entry of the labels map; a later entry of a key replaces an earlier one.
-func label(c *cachedPod, data []byte) bool {
-	k, v, ok := wire.MapEntry(data)
-	if !ok {
-		return false
-	}
-	if c.labels == nil {
-		c.labels = make(map[string]string, 4)
-	}
-	c.labels[string(k)] = string(v)
-	return true
-}
-
 func owner(data []byte, o *cachedOwner) bool {
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return false
 		}
 		data = rest
-		switch num {
+		switch f.Num {
 		case fOwnerAPIVersion:
-			o.apiVersion, ok = wireInterned(typ, v)
+			o.apiVersion, ok = interned(f)
 		case fOwnerKind:
-			o.kind, ok = wireInterned(typ, v)
+			o.kind, ok = interned(f)
 		case fOwnerName:
-			o.name, ok = wireInterned(typ, v)
+			o.name, ok = interned(f)
 		case fOwnerUID:
-			o.uid, ok = wireInterned(typ, v)
+			o.uid, ok = interned(f)
 		case fOwnerController:
-			o.controller, ok = wireBool(typ, v)
+			o.controller, ok = wireBool(f)
 		case fOwnerBlock:
-			o.blockOwnerDeletion, ok = wireBool(typ, v)
+			o.blockOwnerDeletion, ok = wireBool(f)
 		}
 		if !ok {
 			return false
@@ -147,20 +142,20 @@ func owner(data []byte, o *cachedOwner) bool {
 func (r *podRead) status(c *cachedPod, data []byte) bool {
 	c.has |= hasStatus
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return false
 		}
 		data = rest
-		switch num {
+		switch f.Num {
 		case fStatusPhase:
-			c.phase, ok = wireInterned(typ, v)
+			c.phase, ok = interned(f)
 		case fStatusConditions:
-			ok = typ == protowire.BytesType && readyCondition(c, v)
+			ok = f.Type == protowire.BytesType && readyCondition(c, f.Value)
 		case fStatusContainers:
 			var n uint64
-			if ok = typ == protowire.BytesType; ok {
-				n, ok = varintField(v, fContainerRestarts)
+			if ok = f.Type == protowire.BytesType; ok {
+				n, ok = lastVarint(f.Value, fContainerRestarts)
 				c.restarts = append(c.restarts, int32(n))
 			}
 		}
@@ -175,21 +170,20 @@ func (r *podRead) status(c *cachedPod, data []byte) bool {
 func readyCondition(c *cachedPod, data []byte) bool {
 	var typ, status []byte
 	var at stamp
-	var hasAt bool
+	var seen uint64
 	for len(data) > 0 {
-		num, wt, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return false
 		}
 		data = rest
-		switch num {
+		switch f.Num {
 		case fConditionType:
-			typ, ok = wire.String(wt, v)
+			typ, ok = f.StringBytes()
 		case fConditionStatus:
-			status, ok = wire.String(wt, v)
+			status, ok = f.StringBytes()
 		case fConditionAt:
-			ok = wt == protowire.BytesType && !hasAt && wireStamp(v, &at)
-			hasAt = true
+			ok = f.FirstOf(&seen) && wireStamp(f.Value, &at)
 		}
 		if !ok {
 			return false
@@ -198,7 +192,7 @@ func readyCondition(c *cachedPod, data []byte) bool {
 	if string(typ) == "Ready" && c.has&hasReady == 0 {
 		c.has |= hasReady
 		c.readyStatus = intern.Bytes(status)
-		if hasAt {
+		if seen != 0 {
 			c.has |= hasReadyAt
 			c.readyAt = at
 		}
@@ -208,18 +202,18 @@ func readyCondition(c *cachedPod, data []byte) bool {
 
 func wireStamp(data []byte, s *stamp) bool {
 	for len(data) > 0 {
-		num, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return false
 		}
 		data = rest
 		var n uint64
-		switch num {
+		switch f.Num {
 		case fStampSeconds:
-			n, ok = wire.Varint(typ, v)
+			n, ok = f.Varint()
 			s.sec = int64(n)
 		case fStampNanos:
-			n, ok = wire.Varint(typ, v)
+			n, ok = f.Varint()
 			s.nsec = int32(n)
 		}
 		if !ok {
@@ -229,17 +223,18 @@ func wireStamp(data []byte, s *stamp) bool {
 	return true
 }
 
-// bytesField is the last value of the string field num of a message's wire form.
-func bytesField(data []byte, num protowire.Number) ([]byte, bool) {
+// lastString is the string field num of a message's wire form, its last occurrence as a decoder
+// reads it.
+func lastString(data []byte, num protowire.Number) ([]byte, bool) {
 	var out []byte
 	for len(data) > 0 {
-		n, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return nil, false
 		}
 		data = rest
-		if n == num {
-			if out, ok = wire.String(typ, v); !ok {
+		if f.Num == num {
+			if out, ok = f.StringBytes(); !ok {
 				return nil, false
 			}
 		}
@@ -247,23 +242,17 @@ func bytesField(data []byte, num protowire.Number) ([]byte, bool) {
 	return out, true
 }
 
-// stringField is bytesField, interned.
-func stringField(data []byte, num protowire.Number) (string, bool) {
-	b, ok := bytesField(data, num)
-	return intern.Bytes(b), ok
-}
-
-// varintField is the last value of the varint field num of a message's wire form.
-func varintField(data []byte, num protowire.Number) (uint64, bool) {
+// lastVarint is lastString for a varint field.
+func lastVarint(data []byte, num protowire.Number) (uint64, bool) {
 	var out uint64
 	for len(data) > 0 {
-		n, typ, v, rest, ok := wire.Next(data)
+		f, rest, ok := bus.NextField(data)
 		if !ok {
 			return 0, false
 		}
 		data = rest
-		if n == num {
-			if out, ok = wire.Varint(typ, v); !ok {
+		if f.Num == num {
+			if out, ok = f.Varint(); !ok {
 				return 0, false
 			}
 		}
@@ -271,14 +260,14 @@ func varintField(data []byte, num protowire.Number) (uint64, bool) {
 	return out, true
 }
 
-// wireInterned is a string field's value, interned.
-func wireInterned(typ protowire.Type, v []byte) (string, bool) {
-	b, ok := wire.String(typ, v)
+// interned is a string field's value, interned from its bytes.
+func interned(f bus.WireField) (string, bool) {
+	b, ok := f.StringBytes()
 	return intern.Bytes(b), ok
 }
 
-func wireBool(typ protowire.Type, v []byte) (optBool, bool) {
-	n, ok := wire.Varint(typ, v)
+func wireBool(f bus.WireField) (optBool, bool) {
+	n, ok := f.Varint()
 	if n != 0 {
 		return boolTrue, ok
 	}
@@ -287,29 +276,33 @@ func wireBool(typ protowire.Type, v []byte) (optBool, bool) {
 
 // The numbers of the fields wireCached reads, from the messages' descriptors.
 var (
-	fPodMeta, fPodSpec   = wire.Field(&pb.Pod{}, "metadata"), wire.Field(&pb.Pod{}, "spec")
-	fPodStatus           = wire.Field(&pb.Pod{}, "status")
-	fPodInternal         = wire.Field(&pb.Pod{}, "internal")
-	fSpecNode            = wire.Field(&pb.PodSpec{}, "node_name")
-	fInternalCorrelation = wire.Field(&pb.PodInternal{}, "correlation_id")
+	fPodMeta, fPodSpec   = bus.FieldNumber(&pb.Pod{}, "metadata"), bus.FieldNumber(&pb.Pod{}, "spec")
+	fPodStatus           = bus.FieldNumber(&pb.Pod{}, "status")
+	fPodInternal         = bus.FieldNumber(&pb.Pod{}, "internal")
+	fSpecNode            = bus.FieldNumber(&pb.PodSpec{}, "node_name")
+	fInternalCorrelation = bus.FieldNumber(&pb.PodInternal{}, "correlation_id")
 
-	fMetaName, fMetaNamespace = wire.Field(&pb.ObjectMeta{}, "name"), wire.Field(&pb.ObjectMeta{}, "namespace")
-	fMetaUID, fMetaLabels     = wire.Field(&pb.ObjectMeta{}, "uid"), wire.Field(&pb.ObjectMeta{}, "labels")
-	fMetaOwners               = wire.Field(&pb.ObjectMeta{}, "owner_references")
-	fMetaCreated              = wire.Field(&pb.ObjectMeta{}, "creation_timestamp")
-	fMetaDeleted              = wire.Field(&pb.ObjectMeta{}, "deletion_timestamp")
+	fMetaName, fMetaNamespace = bus.FieldNumber(&pb.ObjectMeta{}, "name"), bus.FieldNumber(&pb.ObjectMeta{}, "namespace")
+	fMetaUID, fMetaLabels     = bus.FieldNumber(&pb.ObjectMeta{}, "uid"), bus.FieldNumber(&pb.ObjectMeta{}, "labels")
+	fMetaOwners               = bus.FieldNumber(&pb.ObjectMeta{}, "owner_references")
+	fMetaCreated              = bus.FieldNumber(&pb.ObjectMeta{}, "creation_timestamp")
+	fMetaDeleted              = bus.FieldNumber(&pb.ObjectMeta{}, "deletion_timestamp")
 
-	fOwnerAPIVersion, fOwnerKind = wire.Field(&pb.OwnerReference{}, "api_version"), wire.Field(&pb.OwnerReference{}, "kind")
-	fOwnerName, fOwnerUID        = wire.Field(&pb.OwnerReference{}, "name"), wire.Field(&pb.OwnerReference{}, "uid")
-	fOwnerController             = wire.Field(&pb.OwnerReference{}, "controller")
-	fOwnerBlock                  = wire.Field(&pb.OwnerReference{}, "block_owner_deletion")
+	fOwnerAPIVersion = bus.FieldNumber(&pb.OwnerReference{}, "api_version")
+	fOwnerKind       = bus.FieldNumber(&pb.OwnerReference{}, "kind")
+	fOwnerName       = bus.FieldNumber(&pb.OwnerReference{}, "name")
+	fOwnerUID        = bus.FieldNumber(&pb.OwnerReference{}, "uid")
+	fOwnerController = bus.FieldNumber(&pb.OwnerReference{}, "controller")
+	fOwnerBlock      = bus.FieldNumber(&pb.OwnerReference{}, "block_owner_deletion")
 
-	fStatusPhase, fStatusConditions = wire.Field(&pb.PodStatus{}, "phase"), wire.Field(&pb.PodStatus{}, "conditions")
-	fStatusContainers               = wire.Field(&pb.PodStatus{}, "container_statuses")
-	fConditionType                  = wire.Field(&pb.PodCondition{}, "type")
-	fConditionStatus                = wire.Field(&pb.PodCondition{}, "status")
-	fConditionAt                    = wire.Field(&pb.PodCondition{}, "last_transition_time")
-	fContainerRestarts              = wire.Field(&pb.ContainerStatus{}, "restart_count")
+	fStatusPhase       = bus.FieldNumber(&pb.PodStatus{}, "phase")
+	fStatusConditions  = bus.FieldNumber(&pb.PodStatus{}, "conditions")
+	fStatusContainers  = bus.FieldNumber(&pb.PodStatus{}, "container_statuses")
+	fConditionType     = bus.FieldNumber(&pb.PodCondition{}, "type")
+	fConditionStatus   = bus.FieldNumber(&pb.PodCondition{}, "status")
+	fConditionAt       = bus.FieldNumber(&pb.PodCondition{}, "last_transition_time")
+	fContainerRestarts = bus.FieldNumber(&pb.ContainerStatus{}, "restart_count")
 
-	fStampSeconds, fStampNanos = wire.Field(&timestamppb.Timestamp{}, "seconds"), wire.Field(&timestamppb.Timestamp{}, "nanos")
+	fStampSeconds = bus.FieldNumber(&timestamppb.Timestamp{}, "seconds")
+	fStampNanos   = bus.FieldNumber(&timestamppb.Timestamp{}, "nanos")
 )
