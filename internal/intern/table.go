@@ -62,6 +62,17 @@ func (s *Strings) Get(v string) string {
 	return shared
 }
 
+// Bytes is Get(string(b)), without making the string when the table holds it already.
+func (s *Strings) Bytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if v, ok := s.t.m[string(b)]; ok {
+		return v
+	}
+	return s.Get(string(b))
+}
+
 // StringSlices shares equal string slices (a pod's sorted labels, a watch cache's field values), by
 // a hash of their contents checked equal. Like Table it forgets all at its limit. It is not safe for
 // concurrent use.

@@ -66,3 +66,16 @@ func TestStringSlices(t *testing.T) {
 		t.Errorf("after forgetting: %v, %v", f, a)
 	}
 }
+
+// Strings.Bytes gives the string Get gives, and allocates nothing for one the table holds.
+func TestStringsBytes(t *testing.T) {
+	s := NewStrings(8)
+	b := []byte("node-1")
+	v := s.Bytes(b)
+	if v != "node-1" || s.Get("node-1") != v || s.Bytes(nil) != "" {
+		t.Fatalf("Bytes(%q) = %q", b, v)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Bytes(b) }); n != 0 {
+		t.Errorf("%v allocations for a held string", n)
+	}
+}
