@@ -31,7 +31,8 @@ FUZZ_TARGETS := \
 	./services/admission:FuzzAccept \
 	./services/admission:FuzzWireIndex \
 	./internal/usage:FuzzDecode \
-	./services/workloads:FuzzWireCached
+	./services/workloads:FuzzWireCached \
+	./services/controllers:FuzzWireHead
 FUZZTIME ?= 3s
 
 ## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)

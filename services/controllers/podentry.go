@@ -41,13 +41,26 @@ var podDataMask = bus.NewMask(&pb.Pod{}, "metadata.creation_timestamp", "metadat
 // newPodEntry decodes a stored pod's metadata and keeps the rest the controllers read, sharing the
 // strings many pods repeat; meta is the collector's view of the same pod.
 func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1.ObjectMeta, ok bool) {
-	head, ok := bus.Prune(data, podMetaMask)
-	p := &pb.Pod{}
-	if !ok || proto.Unmarshal(head, p) != nil {
-		return nil, nil, false
+	meta, labels, ok := c.wireHead(data)
+	if !ok {
+		if meta, labels, ok = c.decodeHead(data); !ok {
+			return nil, nil, false
+		}
 	}
 	rest, ok := readyOnly(data)
 	if !ok {
+		return nil, nil, false
+	}
+	pe = &podEntry{ns: meta.Namespace, name: meta.Name, uid: string(meta.UID), labels: labels,
+		owners: meta.OwnerReferences, data: rest, rev: rev}
+	return pe, meta, true
+}
+
+// decodeHead is wireHead through the decoder, which takes any form of the pod.
+func (c *cache) decodeHead(data []byte) (meta *metav1.ObjectMeta, labels labelSet, ok bool) {
+	head, ok := bus.Prune(data, podMetaMask)
+	p := &pb.Pod{}
+	if !ok || proto.Unmarshal(head, p) != nil {
 		return nil, nil, false
 	}
 	md := p.GetMetadata()
@@ -68,9 +81,7 @@ func (c *cache) newPodEntry(data []byte, rev uint64) (pe *podEntry, meta *metav1
 				BlockOwnerDeletion: sharedBool(r.BlockOwnerDeletion)}
 		}
 	}
-	pe = &podEntry{ns: meta.Namespace, name: meta.Name, uid: string(meta.UID), labels: c.labelSet(md.GetLabels()),
-		owners: meta.OwnerReferences, data: rest, rev: rev}
-	return pe, meta, true
+	return meta, c.labelSet(md.GetLabels()), true
 }
 
 // readyOnly is a stored pod pruned to podDataMask, of its conditions only Ready: the one the
