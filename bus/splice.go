@@ -118,6 +118,34 @@ func (f WireField) MapEntry() (k, v []byte, ok bool) {
 	return k, v, true
 }
 
+// Timestamp is f's value as a decoder reads a google.protobuf.Timestamp field: false unless f is a
+// well-formed one.
+func (f WireField) Timestamp() (sec int64, nsec int32, ok bool) {
+	if f.Type != protowire.BytesType {
+		return 0, 0, false
+	}
+	for data := f.Value; len(data) > 0; {
+		e, rest, ok := NextField(data)
+		if !ok {
+			return 0, 0, false
+		}
+		data = rest
+		var n uint64
+		switch e.Num {
+		case 1:
+			n, ok = e.Varint()
+			sec = int64(n)
+		case 2:
+			n, ok = e.Varint()
+			nsec = int32(n)
+		}
+		if !ok {
+			return 0, 0, false
+		}
+	}
+	return sec, nsec, true
+}
+
 // FirstOf marks the message field f (numbered below 64) in *seen and says whether it was not marked
 // yet and is length-delimited: a decoder merges a message field given twice, which a reader of the
 // plain form leaves to it.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -303,6 +304,33 @@ func TestNextFieldReadsWhatTheDecoderReads(t *testing.T) {
 	}
 	if name != md.Name || gen != uint64(md.Generation) || !maps.Equal(labels, md.Labels) {
 		t.Errorf("read %q %d %v, want %q %d %v", name, gen, labels, md.Name, md.Generation, md.Labels)
+	}
+}
+
+// A Timestamp field reads as the decoder reads it: the epoch when empty, negative seconds too.
+func TestWireFieldTimestamp(t *testing.T) {
+	for _, ts := range []*timestamppb.Timestamp{{}, {Seconds: 1764590400, Nanos: 123456789}, {Seconds: -62135596800}} {
+		data, err := proto.Marshal(&pb.PodCondition{Type: "Ready", LastTransitionTime: ts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(data) > 0 {
+			f, rest, ok := NextField(data)
+			if !ok {
+				t.Fatal("malformed")
+			}
+			data = rest
+			if f.Num != FieldNumber(&pb.PodCondition{}, "last_transition_time") {
+				continue
+			}
+			sec, nsec, ok := f.Timestamp()
+			if !ok || sec != ts.Seconds || nsec != ts.Nanos {
+				t.Errorf("read %d.%09d (%t), want %d.%09d", sec, nsec, ok, ts.Seconds, ts.Nanos)
+			}
+		}
+	}
+	if _, _, ok := (WireField{Type: protowire.VarintType}).Timestamp(); ok {
+		t.Error("a varint read as a Timestamp")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
@@ -61,11 +60,13 @@ func (c *cache) wireHead(data []byte) (meta *metav1.ObjectMeta, labels labelSet,
 					meta.Finalizers = append(meta.Finalizers, string(b))
 				}
 			case fMetaDeleted:
-				var sec, nsec uint64
-				if ok = f.FirstOf(&metaSeen); ok {
-					sec, nsec, ok = stampOf(f.Value)
-					t := metav1.NewTime(time.Unix(int64(sec), int64(int32(nsec))).UTC())
+				var sec int64
+				var nsec int32
+				if sec, nsec, ok = f.Timestamp(); ok && f.FirstOf(&metaSeen) {
+					t := metav1.NewTime(time.Unix(sec, int64(nsec)).UTC())
 					meta.DeletionTimestamp = &t
+				} else {
+					ok = false
 				}
 			case fMetaOwners:
 				var r metav1.OwnerReference
@@ -138,27 +139,6 @@ func (c *cache) wireOwner(data []byte, r *metav1.OwnerReference) bool {
 	return true
 }
 
-// stampOf is a Timestamp's seconds and nanoseconds.
-func stampOf(data []byte) (sec, nsec uint64, ok bool) {
-	for len(data) > 0 {
-		f, rest, ok := bus.NextField(data)
-		if !ok {
-			return 0, 0, false
-		}
-		data = rest
-		switch f.Num {
-		case fStampSeconds:
-			sec, ok = f.Varint()
-		case fStampNanos:
-			nsec, ok = f.Varint()
-		}
-		if !ok {
-			return 0, 0, false
-		}
-	}
-	return sec, nsec, true
-}
-
 // The numbers of the fields wireHead reads, from the messages' descriptors.
 var (
 	fPodMeta                  = bus.FieldNumber(&pb.Pod{}, "metadata")
@@ -173,6 +153,4 @@ var (
 	fOwnerUID                 = bus.FieldNumber(&pb.OwnerReference{}, "uid")
 	fOwnerController          = bus.FieldNumber(&pb.OwnerReference{}, "controller")
 	fOwnerBlock               = bus.FieldNumber(&pb.OwnerReference{}, "block_owner_deletion")
-	fStampSeconds             = bus.FieldNumber(&timestamppb.Timestamp{}, "seconds")
-	fStampNanos               = bus.FieldNumber(&timestamppb.Timestamp{}, "nanos")
 )

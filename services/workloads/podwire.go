@@ -2,7 +2,6 @@ package workloads
 
 import (
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/intern"
@@ -89,10 +88,12 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 			}
 		case fMetaCreated:
 			c.has |= hasCreated
-			ok = f.FirstOf(&seen) && wireStamp(f.Value, &c.created)
+			c.created.sec, c.created.nsec, ok = f.Timestamp()
+			ok = ok && f.FirstOf(&seen)
 		case fMetaDeleted:
 			c.has |= hasDeleted
-			ok = f.FirstOf(&seen) && wireStamp(f.Value, &c.deleted)
+			c.deleted.sec, c.deleted.nsec, ok = f.Timestamp()
+			ok = ok && f.FirstOf(&seen)
 		case fMetaOwners:
 			var o cachedOwner
 			if ok = f.Type == protowire.BytesType && owner(f.Value, &o); ok {
@@ -183,7 +184,8 @@ func readyCondition(c *cachedPod, data []byte) bool {
 		case fConditionStatus:
 			status, ok = f.StringBytes()
 		case fConditionAt:
-			ok = f.FirstOf(&seen) && wireStamp(f.Value, &at)
+			at.sec, at.nsec, ok = f.Timestamp()
+			ok = ok && f.FirstOf(&seen)
 		}
 		if !ok {
 			return false
@@ -195,29 +197,6 @@ func readyCondition(c *cachedPod, data []byte) bool {
 		if seen != 0 {
 			c.has |= hasReadyAt
 			c.readyAt = at
-		}
-	}
-	return true
-}
-
-func wireStamp(data []byte, s *stamp) bool {
-	for len(data) > 0 {
-		f, rest, ok := bus.NextField(data)
-		if !ok {
-			return false
-		}
-		data = rest
-		var n uint64
-		switch f.Num {
-		case fStampSeconds:
-			n, ok = f.Varint()
-			s.sec = int64(n)
-		case fStampNanos:
-			n, ok = f.Varint()
-			s.nsec = int32(n)
-		}
-		if !ok {
-			return false
 		}
 	}
 	return true
@@ -302,7 +281,4 @@ var (
 	fConditionStatus   = bus.FieldNumber(&pb.PodCondition{}, "status")
 	fConditionAt       = bus.FieldNumber(&pb.PodCondition{}, "last_transition_time")
 	fContainerRestarts = bus.FieldNumber(&pb.ContainerStatus{}, "restart_count")
-
-	fStampSeconds = bus.FieldNumber(&timestamppb.Timestamp{}, "seconds")
-	fStampNanos   = bus.FieldNumber(&timestamppb.Timestamp{}, "nanos")
 )
