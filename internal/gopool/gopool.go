@@ -76,15 +76,15 @@ func (p *Pool) run(w *worker, f func()) {
 	}
 }
 
-// Workers is how many workers run, idle or busy.
-func (p *Pool) Workers() int {
+// workerCount is how many workers run, idle or busy (for tests).
+func (p *Pool) workerCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.workers
 }
 
-// Idle is how many workers wait for a function.
-func (p *Pool) Idle() int {
+// idleCount is how many workers wait for a function (for tests).
+func (p *Pool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)

@@ -41,7 +41,7 @@ func TestPoolRunsEverything(t *testing.T) {
 					ran++
 					mu.Unlock()
 				})
-				if n := p.Workers(); n > tc.max {
+				if n := p.workerCount(); n > tc.max {
 					t.Fatalf("%d workers, max %d", n, tc.max)
 				}
 			}
@@ -73,7 +73,7 @@ func TestPoolNeverWaits(t *testing.T) {
 			t.Fatal("a function given to a busy pool did not start")
 		}
 	}
-	if n := p.Workers(); n != 2 {
+	if n := p.workerCount(); n != 2 {
 		t.Errorf("%d workers, want 2", n)
 	}
 	close(release)
@@ -89,15 +89,15 @@ func TestPoolReusesAndEnds(t *testing.T) {
 	p.Go(run)
 	first := <-ids
 	for i := range 20 {
-		waitFor(t, "the worker idle", func() bool { return p.Idle() == 1 })
+		waitFor(t, "the worker idle", func() bool { return p.idleCount() == 1 })
 		p.Go(run)
 		if id := <-ids; id != first {
 			t.Fatalf("call %d ran on goroutine %s, not on the idle worker %s", i, id, first)
 		}
 	}
-	waitFor(t, "the worker idle", func() bool { return p.Idle() == 1 })
+	waitFor(t, "the worker idle", func() bool { return p.idleCount() == 1 })
 	cancel()
-	waitFor(t, "no worker after the pool's context ended", func() bool { return p.Workers() == 0 })
+	waitFor(t, "no worker after the pool's context ended", func() bool { return p.workerCount() == 0 })
 	p.Go(run) // still runs
 	<-ids
 }
