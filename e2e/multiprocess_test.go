@@ -94,6 +94,20 @@ func (p *process) sigkill(t *testing.T) {
 	}
 }
 
+// waitReadyz waits until the process at base (http://host:port) answers /readyz with 200: it is
+// connected and its consumers are bound, as compose's healthchecks wait before sending work.
+func waitReadyz(t *testing.T, name, base string) {
+	t.Helper()
+	bustest.Eventually(t, 60*time.Second, func() bool {
+		resp, err := healthClient.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "%s ready", name)
+}
+
 // Every service as its own podbus process over TCP to one NATS server gives the same result as `up`.
 // Each serves /metrics on its health port, where the stages it completes counted every pod, and logs
 // JSON lines with --log-format json.
@@ -160,6 +174,10 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		var list struct{ Items []json.RawMessage }
 		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Items) == 2
 	}, "API up with two nodes")
+	// The API answers before the store's consumer is bound; a pod sent then waits for it.
+	for _, p := range procs {
+		waitReadyz(t, p.name, "http://"+health[p.name])
+	}
 
 	const n = 20
 	for i := 0; i < n; i++ {

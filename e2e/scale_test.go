@@ -220,14 +220,7 @@ var healthClient = &http.Client{Timeout: 5 * time.Second}
 // waitReady waits for /readyz: the process is connected and its node cache holds the nodes and allocations.
 func (s *schedProc) waitReady(t *testing.T) {
 	t.Helper()
-	bustest.Eventually(t, 30*time.Second, func() bool {
-		resp, err := healthClient.Get(s.health + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "%s ready", s.name)
+	waitReadyz(t, s.name, s.health)
 }
 
 // counters reads the process's bus counters from /debug/vars.
