@@ -146,13 +146,14 @@ func (s *Service) readPod(ctx context.Context, key string) (storedPod, error) {
 // correlation id when it was found.
 func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (outcome, string, error) {
 	key := bus.PodKey(rep.GetNamespace(), rep.GetName())
+	st := reported(rep)
 	for attempt := range casAttempts {
 		// The pod as this replica last wrote it saves a read when it is still current (the usual case:
 		// one pod's reports go to one worker); anything but a plain apply is decided on a fresh read.
 		if attempt == 0 && !rep.GetGone() {
 			if p, ok := s.last.get(key, rep.GetUid()); ok && rep.GetSeq() > s.storedSeq(p.head) &&
 				p.head.GetSpec().GetNodeName() == rep.GetNode() {
-				err := s.writeStatus(ctx, key, p, rep)
+				err := s.writeStatus(ctx, key, p, st)
 				if err == nil {
 					return applied, p.head.GetInternal().GetCorrelationId(), nil
 				}
@@ -196,7 +197,7 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 			}
 			return removed, corr, nil
 		}
-		err = s.writeStatus(ctx, key, p, rep)
+		err = s.writeStatus(ctx, key, p, st)
 		if errors.Is(err, bus.ErrConflict) {
 			metrics.Count("kv.conflicts.status", 1)
 			metrics.CASConflicts.WithLabelValues(bus.BucketPods).Inc()
@@ -210,12 +211,12 @@ func (s *Service) applyReport(ctx context.Context, rep *pb.PodStatusReport) (out
 	return ignored, "", fmt.Errorf("apply status of pod %s: %w after %d attempts", key, bus.ErrConflict, casAttempts)
 }
 
-// writeStatus merges rep into p and compare-and-sets the result at p's revision, replacing only the
+// writeStatus merges a into p and compare-and-sets the result at p's revision, replacing only the
 // status and bookkeeping in the stored bytes; it keeps what it wrote in the write-back cache.
-func (s *Service) writeStatus(ctx context.Context, key string, p storedPod, rep *pb.PodStatusReport) error {
+func (s *Service) writeStatus(ctx context.Context, key string, p storedPod, a agentStatus) error {
 	pod := p.head
 	wasReady := isReady(pod)
-	mergeStatus(pod, rep)
+	mergeStatus(pod, a)
 	st, err := proto.Marshal(pod.GetStatus())
 	if err != nil {
 		return err
@@ -271,24 +272,48 @@ func goneOrIgnored(rep *pb.PodStatusReport) outcome {
 	return ignored
 }
 
+// agentStatus is a report's status and seq. Each compare-and-set attempt merges the status into
+// another read of the pod; the report's own conditions and qosClass are kept aside, as the agent sent
+// them, so that every merge starts from those and the status need not be copied for each.
+type agentStatus struct {
+	st    *pb.PodStatus
+	conds []*pb.PodCondition
+	qos   string
+	seq   uint64
+}
+
+// reported takes rep's status for merging: rep must not be used for its status afterwards.
+func reported(rep *pb.PodStatusReport) agentStatus {
+	st := rep.GetStatus()
+	return agentStatus{st: st, conds: st.GetConditions(), qos: st.GetQosClass(), seq: rep.GetSeq()}
+}
+
 // mergeStatus replaces the pod's status with the agent's, keeping what the control plane owns:
 // the PodScheduled condition, nominatedNodeName and qosClass.
-func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
+func mergeStatus(pod *pb.Pod, a agentStatus) {
 	old := pod.GetStatus()
-	st := proto.Clone(rep.GetStatus()).(*pb.PodStatus)
+	st := a.st
+	if st == nil {
+		st = &pb.PodStatus{}
+	}
+	st.Conditions = a.conds
 	if sched := podutil.PodCondition(pod, podutil.PodScheduled); sched != nil {
+		conds := make([]*pb.PodCondition, len(a.conds), len(a.conds)+1)
 		replaced := false
-		for i, c := range st.GetConditions() {
+		for i, c := range a.conds {
+			conds[i] = c
 			if c.GetType() == podutil.PodScheduled {
-				st.Conditions[i] = sched
+				conds[i] = sched
 				replaced = true
 			}
 		}
 		if !replaced {
-			st.Conditions = append(st.Conditions, sched)
+			conds = append(conds, sched)
 		}
+		st.Conditions = conds
 	}
 	st.NominatedNodeName = old.GetNominatedNodeName()
+	st.QosClass = a.qos
 	if q := old.GetQosClass(); q != "" {
 		st.QosClass = q
 	}
@@ -296,7 +321,7 @@ func mergeStatus(pod *pb.Pod, rep *pb.PodStatusReport) {
 	if pod.Internal == nil {
 		pod.Internal = &pb.PodInternal{}
 	}
-	pod.Internal.ReportSeq = rep.GetSeq()
+	pod.Internal.ReportSeq = a.seq
 }
 
 // podCache holds the pods this replica wrote last, as stored, with their revisions. It is a hint:

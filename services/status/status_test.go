@@ -373,21 +373,53 @@ func TestNodeMonitorMarksSilentNodesUnknown(t *testing.T) {
 	}, "node Ready again")
 }
 
+// A report's status merges into each read of the pod as it would into the first: a compare-and-set
+// that lost merges the same report into a newer read, whose control-plane fields may differ.
 func TestMergeStatus(t *testing.T) {
-	pod := testPod("web", "u1")
+	noSched := testPod("web", "u1")
+	noSched.Status = &pb.PodStatus{Phase: "Pending"}
+	other := testPod("web", "u1")
+	other.Status.NominatedNodeName, other.Status.QosClass = "", "Burstable"
+	other.Status.Conditions[0].Message = "another binder"
+	tests := []struct {
+		name string
+		pod  *pb.Pod
+		want *pb.PodStatus
+	}{
+		{"scheduled, nominated, qos", testPod("web", "u1"), &pb.PodStatus{Phase: "Running", PodIp: "10.42.1.7",
+			QosClass: "BestEffort", NominatedNodeName: "n9", Conditions: []*pb.PodCondition{
+				{Type: podutil.PodReady, Status: podutil.True},
+				{Type: podutil.PodScheduled, Status: podutil.True, Message: "binder"}}}},
+		{"none of them stored", noSched, &pb.PodStatus{Phase: "Running", PodIp: "10.42.1.7",
+			QosClass: "Guaranteed", Conditions: []*pb.PodCondition{
+				{Type: podutil.PodReady, Status: podutil.True},
+				{Type: podutil.PodScheduled, Status: podutil.True, Message: "agent"}}}},
+		{"others stored", other, &pb.PodStatus{Phase: "Running", PodIp: "10.42.1.7",
+			QosClass: "Burstable", Conditions: []*pb.PodCondition{
+				{Type: podutil.PodReady, Status: podutil.True},
+				{Type: podutil.PodScheduled, Status: podutil.True, Message: "another binder"}}}},
+	}
+	// One report merged into every pod in turn, as compare-and-set attempts do.
 	rep := report("web", "u1", 9, "Running")
 	rep.Status.QosClass = "Guaranteed"
-	mergeStatus(pod, rep)
-	want := &pb.PodStatus{Phase: "Running", PodIp: "10.42.1.7", QosClass: "BestEffort", NominatedNodeName: "n9",
-		Conditions: []*pb.PodCondition{
-			{Type: podutil.PodReady, Status: podutil.True},
-			{Type: podutil.PodScheduled, Status: podutil.True, Message: "binder"},
-		}}
-	if diff := cmp.Diff(want, pod.GetStatus(), protocmp.Transform()); diff != "" {
-		t.Errorf("merged status (-want +got):\n%s", diff)
+	sent := rep.GetStatus().GetConditions()
+	st := reported(rep)
+	for _, order := range [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}} {
+		for _, k := range order {
+			tt := tests[k]
+			pod := proto.Clone(tt.pod).(*pb.Pod)
+			mergeStatus(pod, st)
+			if diff := cmp.Diff(tt.want, pod.GetStatus(), protocmp.Transform()); diff != "" {
+				t.Errorf("order %v, %s: merged status (-want +got):\n%s", order, tt.name, diff)
+			}
+			if pod.GetInternal().GetReportSeq() != 9 {
+				t.Errorf("order %v, %s: report seq %d", order, tt.name, pod.GetInternal().GetReportSeq())
+			}
+		}
 	}
-	if pod.GetInternal().GetReportSeq() != 9 {
-		t.Errorf("report seq %d", pod.GetInternal().GetReportSeq())
+	// The conditions as the agent sent them are left alone.
+	if got := sent[1].GetMessage(); len(sent) != 2 || got != "agent" {
+		t.Errorf("the report's conditions were changed: %v", sent)
 	}
 }
 
