@@ -58,10 +58,19 @@ type batchQueue struct {
 	flushing bool
 }
 
+// batchItem is a queued message, kept as its parts: most go out inside a batch, which takes their
+// data and headers from these, so a message of its own is built only for a group of one.
 type batchItem struct {
-	msg *nats.Msg
-	ok  chan *jetstream.PubAck
-	err chan error
+	subject string
+	data    []byte
+	meta    Meta // with the actor
+	ok      chan *jetstream.PubAck
+	err     chan error
+}
+
+// message is the item as a message of its own.
+func (it *batchItem) message() *nats.Msg {
+	return &nats.Msg{Subject: it.subject, Data: it.data, Header: it.meta.header()}
 }
 
 // NewBatcher returns a batcher that signs every message with actor, like NewPublisher.
@@ -81,25 +90,26 @@ func (b *Batcher) Publish(ctx context.Context, subject string, m proto.Message, 
 // PublishAsync queues m and returns its future; the caller must wait on it (Wait) before it
 // acknowledges whatever caused the publish.
 func (b *Batcher) PublishAsync(subject string, m proto.Message, meta Meta) (jetstream.PubAckFuture, error) {
-	msg, err := encode(b.actor, subject, m, meta)
+	data, err := proto.Marshal(m)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("marshal %T for %s: %w", m, subject, err)
 	}
-	return b.queue(subject, msg), nil
+	return b.queue(subject, data, meta), nil
 }
 
 // PublishEncoded is Publish for a message already encoded (see Splice).
 func (b *Batcher) PublishEncoded(ctx context.Context, subject string, data []byte, meta Meta) error {
-	return Wait(ctx, b.queue(subject, wrap(b.actor, subject, data, meta)))
+	return Wait(ctx, b.queue(subject, data, meta))
 }
 
 // PublishEncodedAsync is PublishAsync for a message already encoded (see Splice); it never fails.
 func (b *Batcher) PublishEncodedAsync(subject string, data []byte, meta Meta) (jetstream.PubAckFuture, error) {
-	return b.queue(subject, wrap(b.actor, subject, data, meta)), nil
+	return b.queue(subject, data, meta), nil
 }
 
-func (b *Batcher) queue(subject string, msg *nats.Msg) *batchItem {
-	it := &batchItem{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+func (b *Batcher) queue(subject string, data []byte, meta Meta) *batchItem {
+	meta.Actor = b.actor
+	it := &batchItem{subject: subject, data: data, meta: meta, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
 	group := GroupSubject(subject)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -121,8 +131,8 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 	for {
 		b.mu.Lock()
 		n, size := 0, 0
-		for n < len(q.items) && n < MaxBatchEntries && (n == 0 || size+len(q.items[n].msg.Data) <= maxBatchBytes) {
-			size += len(q.items[n].msg.Data)
+		for n < len(q.items) && n < MaxBatchEntries && (n == 0 || size+len(q.items[n].data) <= maxBatchBytes) {
+			size += len(q.items[n].data)
 			n++
 		}
 		if n == 0 {
@@ -135,8 +145,10 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 		q.items = q.items[n:]
 		b.mu.Unlock()
 
-		msg := group[0].msg
-		if n > 1 {
+		var msg *nats.Msg
+		if n == 1 {
+			msg = group[0].message()
+		} else {
 			msg = packBatch(subject, b.actor, group)
 		}
 		ack, err := b.publish(msg)
@@ -175,7 +187,7 @@ func packBatch(subject, actor string, group []*batchItem) *nats.Msg {
 	hdr := nats.Header{HdrBatch: {strconv.Itoa(len(group))}, HdrActor: {actor}}
 	ids := make([]string, len(group))
 	for i, it := range group {
-		ids[i] = it.msg.Header.Get(HdrMsgID)
+		ids[i] = it.meta.MsgID
 	}
 	if id := BatchMsgID(subject, ids); id != "" {
 		hdr.Set(HdrMsgID, id)
@@ -208,42 +220,41 @@ func appendBatch(b []byte, subject string, group []*batchItem) []byte {
 	sizes := make([]int, len(group))
 	total := 0
 	for i, it := range group {
-		sizes[i] = entrySize(it.msg, ownSubject(it.msg, subject))
+		sizes[i] = entrySize(it, ownSubject(it, subject))
 		total += protowire.SizeTag(1) + protowire.SizeBytes(sizes[i])
 	}
 	b = slices.Grow(b, total)
 	for i, it := range group {
-		m := it.msg
 		b = protowire.AppendTag(b, 1, protowire.BytesType) // Batch.entries
 		b = protowire.AppendVarint(b, uint64(sizes[i]))
 		b = protowire.AppendTag(b, 1, protowire.BytesType) // BatchEntry.data
-		b = protowire.AppendBytes(b, m.Data)
-		for k, v := range m.Header {
-			if k != HdrActor && len(v) > 0 {
-				b = appendMapEntry(b, k, v[0])
+		b = protowire.AppendBytes(b, it.data)
+		for k, v := range it.meta.values() {
+			if v != "" && metaHeaders[k] != HdrActor {
+				b = appendMapEntry(b, metaHeaders[k], v)
 			}
 		}
-		if own := ownSubject(m, subject); own != "" {
+		if own := ownSubject(it, subject); own != "" {
 			b = appendMapEntry(b, HdrSubject, own)
 		}
 	}
 	return b
 }
 
-// ownSubject is m's subject when it is not its batch's ("" otherwise).
-func ownSubject(m *nats.Msg, batch string) string {
-	if m.Subject != batch {
-		return m.Subject
+// ownSubject is it's subject when it is not its batch's ("" otherwise).
+func ownSubject(it *batchItem, batch string) string {
+	if it.subject != batch {
+		return it.subject
 	}
 	return ""
 }
 
-// entrySize is the size of m's BatchEntry.
-func entrySize(m *nats.Msg, own string) int {
-	size := protowire.SizeTag(1) + protowire.SizeBytes(len(m.Data))
-	for k, v := range m.Header {
-		if k != HdrActor && len(v) > 0 {
-			size += protowire.SizeTag(2) + protowire.SizeBytes(mapEntrySize(k, v[0]))
+// entrySize is the size of it's BatchEntry.
+func entrySize(it *batchItem, own string) int {
+	size := protowire.SizeTag(1) + protowire.SizeBytes(len(it.data))
+	for k, v := range it.meta.values() {
+		if v != "" && metaHeaders[k] != HdrActor {
+			size += protowire.SizeTag(2) + protowire.SizeBytes(mapEntrySize(metaHeaders[k], v))
 		}
 	}
 	if own != "" {
@@ -268,7 +279,7 @@ func appendMapEntry(b []byte, k, v string) []byte {
 // The batchItem is the future of its message.
 func (it *batchItem) Ok() <-chan *jetstream.PubAck { return it.ok }
 func (it *batchItem) Err() <-chan error            { return it.err }
-func (it *batchItem) Msg() *nats.Msg               { return it.msg }
+func (it *batchItem) Msg() *nats.Msg               { return it.message() }
 
 // Unbatch returns the messages a stored message on subject stands for: its entries when it is a batch
 // (each with the batch's headers under its own, and its own subject: the batch's unless HdrSubject

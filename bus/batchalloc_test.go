@@ -11,9 +11,9 @@ import (
 func benchBatch(n int) (nats.Header, []byte) {
 	group := make([]*batchItem, n)
 	for i := range group {
-		m := wrap("store/0", SubjPodScheduled, make([]byte, 600), Meta{MsgID: "created-0b6c1f5e-2a3d-4e7f-9a1b-000000000001",
-			Correlation: "9f8e7d6c-5b4a-4321-8765-000000000001", PodUID: "0b6c1f5e-2a3d-4e7f-9a1b-000000000001", Key: "default/pod-1"})
-		group[i] = &batchItem{msg: m}
+		group[i] = &batchItem{subject: SubjPodScheduled, data: make([]byte, 600), meta: Meta{MsgID: "created-0b6c1f5e-2a3d-4e7f-9a1b-000000000001",
+			Correlation: "9f8e7d6c-5b4a-4321-8765-000000000001", PodUID: "0b6c1f5e-2a3d-4e7f-9a1b-000000000001", Key: "default/pod-1",
+			Actor: "store/0"}}
 	}
 	msg := packBatch(SubjPodScheduled, "store/0", group)
 	return msg.Header, msg.Data

@@ -21,11 +21,17 @@ type Meta struct {
 	Actor       string // set by the Publisher
 }
 
-// metaHeaders are the headers Meta travels in, in the order of Meta.header's values.
+// metaHeaders are the headers Meta travels in, in the order of Meta.values.
 var metaHeaders = [...]string{HdrMsgID, HdrCorrelation, HdrPodUID, HdrKey, HdrReply, HdrUser, HdrTrigger, HdrActor}
 
+// values are m's fields in the order of metaHeaders.
+func (m Meta) values() [len(metaHeaders)]string {
+	return [...]string{m.MsgID, m.Correlation, m.PodUID, m.Key, m.Reply, m.User, m.Trigger, m.Actor}
+}
+
+// header is m as message headers (the empty fields left out).
 func (m Meta) header() nats.Header {
-	values := [...]string{m.MsgID, m.Correlation, m.PodUID, m.Key, m.Reply, m.User, m.Trigger, m.Actor}
+	values := m.values()
 	n := 0
 	for _, v := range values {
 		if v != "" {
