@@ -41,26 +41,25 @@ func (r *Recorder) Event(obj *pb.ObjectReference, typ, reason, message, dedup st
 	if at.IsZero() {
 		at = time.Now()
 	}
-	ts := timestamppb.New(at)
-	ev := &pb.Event{
-		Metadata: &pb.ObjectMeta{
-			Name:              obj.GetName() + "." + id,
-			Namespace:         obj.GetNamespace(),
-			Uid:               id,
-			CreationTimestamp: ts,
-		},
-		InvolvedObject:     obj,
-		Reason:             reason,
-		Message:            message,
-		Source:             &pb.EventSource{Component: r.component, Host: r.host},
-		FirstTimestamp:     ts,
-		LastTimestamp:      ts,
-		Count:              1,
-		Type:               typ,
-		ReportingComponent: r.component,
-		ReportingInstance:  r.host,
-	}
+	// The event and its parts are one allocation: every step of every pod records events.
+	e := &eventParts{}
+	e.ts.Seconds, e.ts.Nanos = at.Unix(), int32(at.Nanosecond())
+	e.md.Name, e.md.Namespace, e.md.Uid, e.md.CreationTimestamp = obj.GetName()+"."+id, obj.GetNamespace(), id, &e.ts
+	e.src.Component, e.src.Host = r.component, r.host
+	ev := &e.ev
+	ev.Metadata, ev.InvolvedObject, ev.Source = &e.md, obj, &e.src
+	ev.Reason, ev.Message, ev.Type, ev.Count = reason, message, typ, 1
+	ev.FirstTimestamp, ev.LastTimestamp = &e.ts, &e.ts
+	ev.ReportingComponent, ev.ReportingInstance = r.component, r.host
 	return r.pub.PublishAsync(bus.SubjEvent(obj.GetNamespace(), obj.GetName()), ev, bus.Meta{MsgID: "ev-" + id, PodUID: obj.GetUid()})
+}
+
+// eventParts are an event's messages.
+type eventParts struct {
+	ev  pb.Event
+	md  pb.ObjectMeta
+	src pb.EventSource
+	ts  timestamppb.Timestamp
 }
 
 // eventID is the hex FNV-1a (64-bit) of the parts, each followed by a zero byte, computed without

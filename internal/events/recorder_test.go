@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -47,7 +50,7 @@ func (c *capture) PublishAsync(subject string, m proto.Message, meta bus.Meta) (
 func TestEvent(t *testing.T) {
 	var c capture
 	r := NewRecorder(&c, "kubelet", "node-1")
-	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 12, 4, 10, 0, 0, 123456789, time.UTC)
 	ref := &pb.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", Uid: "u1"}
 	if _, err := r.Event(ref, "Normal", "Started", "Started container app", "app", at); err != nil {
 		t.Fatal(err)
@@ -59,12 +62,16 @@ func TestEvent(t *testing.T) {
 	if c.meta.MsgID != "ev-"+id || c.meta.PodUID != "u1" {
 		t.Errorf("meta %+v", c.meta)
 	}
-	md := c.ev.GetMetadata()
-	if md.GetName() != "web."+id || md.GetUid() != id || md.GetNamespace() != "default" || !md.GetCreationTimestamp().AsTime().Equal(at) {
-		t.Errorf("metadata %v", md)
+	ts := timestamppb.New(at)
+	want := &pb.Event{
+		Metadata:       &pb.ObjectMeta{Name: "web." + id, Namespace: "default", Uid: id, CreationTimestamp: ts},
+		InvolvedObject: ref, Reason: "Started", Message: "Started container app",
+		Source:         &pb.EventSource{Component: "kubelet", Host: "node-1"},
+		FirstTimestamp: ts, LastTimestamp: ts, Count: 1, Type: "Normal",
+		ReportingComponent: "kubelet", ReportingInstance: "node-1",
 	}
-	if c.ev.GetReason() != "Started" || c.ev.GetSource().GetHost() != "node-1" || c.ev.GetReportingComponent() != "kubelet" || c.ev.GetCount() != 1 {
-		t.Errorf("event %v", c.ev)
+	if d := cmp.Diff(want, c.ev, protocmp.Transform()); d != "" {
+		t.Errorf("event (-want +got):\n%s", d)
 	}
 }
 
