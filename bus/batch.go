@@ -241,7 +241,7 @@ func appendBatch(b []byte, subject string, group []*batchItem) []byte {
 	return b
 }
 
-// ownSubject is it's subject when it is not its batch's ("" otherwise).
+// ownSubject is the item's subject when it is not its batch's ("" otherwise).
 func ownSubject(it *batchItem, batch string) string {
 	if it.subject != batch {
 		return it.subject
@@ -249,7 +249,7 @@ func ownSubject(it *batchItem, batch string) string {
 	return ""
 }
 
-// entrySize is the size of it's BatchEntry.
+// entrySize is the size of the item's BatchEntry.
 func entrySize(it *batchItem, own string) int {
 	size := protowire.SizeTag(1) + protowire.SizeBytes(len(it.data))
 	for k, v := range it.meta.values() {
