@@ -122,6 +122,9 @@ func (e *env) runFakeStore() {
 			_ = bus.Delete(ctx, e.pods, key, rev)
 			return
 		}
+		if cur.GetMetadata().GetDeletionTimestamp() != nil {
+			return // already going: the store keeps the first deletion's time, and so writes nothing
+		}
 		cur.Metadata.DeletionTimestamp = timestamppb.Now()
 		_, _ = bus.Update(ctx, e.pods, key, cur, rev)
 	})
