@@ -4,8 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/intern"
-	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/internal/podfields"
 )
 
 // wireIndex is indexPod read straight from the pod's wire form: the watch cache indexes every change
@@ -28,7 +27,7 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 			return nil, nil, false
 		}
 		data = rest
-		if pf.Num != fPodMeta && pf.Num != fPodSpec && pf.Num != fPodStatus {
+		if pf.Num != podfields.PodMeta && pf.Num != podfields.PodSpec && pf.Num != podfields.PodStatus {
 			continue
 		}
 		if !pf.FirstOf(&seen) {
@@ -41,11 +40,11 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 			}
 			v = r
 			switch {
-			case pf.Num == fPodMeta && f.Num == fMetaName:
+			case pf.Num == podfields.PodMeta && f.Num == podfields.MetaName:
 				name, ok = f.StringBytes()
-			case pf.Num == fPodMeta && f.Num == fMetaNamespace:
-				ns, ok = interned(f)
-			case pf.Num == fPodMeta && f.Num == fMetaLabels:
+			case pf.Num == podfields.PodMeta && f.Num == podfields.MetaNamespace:
+				ns, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodMeta && f.Num == podfields.MetaLabels:
 				var k, val []byte
 				if k, val, ok = f.MapEntry(); ok {
 					if labels == nil {
@@ -53,22 +52,22 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 					}
 					labels[string(k)] = string(val)
 				}
-			case pf.Num == fPodSpec && f.Num == fSpecNode:
-				node, ok = interned(f)
-			case pf.Num == fPodSpec && f.Num == fSpecRestart:
-				restart, ok = interned(f)
-			case pf.Num == fPodSpec && f.Num == fSpecScheduler:
-				sched, ok = interned(f)
-			case pf.Num == fPodSpec && f.Num == fSpecServiceAccount:
-				sa, ok = interned(f)
-			case pf.Num == fPodSpec && f.Num == fSpecHostNetwork:
+			case pf.Num == podfields.PodSpec && f.Num == podfields.SpecNode:
+				node, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodSpec && f.Num == podfields.SpecRestart:
+				restart, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodSpec && f.Num == podfields.SpecScheduler:
+				sched, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodSpec && f.Num == podfields.SpecServiceAccount:
+				sa, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodSpec && f.Num == podfields.SpecHostNetwork:
 				hostNetwork, ok = f.Varint()
-			case pf.Num == fPodStatus && f.Num == fStatusPhase:
-				phase, ok = interned(f)
-			case pf.Num == fPodStatus && f.Num == fStatusPodIP:
+			case pf.Num == podfields.PodStatus && f.Num == podfields.StatusPhase:
+				phase, ok = podfields.Interned(f)
+			case pf.Num == podfields.PodStatus && f.Num == podfields.StatusPodIP:
 				ip, ok = f.StringBytes()
-			case pf.Num == fPodStatus && f.Num == fStatusNominated:
-				nomin, ok = interned(f)
+			case pf.Num == podfields.PodStatus && f.Num == podfields.StatusNominated:
+				nomin, ok = podfields.Interned(f)
 			}
 			if !ok {
 				return nil, nil, false
@@ -92,25 +91,3 @@ func wireIndex(data []byte) (map[string]string, fields.Set, bool) {
 		"status.nominatedNodeName": nomin,
 	}, true
 }
-
-// interned is a string field's value, interned from its bytes.
-func interned(f bus.WireField) (string, bool) {
-	b, ok := f.StringBytes()
-	return intern.Bytes(b), ok
-}
-
-// The numbers of the fields wireIndex reads, from the messages' descriptors.
-var (
-	fPodMeta, fPodSpec, fPodStatus = bus.FieldNumber(&pb.Pod{}, "metadata"), bus.FieldNumber(&pb.Pod{}, "spec"), bus.FieldNumber(&pb.Pod{}, "status")
-
-	fMetaName, fMetaNamespace = bus.FieldNumber(&pb.ObjectMeta{}, "name"), bus.FieldNumber(&pb.ObjectMeta{}, "namespace")
-	fMetaLabels               = bus.FieldNumber(&pb.ObjectMeta{}, "labels")
-
-	fSpecNode, fSpecRestart = bus.FieldNumber(&pb.PodSpec{}, "node_name"), bus.FieldNumber(&pb.PodSpec{}, "restart_policy")
-	fSpecScheduler          = bus.FieldNumber(&pb.PodSpec{}, "scheduler_name")
-	fSpecServiceAccount     = bus.FieldNumber(&pb.PodSpec{}, "service_account_name")
-	fSpecHostNetwork        = bus.FieldNumber(&pb.PodSpec{}, "host_network")
-
-	fStatusPhase, fStatusPodIP = bus.FieldNumber(&pb.PodStatus{}, "phase"), bus.FieldNumber(&pb.PodStatus{}, "pod_ip")
-	fStatusNominated           = bus.FieldNumber(&pb.PodStatus{}, "nominated_node_name")
-)

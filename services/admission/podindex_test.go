@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/podbus/podbus/internal/podfields"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -121,8 +122,8 @@ func TestWireIndexLeavesOddFormsToTheDecoder(t *testing.T) {
 		data      []byte
 		malformed bool
 	}{
-		{"spec twice (merged)", append(append([]byte{}, data...), field(fPodSpec, spec)...), false},
-		{"a name that is not UTF-8", append(append([]byte{}, data...), field(fPodMeta, field(fMetaName, []byte{0xff}))...), true},
+		{"spec twice (merged)", append(append([]byte{}, data...), field(podfields.PodSpec, spec)...), false},
+		{"a name that is not UTF-8", append(append([]byte{}, data...), field(podfields.PodMeta, field(podfields.MetaName, []byte{0xff}))...), true},
 		{"a truncated pod", data[:len(data)-2], true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

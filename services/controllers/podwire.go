@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
-	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/internal/podfields"
 )
 
 // wireHead is what newPodEntry decodes of a pod (podMetaMask), read straight from its wire form:
@@ -28,7 +28,7 @@ func (c *cache) wireHead(data []byte) (meta *metav1.ObjectMeta, labels labelSet,
 			return nil, nil, false
 		}
 		data = rest
-		if pf.Num != fPodMeta {
+		if pf.Num != podfields.PodMeta {
 			continue
 		}
 		if !pf.FirstOf(&seen) {
@@ -43,23 +43,23 @@ func (c *cache) wireHead(data []byte) (meta *metav1.ObjectMeta, labels labelSet,
 			v = r
 			var b []byte
 			switch f.Num {
-			case fMetaName:
+			case podfields.MetaName:
 				name, ok = f.StringBytes()
-			case fMetaNamespace:
+			case podfields.MetaNamespace:
 				b, ok = f.StringBytes()
 				meta.Namespace = c.strs.Bytes(b)
-			case fMetaUID:
+			case podfields.MetaUID:
 				uid, ok = f.StringBytes()
-			case fMetaLabels:
+			case podfields.MetaLabels:
 				var k, val []byte
 				if k, val, ok = f.MapEntry(); ok {
 					pairs = append(pairs, [2][]byte{k, val})
 				}
-			case fMetaFinalizers:
+			case podfields.MetaFinalizers:
 				if b, ok = f.StringBytes(); ok {
 					meta.Finalizers = append(meta.Finalizers, string(b))
 				}
-			case fMetaDeleted:
+			case podfields.MetaDeleted:
 				var sec int64
 				var nsec int32
 				if sec, nsec, ok = f.Timestamp(); ok && f.FirstOf(&metaSeen) {
@@ -68,7 +68,7 @@ func (c *cache) wireHead(data []byte) (meta *metav1.ObjectMeta, labels labelSet,
 				} else {
 					ok = false
 				}
-			case fMetaOwners:
+			case podfields.MetaOwners:
 				var r metav1.OwnerReference
 				if ok = f.Type == protowire.BytesType && c.wireOwner(f.Value, &r); ok {
 					meta.OwnerReferences = append(meta.OwnerReferences, r)
@@ -113,22 +113,22 @@ func (c *cache) wireOwner(data []byte, r *metav1.OwnerReference) bool {
 		var b []byte
 		var n uint64
 		switch f.Num {
-		case fOwnerAPIVersion:
+		case podfields.OwnerAPIVersion:
 			b, ok = f.StringBytes()
 			r.APIVersion = c.strs.Bytes(b)
-		case fOwnerKind:
+		case podfields.OwnerKind:
 			b, ok = f.StringBytes()
 			r.Kind = c.strs.Bytes(b)
-		case fOwnerName:
+		case podfields.OwnerName:
 			b, ok = f.StringBytes()
 			r.Name = c.strs.Bytes(b)
-		case fOwnerUID:
+		case podfields.OwnerUID:
 			b, ok = f.StringBytes()
 			r.UID = typesUID(c.strs.Bytes(b))
-		case fOwnerController:
+		case podfields.OwnerController:
 			n, ok = f.Varint()
 			r.Controller = sharedBool(new(n != 0))
-		case fOwnerBlock:
+		case podfields.OwnerBlock:
 			n, ok = f.Varint()
 			r.BlockOwnerDeletion = sharedBool(new(n != 0))
 		}
@@ -138,19 +138,3 @@ func (c *cache) wireOwner(data []byte, r *metav1.OwnerReference) bool {
 	}
 	return true
 }
-
-// The numbers of the fields wireHead reads, from the messages' descriptors.
-var (
-	fPodMeta                  = bus.FieldNumber(&pb.Pod{}, "metadata")
-	fMetaName, fMetaNamespace = bus.FieldNumber(&pb.ObjectMeta{}, "name"), bus.FieldNumber(&pb.ObjectMeta{}, "namespace")
-	fMetaUID, fMetaLabels     = bus.FieldNumber(&pb.ObjectMeta{}, "uid"), bus.FieldNumber(&pb.ObjectMeta{}, "labels")
-	fMetaFinalizers           = bus.FieldNumber(&pb.ObjectMeta{}, "finalizers")
-	fMetaDeleted              = bus.FieldNumber(&pb.ObjectMeta{}, "deletion_timestamp")
-	fMetaOwners               = bus.FieldNumber(&pb.ObjectMeta{}, "owner_references")
-	fOwnerAPIVersion          = bus.FieldNumber(&pb.OwnerReference{}, "api_version")
-	fOwnerKind                = bus.FieldNumber(&pb.OwnerReference{}, "kind")
-	fOwnerName                = bus.FieldNumber(&pb.OwnerReference{}, "name")
-	fOwnerUID                 = bus.FieldNumber(&pb.OwnerReference{}, "uid")
-	fOwnerController          = bus.FieldNumber(&pb.OwnerReference{}, "controller")
-	fOwnerBlock               = bus.FieldNumber(&pb.OwnerReference{}, "block_owner_deletion")
-)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podbus/podbus/internal/podfields"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -28,7 +29,7 @@ func TestWireHeadMatchesDecode(t *testing.T) {
 	// A label entry after the others repeats a key: the map keeps the later value.
 	dupMeta := encode(&pb.Pod{Metadata: daemonSetPod(1).Metadata})
 	inner, _ := protowire.ConsumeBytes(dupMeta[1:])
-	inner = append(append([]byte{}, inner...), field(fMetaLabels, append(field(1, []byte("app")), field(2, []byte("later"))...))...)
+	inner = append(append([]byte{}, inner...), field(podfields.MetaLabels, append(field(1, []byte("app")), field(2, []byte("later"))...))...)
 	for name, data := range map[string][]byte{
 		"a DaemonSet's pod": encode(daemonSetPod(3)),
 		"deleting":          encode(daemonSetPod(3, deletingPod)),
@@ -40,7 +41,7 @@ func TestWireHeadMatchesDecode(t *testing.T) {
 		"no labels":            encode(daemonSetPod(3, func(p *pb.Pod) { p.Metadata.Labels = nil })),
 		"no metadata":          encode(&pb.Pod{Spec: &pb.PodSpec{NodeName: "n"}}),
 		"an empty pod":         {},
-		"a repeated label":     field(fPodMeta, inner),
+		"a repeated label":     field(podfields.PodMeta, inner),
 		"deleted at the epoch": encode(daemonSetPod(3, func(p *pb.Pod) { p.Metadata.DeletionTimestamp = &timestamppb.Timestamp{} })),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -67,10 +68,10 @@ func TestWireHeadLeavesOddFormsToTheDecoder(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta, _ := proto.Marshal(&pb.ObjectMeta{Name: "other"})
-	bad := protowire.AppendBytes(protowire.AppendTag(nil, fMetaName, protowire.BytesType), []byte{0xff})
+	bad := protowire.AppendBytes(protowire.AppendTag(nil, podfields.MetaName, protowire.BytesType), []byte{0xff})
 	for name, in := range map[string][]byte{
-		"metadata twice (merged)":  append(append([]byte{}, data...), protowire.AppendBytes(protowire.AppendTag(nil, fPodMeta, protowire.BytesType), meta)...),
-		"a name that is not UTF-8": protowire.AppendBytes(protowire.AppendTag(nil, fPodMeta, protowire.BytesType), bad),
+		"metadata twice (merged)":  append(append([]byte{}, data...), protowire.AppendBytes(protowire.AppendTag(nil, podfields.PodMeta, protowire.BytesType), meta)...),
+		"a name that is not UTF-8": protowire.AppendBytes(protowire.AppendTag(nil, podfields.PodMeta, protowire.BytesType), bad),
 		"a truncated pod":          data[:len(data)-1],
 	} {
 		c := newCache()

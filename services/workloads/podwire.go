@@ -5,7 +5,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/intern"
-	pb "github.com/podbus/podbus/proto/podbusv1"
+	"github.com/podbus/podbus/internal/podfields"
 )
 
 // wireCached reads a cachedPod straight from a pod's wire form, without the messages, maps and
@@ -24,7 +24,7 @@ func wireCached(data []byte) (*cachedPod, bool) {
 		}
 		data = rest
 		switch f.Num {
-		case fPodMeta, fPodSpec, fPodStatus, fPodInternal:
+		case podfields.PodMeta, podfields.PodSpec, podfields.PodStatus, podfields.PodInternal:
 		default:
 			continue
 		}
@@ -32,18 +32,18 @@ func wireCached(data []byte) (*cachedPod, bool) {
 			return nil, false
 		}
 		switch f.Num {
-		case fPodMeta:
+		case podfields.PodMeta:
 			ok = r.meta(c, f.Value)
-		case fPodSpec:
+		case podfields.PodSpec:
 			c.has |= hasSpec
 			var node []byte
-			node, ok = lastString(f.Value, fSpecNode)
+			node, ok = lastString(f.Value, podfields.SpecNode)
 			c.node = intern.Bytes(node)
-		case fPodStatus:
+		case podfields.PodStatus:
 			ok = r.status(c, f.Value)
-		case fPodInternal:
+		case podfields.PodInternal:
 			c.has |= hasInternal
-			r.correlation, ok = lastString(f.Value, fInternalCorrelation)
+			r.correlation, ok = lastString(f.Value, podfields.InternalCorrelation)
 		}
 		if !ok {
 			return nil, false
@@ -72,13 +72,13 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 		}
 		data = rest
 		switch f.Num {
-		case fMetaName:
+		case podfields.MetaName:
 			r.name, ok = f.StringBytes()
-		case fMetaNamespace:
-			c.namespace, ok = interned(f)
-		case fMetaUID:
+		case podfields.MetaNamespace:
+			c.namespace, ok = podfields.Interned(f)
+		case podfields.MetaUID:
 			r.uid, ok = f.StringBytes()
-		case fMetaLabels:
+		case podfields.MetaLabels:
 			var k, v []byte
 			if k, v, ok = f.MapEntry(); ok {
 				if c.labels == nil {
@@ -86,15 +86,15 @@ func (r *podRead) meta(c *cachedPod, data []byte) bool {
 				}
 				c.labels[string(k)] = string(v)
 			}
-		case fMetaCreated:
+		case podfields.MetaCreated:
 			c.has |= hasCreated
 			c.created.sec, c.created.nsec, ok = f.Timestamp()
 			ok = ok && f.FirstOf(&seen)
-		case fMetaDeleted:
+		case podfields.MetaDeleted:
 			c.has |= hasDeleted
 			c.deleted.sec, c.deleted.nsec, ok = f.Timestamp()
 			ok = ok && f.FirstOf(&seen)
-		case fMetaOwners:
+		case podfields.MetaOwners:
 			var o cachedOwner
 			if ok = f.Type == protowire.BytesType && owner(f.Value, &o); ok {
 				if c.has&hasOwner == 0 {
@@ -120,17 +120,17 @@ func owner(data []byte, o *cachedOwner) bool {
 		}
 		data = rest
 		switch f.Num {
-		case fOwnerAPIVersion:
-			o.apiVersion, ok = interned(f)
-		case fOwnerKind:
-			o.kind, ok = interned(f)
-		case fOwnerName:
-			o.name, ok = interned(f)
-		case fOwnerUID:
-			o.uid, ok = interned(f)
-		case fOwnerController:
+		case podfields.OwnerAPIVersion:
+			o.apiVersion, ok = podfields.Interned(f)
+		case podfields.OwnerKind:
+			o.kind, ok = podfields.Interned(f)
+		case podfields.OwnerName:
+			o.name, ok = podfields.Interned(f)
+		case podfields.OwnerUID:
+			o.uid, ok = podfields.Interned(f)
+		case podfields.OwnerController:
 			o.controller, ok = wireBool(f)
-		case fOwnerBlock:
+		case podfields.OwnerBlock:
 			o.blockOwnerDeletion, ok = wireBool(f)
 		}
 		if !ok {
@@ -149,14 +149,14 @@ func (r *podRead) status(c *cachedPod, data []byte) bool {
 		}
 		data = rest
 		switch f.Num {
-		case fStatusPhase:
-			c.phase, ok = interned(f)
-		case fStatusConditions:
+		case podfields.StatusPhase:
+			c.phase, ok = podfields.Interned(f)
+		case podfields.StatusConditions:
 			ok = f.Type == protowire.BytesType && readyCondition(c, f.Value)
-		case fStatusContainers:
+		case podfields.StatusContainers:
 			var n uint64
 			if ok = f.Type == protowire.BytesType; ok {
-				n, ok = lastVarint(f.Value, fContainerRestarts)
+				n, ok = lastVarint(f.Value, podfields.ContainerRestarts)
 				c.restarts = append(c.restarts, int32(n))
 			}
 		}
@@ -179,11 +179,11 @@ func readyCondition(c *cachedPod, data []byte) bool {
 		}
 		data = rest
 		switch f.Num {
-		case fConditionType:
+		case podfields.ConditionType:
 			typ, ok = f.StringBytes()
-		case fConditionStatus:
+		case podfields.ConditionStatus:
 			status, ok = f.StringBytes()
-		case fConditionAt:
+		case podfields.ConditionAt:
 			at.sec, at.nsec, ok = f.Timestamp()
 			ok = ok && f.FirstOf(&seen)
 		}
@@ -239,12 +239,6 @@ func lastVarint(data []byte, num protowire.Number) (uint64, bool) {
 	return out, true
 }
 
-// interned is a string field's value, interned from its bytes.
-func interned(f bus.WireField) (string, bool) {
-	b, ok := f.StringBytes()
-	return intern.Bytes(b), ok
-}
-
 func wireBool(f bus.WireField) (optBool, bool) {
 	n, ok := f.Varint()
 	if n != 0 {
@@ -252,33 +246,3 @@ func wireBool(f bus.WireField) (optBool, bool) {
 	}
 	return boolFalse, ok
 }
-
-// The numbers of the fields wireCached reads, from the messages' descriptors.
-var (
-	fPodMeta, fPodSpec   = bus.FieldNumber(&pb.Pod{}, "metadata"), bus.FieldNumber(&pb.Pod{}, "spec")
-	fPodStatus           = bus.FieldNumber(&pb.Pod{}, "status")
-	fPodInternal         = bus.FieldNumber(&pb.Pod{}, "internal")
-	fSpecNode            = bus.FieldNumber(&pb.PodSpec{}, "node_name")
-	fInternalCorrelation = bus.FieldNumber(&pb.PodInternal{}, "correlation_id")
-
-	fMetaName, fMetaNamespace = bus.FieldNumber(&pb.ObjectMeta{}, "name"), bus.FieldNumber(&pb.ObjectMeta{}, "namespace")
-	fMetaUID, fMetaLabels     = bus.FieldNumber(&pb.ObjectMeta{}, "uid"), bus.FieldNumber(&pb.ObjectMeta{}, "labels")
-	fMetaOwners               = bus.FieldNumber(&pb.ObjectMeta{}, "owner_references")
-	fMetaCreated              = bus.FieldNumber(&pb.ObjectMeta{}, "creation_timestamp")
-	fMetaDeleted              = bus.FieldNumber(&pb.ObjectMeta{}, "deletion_timestamp")
-
-	fOwnerAPIVersion = bus.FieldNumber(&pb.OwnerReference{}, "api_version")
-	fOwnerKind       = bus.FieldNumber(&pb.OwnerReference{}, "kind")
-	fOwnerName       = bus.FieldNumber(&pb.OwnerReference{}, "name")
-	fOwnerUID        = bus.FieldNumber(&pb.OwnerReference{}, "uid")
-	fOwnerController = bus.FieldNumber(&pb.OwnerReference{}, "controller")
-	fOwnerBlock      = bus.FieldNumber(&pb.OwnerReference{}, "block_owner_deletion")
-
-	fStatusPhase       = bus.FieldNumber(&pb.PodStatus{}, "phase")
-	fStatusConditions  = bus.FieldNumber(&pb.PodStatus{}, "conditions")
-	fStatusContainers  = bus.FieldNumber(&pb.PodStatus{}, "container_statuses")
-	fConditionType     = bus.FieldNumber(&pb.PodCondition{}, "type")
-	fConditionStatus   = bus.FieldNumber(&pb.PodCondition{}, "status")
-	fConditionAt       = bus.FieldNumber(&pb.PodCondition{}, "last_transition_time")
-	fContainerRestarts = bus.FieldNumber(&pb.ContainerStatus{}, "restart_count")
-)

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/internal/podfields"
 )
 
 // Forms of a pod an encoder does not write are left to the decoder, which reads them as it always
@@ -29,11 +31,11 @@ func TestWireCachedLeavesOddFormsToTheDecoder(t *testing.T) {
 		data      []byte
 		malformed bool
 	}{
-		{"metadata twice (merged)", append(append([]byte{}, data...), bytesField(fPodMeta, bytesField(fMetaName, []byte("renamed")))...), false},
-		{"status twice (merged)", append(append([]byte{}, data...), bytesField(fPodStatus, status)...), false},
-		{"metadata as a varint", append(varintField(fPodMeta, 1), data...), false},
-		{"a name that is not UTF-8", bytesField(fPodMeta, append(append([]byte{}, meta...), bytesField(fMetaName, []byte{0xff, 0xfe})...)), true},
-		{"a label value that is not UTF-8", bytesField(fPodMeta, bytesField(fMetaLabels, append(bytesField(1, []byte("app")), bytesField(2, []byte{0xc3})...))), true},
+		{"metadata twice (merged)", append(append([]byte{}, data...), bytesField(podfields.PodMeta, bytesField(podfields.MetaName, []byte("renamed")))...), false},
+		{"status twice (merged)", append(append([]byte{}, data...), bytesField(podfields.PodStatus, status)...), false},
+		{"metadata as a varint", append(varintField(podfields.PodMeta, 1), data...), false},
+		{"a name that is not UTF-8", bytesField(podfields.PodMeta, append(append([]byte{}, meta...), bytesField(podfields.MetaName, []byte{0xff, 0xfe})...)), true},
+		{"a label value that is not UTF-8", bytesField(podfields.PodMeta, bytesField(podfields.MetaLabels, append(bytesField(1, []byte("app")), bytesField(2, []byte{0xc3})...))), true},
 		{"a truncated pod", data[:len(data)-3], true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
