@@ -28,6 +28,7 @@ import (
 	"github.com/podbus/podbus/cluster/up"
 	"github.com/podbus/podbus/internal/hugepages"
 	"github.com/podbus/podbus/internal/natsauth"
+	"github.com/podbus/podbus/internal/nodestats"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -91,6 +92,9 @@ type EnvelopeResult struct {
 	// GC is the garbage collector the control plane's and the agents' binary was built with, which the
 	// late slices' cost depends on (docs/operations.md).
 	GC string `json:"garbage_collector"`
+	// AgentsMemoryLimit is the simulated agents' soft memory limit, under which they collect only when
+	// their heap reaches it (agentsMemoryLimit).
+	AgentsMemoryLimit int64 `json:"agents_memory_limit_bytes"`
 
 	ListAll      List `json:"list_all"`      // GET /api/v1/pods in pages of 500, as kubectl does
 	ListSelector List `json:"list_selector"` // the same with a label selector matching no pod
@@ -243,15 +247,17 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 		return nil, err
 	}
 	started := time.Now()
-	// The agents stand in for thousands of machines: under the default soft limit a process holding
-	// every pod of the cluster would spend its CPU collecting, and slow the nodes, not the control plane.
-	// With no limit, a GC target of 400 (the control plane's own under its limit) keeps their collections
-	// rare: each one marks every simulated pod, and its bursts took the CPU the control plane was measured on.
-	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), []string{"PODBUS_PPROF=" + agentsPprof, "GOGC=400"},
+	// The agents stand in for thousands of machines, each with CPUs of its own: their collections are
+	// the simulator's cost, not the control plane's. Each one marks every simulated pod, so a collection
+	// late in the run would take a slice's CPU from the control plane. Without a GC target, under a soft
+	// limit sized to the machine, they collect only when the heap reaches the limit: early, or not at all.
+	agentsLimit := agentsMemoryLimit(availableMemory())
+	res.AgentsMemoryLimit = agentsLimit
+	agents, err := startChild(ctx, bin, filepath.Join(dir, "agent.log"), []string{"PODBUS_PPROF=" + agentsPprof, "GOGC=off"},
 		"agent", "--runtime", "fake", "--nodes", strconv.Itoa(cfg.Nodes), "--node", envelopeHost, "--nats", natsURL,
 		"--nats-creds", pool, "--nats-ca", ca,
 		"--cpu", cfg.NodeCPU, "--memory", cfg.NodeMemory, "--max-pods", strconv.Itoa(cfg.MaxPods),
-		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24", "--memory-limit", "off")
+		"--start-delay", cfg.StartDelay.String(), "--pod-cidr", "10.64.0.0/24", "--memory-limit", strconv.FormatInt(agentsLimit, 10))
 	if err != nil {
 		return nil, err
 	}
@@ -579,6 +585,7 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-42s %s\n", "what", "measured")
 	fmt.Fprintf(w, "%-42s %s\n", "transparent huge pages (host)", thpNote(r.THP, r.ControlPlane.HugePages))
 	fmt.Fprintf(w, "%-42s %s\n", "garbage collector (build)", gcNote(r.GC))
+	fmt.Fprintf(w, "%-42s %s, collecting only there\n", "simulated agents' memory limit", gib(r.AgentsMemoryLimit))
 	fmt.Fprintf(w, "%-42s %d of %d Ready in %.1f s\n", "node registration", r.Registered, r.Nodes, r.RegisterS)
 	fmt.Fprintf(w, "%-42s %d of %d Ready, %d failed requests, %.1f s, %.0f pods/s\n", "pods created→ready",
 		r.Ready, r.Pods, r.Failed, r.Seconds, r.Throughput)
@@ -637,6 +644,26 @@ type child struct {
 	log  string
 	done chan struct{} // closed when the process has exited; err is set then
 	err  error
+}
+
+// agentsMemoryLimit is the soft memory limit of the simulated agents' process on a machine with
+// available bytes free when the run starts (0: unknown): a third of them, from 1 to 8 GiB; 4 GiB when
+// unknown. With room for a full cluster's garbage, the agents collect once, early, or never; on a
+// smaller machine they collect more often, as any process near its limit does.
+func agentsMemoryLimit(available int64) int64 {
+	if available <= 0 {
+		return 4 << 30
+	}
+	return min(max(available/3, 1<<30), 8<<30)
+}
+
+// availableMemory is the machine's available memory in bytes; 0 when unknown.
+func availableMemory() int64 {
+	m, err := nodestats.ReadMemory("/")
+	if err != nil {
+		return 0
+	}
+	return int64(min(m.Available, uint64(1)<<62))
 }
 
 func startChild(ctx context.Context, bin, logPath string, env []string, args ...string) (*child, error) {

@@ -213,3 +213,23 @@ func TestKubectlThrottle(t *testing.T) {
 		}
 	}
 }
+
+// The agents' limit is a third of the available memory, from 1 to 8 GiB, and 4 GiB when unknown.
+func TestAgentsMemoryLimit(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tt := range []struct {
+		available, want int64
+	}{
+		{0, 4 * gib},
+		{-1, 4 * gib},
+		{20 * gib, 20 * gib / 3},
+		{64 * gib, 8 * gib},
+		{2 * gib, gib},
+		{3 * gib, gib},
+		{6 * gib, 2 * gib},
+	} {
+		if got := agentsMemoryLimit(tt.available); got != tt.want {
+			t.Errorf("agentsMemoryLimit(%d) = %d, want %d", tt.available, got, tt.want)
+		}
+	}
+}
