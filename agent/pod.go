@@ -30,9 +30,7 @@ type podWorker struct {
 	reporting   chan struct{}
 	reportingOn sync.Once
 
-	stopCtx context.Context // cancelled by terminate: stops the pod's goroutines
-	stop    context.CancelFunc
-	done    chan struct{} // closed when the pod's goroutines have all returned
+	done chan struct{} // closed when the pod's goroutines have all returned
 	// live counts the pod's goroutines: the one that starts it, its containers' loops, probes and
 	// network checks. The last of them to return ends the pod (end), so none is kept only to wait for
 	// the others. Each is started by one already counted, so the count reaches zero once.
@@ -59,6 +57,10 @@ type podWorker struct {
 	conds       map[string]condState
 	events      []*pb.EventNote
 	vol         volumeState
+	// cancel ends the context run gave the pod's goroutines; stopped records a stop that may have
+	// come before run did.
+	cancel  context.CancelFunc
+	stopped bool
 }
 
 // ctr is one container of the pod (init or app) across its restarts.
@@ -97,7 +99,6 @@ func newPodWorker(a *Agent, pod *pb.Pod) *podWorker {
 		conds:     map[string]condState{},
 		startTime: time.Now(),
 	}
-	w.stopCtx, w.stop = context.WithCancel(context.Background())
 	// As the kubelet: with init containers, every container not yet started waits in PodInitializing.
 	waiting := "ContainerCreating"
 	if len(pod.GetSpec().GetInitContainers()) > 0 {
@@ -143,10 +144,15 @@ func (w *podWorker) markStarted() { w.startOnce.Do(func() { close(w.started) }) 
 // after a restart.
 func (w *podWorker) run(parent context.Context, info *SandboxInfo, ended func()) {
 	ctx, cancel := context.WithCancel(parent)
-	stop := context.AfterFunc(w.stopCtx, cancel)
+	w.mu.Lock()
+	w.cancel = cancel
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
+		cancel()
+	}
 	w.end = func() {
 		w.endFailed(parent)
-		stop()
 		cancel()
 		w.markStarted()
 		close(w.done)
@@ -158,6 +164,17 @@ func (w *podWorker) run(parent context.Context, info *SandboxInfo, ended func())
 		return
 	}
 	w.start(ctx)
+}
+
+// stop ends the pod's goroutines (terminate, fail): at once when the pod runs, as it starts otherwise.
+func (w *podWorker) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	cancel := w.cancel
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // goPod runs f in a new goroutine of the pod. Only the pod's goroutines may call it.
