@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/podbus/podbus/internal/metrics"
 )
 
 // spent is what a process had used at one moment: CPU time and the Go runtime's allocation counters.
@@ -92,30 +94,40 @@ func childSpent(ctx context.Context, pid int, pprofAddr string) spent {
 	if !ok {
 		return spent{}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pprofAddr+"/debug/vars", nil)
-	if err != nil {
-		return spent{}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return spent{}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return spent{}
-	}
-	var vars struct {
-		Memstats struct {
-			TotalAlloc, Mallocs uint64
-			NumGC               uint32
-		} `json:"memstats"`
-	}
-	if json.Unmarshal(b, &vars) != nil {
+	vars, ok := readVars(ctx, pprofAddr)
+	if !ok {
 		return spent{}
 	}
 	m := vars.Memstats
 	return spent{cpu: pt.cpu, totalAlloc: m.TotalAlloc, mallocs: m.Mallocs, numGC: m.NumGC, ok: true}
+}
+
+// debugVars is what the load test reads of a podbus process's /debug/vars.
+type debugVars struct {
+	Memstats struct {
+		TotalAlloc, Mallocs uint64
+		NumGC               uint32
+	} `json:"memstats"`
+	CPUClasses metrics.CPUClasses `json:"cpu_classes"`
+}
+
+// readVars reads /debug/vars from a process's PODBUS_PPROF address; false when it cannot.
+func readVars(ctx context.Context, pprofAddr string) (debugVars, bool) {
+	var vars debugVars
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pprofAddr+"/debug/vars", nil)
+	if err != nil {
+		return vars, false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return vars, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return vars, false
+	}
+	return vars, json.Unmarshal(b, &vars) == nil
 }
 
 // procTimes is what /proc/<pid>/stat counts of a process: its CPU time (user and system), the system

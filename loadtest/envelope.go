@@ -138,6 +138,10 @@ type Slice struct {
 	// back and faulted in again) shows here rather than in the user time.
 	SystemMSPerPod   float64 `json:"control_plane_system_ms_per_pod,omitempty"`
 	PageFaultsPerPod float64 `json:"control_plane_page_faults_per_pod,omitempty"`
+	// GCShare is the part of the control plane's CPU over the slice that its collector took (mark
+	// workers, assists, pauses), as the Go runtime counts it (0: not measured): a pod that costs more
+	// as the heap grows shows here.
+	GCShare float64 `json:"control_plane_gc_share,omitempty"`
 
 	from, to time.Time
 }
@@ -239,7 +243,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	defer conn.Close()
 	res := &EnvelopeResult{Nodes: cfg.Nodes, Pods: cfg.Pods, SliceSize: slice, THP: hostTHP(), GC: binaryGC(bin)}
 	cpMem, agMem := &memWatch{}, &memWatch{}
-	cpMem.start(ctx, cp.cmd.Process.Pid)
+	cpMem.start(ctx, cp.cmd.Process.Pid, pprofAddr)
 	defer cpMem.stop()
 
 	agentsPprof, err := freeAddr()
@@ -263,7 +267,7 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	}
 	defer agents.stop()
 	fmt.Fprintf(log, "agents (pid %d): pprof http://%s/debug/pprof/\n", agents.cmd.Process.Pid, agentsPprof)
-	agMem.start(ctx, agents.cmd.Process.Pid)
+	agMem.start(ctx, agents.cmd.Process.Pid, "")
 	defer agMem.stop()
 	res.Registered, err = waitNodesReady(ctx, conn, cfg.Nodes, agents, log)
 	res.RegisterS = time.Since(started).Seconds()
@@ -395,11 +399,14 @@ func fullSlices(ss []Slice, size int) []Slice {
 }
 
 // sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples,
-// and the control plane's system time and page faults per pod. The last slice ends after the
-// watches' last periodic samples, so each takes one more now.
+// and the control plane's system time and page faults per pod and its collector's share. The last
+// slice ends after the watches' last periodic samples, so each takes one more now.
 func sliceCPU(ss []Slice, cp, agents *memWatch) {
 	cp.sample()
 	agents.sample()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	cp.sampleGC(ctx, true)
+	cancel()
 	spent := func(m *memWatch, s Slice) (procTimes, bool) {
 		a, ok1 := m.cpuAt(s.from)
 		b, ok2 := m.cpuAt(s.to)
@@ -417,6 +424,9 @@ func sliceCPU(ss []Slice, cp, agents *memWatch) {
 		}
 		if d, ok := spent(agents, *s); ok {
 			s.AgentsCPUPerPodMS = ms(d.cpu, s.Pods)
+		}
+		if g, ok := cp.gcShare(s.from, s.to); ok {
+			s.GCShare = g
 		}
 	}
 }
@@ -596,8 +606,8 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 		}
 		cpu := ""
 		if s.CPUPerPodMS > 0 {
-			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms (system %.2f ms, %.1f page faults), agents %.2f ms",
-				s.CPUPerPodMS, s.SystemMSPerPod, s.PageFaultsPerPod, s.AgentsCPUPerPodMS)
+			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms (system %.2f ms, %.1f page faults, GC %.0f %%), agents %.2f ms",
+				s.CPUPerPodMS, s.SystemMSPerPod, s.PageFaultsPerPod, 100*s.GCShare, s.AgentsCPUPerPodMS)
 		}
 		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s%s\n",
 			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99,
@@ -741,12 +751,25 @@ func (c *child) tail() string {
 // memWatch samples a process's resident memory and its CPU time while it runs.
 type memWatch struct {
 	pid    int
+	vars   string // the process's PODBUS_PPROF address, whose runtime CPU classes are read too ("": not)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	last   procMem
 	cpu    []cpuSample
+	gc     []gcSample
 }
+
+// gcSample is a process's runtime CPU classes read at a moment: the collector's seconds and the busy
+// ones (every class but idle), both as the runtime estimates them.
+type gcSample struct {
+	at       time.Time
+	gc, busy float64
+}
+
+// gcEvery is how often a watch reads the runtime's CPU classes: /debug/vars also reads the memstats,
+// which stops the world for a moment.
+const gcEvery = 2 * time.Second
 
 // cpuSample is a process's times and faults read at a moment.
 type cpuSample struct {
@@ -756,9 +779,9 @@ type cpuSample struct {
 
 type procMem struct{ rss, hwm int64 }
 
-func (m *memWatch) start(ctx context.Context, pid int) {
+func (m *memWatch) start(ctx context.Context, pid int, pprofAddr string) {
 	ctx, m.cancel = context.WithCancel(ctx)
-	m.pid = pid
+	m.pid, m.vars = pid, pprofAddr
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -766,6 +789,7 @@ func (m *memWatch) start(ctx context.Context, pid int) {
 		defer tick.Stop()
 		for {
 			m.sample()
+			m.sampleGC(ctx, false)
 			select {
 			case <-ctx.Done():
 				return
@@ -788,6 +812,57 @@ func (m *memWatch) sample() {
 	if ok && (len(m.cpu) == 0 || now.After(m.cpu[len(m.cpu)-1].at)) {
 		m.cpu = append(m.cpu, cpuSample{at: now, procTimes: pt})
 	}
+}
+
+// sampleGC reads the runtime's CPU classes of a watch with a vars address, when gcEvery has passed
+// since the last read or when forced.
+func (m *memWatch) sampleGC(ctx context.Context, force bool) {
+	if m.vars == "" {
+		return
+	}
+	m.mu.Lock()
+	due := force || len(m.gc) == 0 || time.Since(m.gc[len(m.gc)-1].at) >= gcEvery
+	m.mu.Unlock()
+	if !due {
+		return
+	}
+	v, ok := readVars(ctx, m.vars)
+	now := time.Now()
+	c := v.CPUClasses
+	if !ok || c.Total <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.gc) == 0 || now.After(m.gc[len(m.gc)-1].at) {
+		m.gc = append(m.gc, gcSample{at: now, gc: c.GC, busy: c.Total - c.Idle})
+	}
+}
+
+// gcShare is the collector's part of the process's busy CPU between from and to, interpolated between
+// the samples around them; false when either is not between two samples or nothing ran.
+func (m *memWatch) gcShare(from, to time.Time) (float64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok1 := interpolateGC(m.gc, from)
+	b, ok2 := interpolateGC(m.gc, to)
+	if !ok1 || !ok2 || b.busy <= a.busy {
+		return 0, false
+	}
+	return (b.gc - a.gc) / (b.busy - a.busy), true
+}
+
+func interpolateGC(ss []gcSample, t time.Time) (gcSample, bool) {
+	i, _ := slices.BinarySearchFunc(ss, t, func(s gcSample, t time.Time) int { return s.at.Compare(t) })
+	switch {
+	case i < len(ss) && ss[i].at.Equal(t):
+		return ss[i], true
+	case i == 0 || i == len(ss):
+		return gcSample{}, false
+	}
+	a, b := ss[i-1], ss[i]
+	f := float64(t.Sub(a.at)) / float64(b.at.Sub(a.at))
+	return gcSample{at: t, gc: a.gc + f*(b.gc-a.gc), busy: a.busy + f*(b.busy-a.busy)}, true
 }
 
 func (m *memWatch) stop() {

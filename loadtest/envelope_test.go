@@ -3,9 +3,12 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"expvar"
 	"math"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,7 +58,7 @@ func TestEnvelopeReduced(t *testing.T) {
 	if len(res.Slices) != pods/slice {
 		t.Fatalf("%d slices, want %d", len(res.Slices), pods/slice)
 	}
-	var faults float64
+	var faults, gcShare float64
 	for i, s := range res.Slices {
 		if s.CPUPerPodMS <= 0 || s.AgentsCPUPerPodMS <= 0 {
 			t.Errorf("slice %d: CPU per pod %.2f ms (control plane), %.2f ms (agents); want both read from the children", i+1, s.CPUPerPodMS, s.AgentsCPUPerPodMS)
@@ -64,10 +67,17 @@ func TestEnvelopeReduced(t *testing.T) {
 			t.Errorf("slice %d: system time %.2f ms per pod of %.2f ms in all", i+1, s.SystemMSPerPod, s.CPUPerPodMS)
 		}
 		faults += s.PageFaultsPerPod * float64(s.Pods)
+		if s.GCShare < 0 || s.GCShare >= 1 {
+			t.Errorf("slice %d: the collector's share of the control plane's CPU %.2f, want a fraction", i+1, s.GCShare)
+		}
+		gcShare = max(gcShare, s.GCShare)
 	}
-	// The control plane's memory grows with the pods: it faulted pages in while they came.
+	// The control plane's memory grows with the pods: it faulted pages in while they came, and collected.
 	if faults <= 0 {
 		t.Errorf("the control plane's page faults over the slices: %.0f, want some", faults)
+	}
+	if gcShare <= 0 {
+		t.Error("the collector's share of the control plane's CPU was not measured in any slice")
 	}
 	if res.CostLastToFirstSpan <= 0 {
 		t.Errorf("CPU per pod, last slices over first: %.2f, want it measured", res.CostLastToFirstSpan)
@@ -76,6 +86,28 @@ func TestEnvelopeReduced(t *testing.T) {
 		t.Errorf("last slice %.0f pods/s, first %.0f pods/s: ratio %.2f, want at least %.2f",
 			res.Slices[len(res.Slices)-1].Rate, res.Slices[0].Rate, res.LastToFirst, minLastToFirst)
 	}
+}
+
+// A watch with a vars address reads the runtime's CPU classes that a podbus process exports, no more
+// often than gcEvery unless forced.
+func TestSampleGC(t *testing.T) {
+	srv := httptest.NewServer(expvar.Handler())
+	defer srv.Close()
+	m := &memWatch{vars: strings.TrimPrefix(srv.URL, "http://")}
+	ctx := context.Background()
+	m.sampleGC(ctx, false)
+	m.sampleGC(ctx, false)
+	if len(m.gc) != 1 {
+		t.Fatalf("%d samples after two reads within %v, want 1", len(m.gc), gcEvery)
+	}
+	if g := m.gc[0]; g.busy <= 0 || g.gc < 0 || g.gc > g.busy {
+		t.Errorf("sample %+v: want busy seconds and the collector's part of them", g)
+	}
+	m.sampleGC(ctx, true)
+	if len(m.gc) != 2 {
+		t.Errorf("%d samples after a forced read, want 2", len(m.gc))
+	}
+	(&memWatch{}).sampleGC(ctx, true) // no address: nothing to read, no panic
 }
 
 // testLog writes progress lines to the test log.
@@ -170,6 +202,14 @@ func TestSliceCPU(t *testing.T) {
 		cp.cpu = append(cp.cpu, cpuSample{at: at(s), procTimes: procTimes{cpu: sec(c), sys: sec(c / 4), faults: int64(1000 * s)}})
 		agents.cpu = append(agents.cpu, cpuSample{at: at(s), procTimes: procTimes{cpu: sec(s / 2)}})
 	}
+	// Its collector takes a quarter of its CPU until t=4, then half, read every 2 s.
+	for s := 0.0; s <= 8; s += 2 {
+		gc, busy := s/2, 2*s
+		if s > 4 {
+			gc, busy = 2+1.5*(s-4), 8+3*(s-4)
+		}
+		cp.gc = append(cp.gc, gcSample{at: at(s), gc: gc, busy: busy})
+	}
 	ss := []Slice{
 		{Pods: 1000, Rate: 500, from: at(0), to: at(2)},
 		{Pods: 1000, Rate: 1000, from: at(2), to: at(3)},
@@ -188,6 +228,11 @@ func TestSliceCPU(t *testing.T) {
 		}
 		if math.Abs(ss[i].PageFaultsPerPod-w.faults) > 1e-6 {
 			t.Errorf("slice %d: page faults per pod %v, want %v", i+1, ss[i].PageFaultsPerPod, w.faults)
+		}
+	}
+	for i, want := range []float64{0.25, 0.25, 0.4, 0.5, 0} {
+		if math.Abs(ss[i].GCShare-want) > 1e-9 {
+			t.Errorf("slice %d: GC share %v, want %v", i+1, ss[i].GCShare, want)
 		}
 	}
 	// First two: 6 s for 2,000 pods; slices 3 and 4: 8.5 s.
