@@ -32,7 +32,8 @@ FUZZ_TARGETS := \
 	./services/admission:FuzzWireIndex \
 	./internal/usage:FuzzDecode \
 	./services/workloads:FuzzWireCached \
-	./services/controllers:FuzzWireHead
+	./services/controllers:FuzzWireHead \
+	./services/scheduler:FuzzMayWaitForNode
 FUZZTIME ?= 3s
 
 ## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)

@@ -476,9 +476,15 @@ func (w *waiting) due(now time.Time, flush time.Duration) []waitingPod {
 var waitsMask = bus.NewMask(&pb.Pod{}, "metadata.deletion_timestamp", "status.phase",
 	"status.conditions.type", "status.conditions.status")
 
-// waitsForNodeWire is waitsForNode of a stored pod's wire form, decoding only the fields it reads:
-// almost every change of a pod is not a wait, and the watch sees them all. Malformed data is no wait.
+// waitsForNodeWire is waitsForNode of a stored pod's wire form. Almost every change of a pod is not a
+// wait, and the watch sees them all: those are read from the wire form (mayWaitForNode), and only a pod
+// that may wait is decoded, the fields waitsForNode reads alone. Malformed data is no wait.
 func waitsForNodeWire(data []byte) bool {
+	return mayWaitForNode(data) && waitsForNodeDecoded(data)
+}
+
+// waitsForNodeDecoded is waitsForNode of the fields it reads, decoded from a stored pod's wire form.
+func waitsForNodeDecoded(data []byte) bool {
 	pruned, ok := bus.Prune(data, waitsMask)
 	if !ok {
 		return false
