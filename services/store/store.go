@@ -110,8 +110,10 @@ func (s *Service) open(ctx context.Context) error {
 
 // handle decodes one command, applies it and answers it.
 func (s *Service) handle(ctx context.Context, m *bus.Msg) error {
-	cmd, err := decodeCommand(m)
-	if err != nil {
+	// Decoded whole, even a create whose pod is stored from the command's bytes: those bytes become
+	// the stored pod, so every field of them must be what a decoder accepts.
+	cmd := &pb.PodCommand{}
+	if err := m.Decode(cmd); err != nil {
 		return err
 	}
 	if err := validate(m.Subject, cmd); err != nil {
@@ -126,27 +128,6 @@ func (s *Service) handle(ctx context.Context, m *bus.Msg) error {
 	}
 	s.reply(m.Meta.Reply, res)
 	return nil
-}
-
-// createMask is what a create reads of its command when the sender does not want the pod back
-// (OmitSentPod, as the API sends it): the pod is stored and queued from the command's bytes, so only
-// the fields that name it, group its pending message and answer it are decoded.
-var createMask = bus.NewMask(&pb.PodCommand{}, "op", "user", "omit_sent_pod", "not_after",
-	"pod.metadata.name", "pod.metadata.namespace", "pod.metadata.uid", "pod.spec.node_name",
-	"pod.spec.topology_spread_constraints", "pod.spec.affinity", "pod.internal.correlation_id")
-
-// decodeCommand decodes m's command: a create that omits the pod from its answer through
-// createMask, anything else (and anything the mask cannot read) whole.
-func decodeCommand(m *bus.Msg) (*pb.PodCommand, error) {
-	if m.Subject == bus.SubjPodCreate {
-		cmd := &pb.PodCommand{}
-		if pruned, ok := bus.Prune(m.Data, createMask); ok && proto.Unmarshal(pruned, cmd) == nil &&
-			cmd.GetOp() == pb.PodCommand_OP_CREATE && cmd.GetOmitSentPod() {
-			return cmd, nil
-		}
-	}
-	cmd := &pb.PodCommand{}
-	return cmd, m.Decode(cmd)
 }
 
 // apply runs one command. A non-nil error means nothing conclusive happened and the command must be

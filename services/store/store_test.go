@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -546,6 +547,10 @@ func TestDeleteResumesAfterMark(t *testing.T) {
 func TestMalformedCommandIsParked(t *testing.T) {
 	noUID, _ := proto.Marshal(create(pod("")))
 	wrongOp, _ := proto.Marshal(&pb.PodCommand{Op: pb.PodCommand_OP_DELETE, Pod: pod("u1")})
+	// A create as the API sends it (the pod not wanted back), with a container image that is not
+	// UTF-8 deep in the pod: the store stores the command's bytes, so it must read all of them.
+	named, _ := proto.Marshal(keeping(create(pod("u1", func(p *pb.Pod) { p.Spec.Containers[0].Image = "NOTUTF8" }))))
+	notUTF8 := bytes.Replace(named, []byte("NOTUTF8"), []byte("\xffOTUTF8"), 1)
 	tests := []struct {
 		name string
 		data []byte
@@ -553,6 +558,7 @@ func TestMalformedCommandIsParked(t *testing.T) {
 		{"not protobuf", []byte("\xff\xff\xff not a command")},
 		{"create without uid", noUID},
 		{"op does not match the subject", wrongOp},
+		{"an image that is not UTF-8", notUTF8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
