@@ -152,16 +152,14 @@ func KVConfigs(o Options) []jetstream.KeyValueConfig {
 }
 
 // Provision creates or updates every stream and bucket. It is idempotent and safe when several
-// replicas start at once: a lost creation race is retried as an update.
+// replicas start at once: a lost creation race is retried as an update. A stream whose configuration
+// already matches is left alone (ensureStream).
 func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	if o.Provisioned {
 		return nil
 	}
 	for _, cfg := range StreamConfigs(o) {
-		if err := retry(ctx, func() error {
-			_, err := js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		}); err != nil {
+		if err := retry(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -173,14 +171,23 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	// Last: the streams it sources, buckets included, must exist first.
 	for _, cfg := range []jetstream.StreamConfig{AuditConfig(o), AuditSealConfig(o)} {
-		if err := retry(ctx, func() error {
-			_, err := js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		}); err != nil {
+		if err := retry(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// ensureStream creates cfg's stream, or updates it when its configuration differs. The server answers
+// a creation with the configuration it holds as a success, so a service that starts against a
+// provisioned cluster changes nothing; an update, even to the same configuration, would reconfigure
+// the stream's store on every start of every replica, and on a cluster go through the meta layer.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	return err
 }
 
 // ProvisionBuckets creates or updates the given buckets alone, shaped by o (replicas, storage), as
@@ -200,16 +207,10 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 		return nil
 	}
 	for _, cfg := range cfgs {
-		if err := retry(ctx, func() error {
-			if o.replicas() > 1 {
-				_, err := js.CreateOrUpdateStream(ctx, kvStreamConfig(cfg))
-				return err
-			}
-			if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-				return err
-			}
-			return allowAtomic(ctx, js, cfg.Bucket)
-		}); err != nil {
+		scfg := kvStreamConfig(cfg)
+		// One server has no follower to lag behind: its direct gets see every acknowledged write.
+		scfg.AllowDirect = o.replicas() == 1
+		if err := retry(ctx, func() error { return ensureStream(ctx, js, scfg) }); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -219,25 +220,6 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 // atomicBuckets take atomic batch publishes: the binder commits several reservations of one node in
 // one batch (WriteAllUnder).
 var atomicBuckets = []string{BucketAlloc}
-
-// allowAtomic turns on atomic batch publish on bucket's stream if the bucket is one of atomicBuckets
-// (a KV bucket's own configuration cannot say it).
-func allowAtomic(ctx context.Context, js jetstream.JetStream, bucket string) error {
-	if !slices.Contains(atomicBuckets, bucket) {
-		return nil
-	}
-	st, err := js.Stream(ctx, KVStream(bucket))
-	if err != nil {
-		return err
-	}
-	cfg := st.CachedInfo().Config
-	if cfg.AllowAtomicPublish {
-		return nil
-	}
-	cfg.AllowAtomicPublish = true
-	_, err = js.UpdateStream(ctx, cfg)
-	return err
-}
 
 // retry runs f a few times: concurrent provisioning and a cluster still electing leaders fail transiently.
 func retry(ctx context.Context, f func() error) error {
@@ -293,12 +275,13 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetst
 	return newBucket(ctx, js, kv)
 }
 
-// kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets. A direct get may be
-// answered by any replica, including a follower a few writes behind: a binder could then read "no such pod"
-// just after the store created it and drop the decision, leaving the pod Pending. Without direct gets
-// every read goes to the stream leader, which has applied every acknowledged
-// write. Replicated buckets are always made this way (never through CreateKeyValue, which would turn direct
-// gets back on), so every replica of every service provisions the same configuration.
+// kvStreamConfig is the stream nats.go makes for a KV bucket, but without direct gets and with atomic
+// batches where atomicBuckets say. A direct get may be answered by any replica, including a follower a
+// few writes behind: a binder could then read "no such pod" just after the store created it and drop the
+// decision, leaving the pod Pending. Without direct gets every read goes to the stream leader, which has
+// applied every acknowledged write. Buckets are always made this way (never through CreateKeyValue, which
+// would turn direct gets back on and atomic batches off), so every replica of every service provisions
+// the same configuration.
 func kvStreamConfig(kv jetstream.KeyValueConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:               "KV_" + kv.Bucket,
