@@ -84,8 +84,7 @@ func WriteUnder(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 		m.Header.Set(hdrKVOperation, "DEL")
 	}
 	ack, err := publishAck(ctx, js.Conn(), m)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+	if apiErr := apiError(err); apiErr != nil && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		ce := &ConflictError{Key: kv.Bucket() + "/" + key}
 		if _, n, ok := strings.Cut(apiErr.Description, ": "); ok {
@@ -156,8 +155,7 @@ func WriteAllUnder(ctx context.Context, js jetstream.JetStream, kv jetstream.Key
 		m.Header.Set(hdrBatchCommit, "1")
 		ack, err = publishAck(ctx, nc, m)
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if apiErr := apiError(err); apiErr != nil {
 		switch apiErr.ErrorCode {
 		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 			ce := &ConflictError{Key: kv.Bucket() + "/" + filter}

@@ -246,7 +246,20 @@ func (b *Bucket) update(ctx context.Context, key string, data []byte, rev uint64
 
 // isWrongLastSeq says err is JetStream's refusal of a compare-and-set (10164 on replicated streams).
 func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+	apiErr := apiError(err)
+	return apiErr != nil && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// apiError is err's JetStream API error, or nil. The target of errors.As escapes, so it is declared only
+// for a failure: declared up front, it would cost every successful write an allocation.
+func apiError(err error) *jetstream.APIError {
+	if err == nil {
+		return nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr
+	}
+	return nil
 }
