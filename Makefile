@@ -33,7 +33,8 @@ FUZZ_TARGETS := \
 	./internal/usage:FuzzDecode \
 	./services/workloads:FuzzWireCached \
 	./services/controllers:FuzzWireHead \
-	./services/scheduler:FuzzMayWaitForNode
+	./services/scheduler:FuzzMayWaitForNode \
+	./services/nodelifecycle:FuzzWirePodHead
 FUZZTIME ?= 3s
 
 ## fuzz: run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz: commit them)

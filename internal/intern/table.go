@@ -44,6 +44,14 @@ func (t *Table[V]) Get(key string, make func() (V, bool)) (V, bool) {
 	return v, true
 }
 
+// GetBytes is Get(string(key), make), without making the string when the table holds the key.
+func (t *Table[V]) GetBytes(key []byte, make func() (V, bool)) (V, bool) {
+	if v, ok := t.m[string(key)]; ok {
+		return v, true
+	}
+	return t.Get(string(key), make)
+}
+
 // Len is how many keys the table holds.
 func (t *Table[V]) Len() int { return len(t.m) }
 

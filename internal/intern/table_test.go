@@ -79,3 +79,20 @@ func TestStringsBytes(t *testing.T) {
 		t.Errorf("%v allocations for a held string", n)
 	}
 }
+
+func TestTableGetBytes(t *testing.T) {
+	var tb Table[[]int]
+	made := 0
+	mk := func() ([]int, bool) { made++; return []int{made}, true }
+	key := []byte("tolerations")
+	x, _ := tb.GetBytes(key, mk)
+	key[0] = 'T' // the table keeps its own copy of the key
+	y, _ := tb.Get("tolerations", mk)
+	if made != 1 || &x[0] != &y[0] {
+		t.Fatalf("made %d times, shared %v", made, &x[0] == &y[0])
+	}
+	key[0] = 't'
+	if n := testing.AllocsPerRun(100, func() { _, _ = tb.GetBytes(key, mk) }); n != 0 {
+		t.Errorf("%v allocations for a held key", n)
+	}
+}

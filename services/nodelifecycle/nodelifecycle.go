@@ -110,8 +110,8 @@ type cachedPod struct {
 	terminating, evicted bool
 }
 
-func newCachedPod(uid, name, correlation string) cachedPod {
-	return cachedPod{ids: uid + name + correlation, nameAt: int32(len(uid)), corrAt: int32(len(uid) + len(name))}
+func newCachedPod(uid, name, correlation []byte) cachedPod {
+	return cachedPod{ids: string(uid) + string(name) + string(correlation), nameAt: int32(len(uid)), corrAt: int32(len(uid) + len(name))}
 }
 
 func (c *cachedPod) uid() string         { return c.ids[:c.nameAt] }
@@ -357,9 +357,8 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		delete(s.pending, key)
 		return
 	}
-	p := &pb.Pod{}
-	pruned, ok := bus.Prune(e.Value(), cachedPodMask)
-	if !ok || proto.Unmarshal(pruned, p) != nil {
+	h, ok := readPodHead(e.Value())
+	if !ok {
 		metrics.Count("nodelifecycle.malformed", 1)
 		return
 	}
@@ -368,10 +367,9 @@ func (s *Service) onPod(e jetstream.KeyValueEntry) {
 		metrics.Count("nodelifecycle.malformed", 1)
 		return
 	}
-	md := p.GetMetadata()
-	c := newCachedPod(md.GetUid(), md.GetName(), p.GetInternal().GetCorrelationId())
-	c.ns, c.node = s.strs.Get(md.GetNamespace()), s.strs.Get(p.GetSpec().GetNodeName())
-	c.tolerations, c.terminating = tols, md.GetDeletionTimestamp() != nil
+	c := newCachedPod(h.uid, h.name, h.corr)
+	c.ns, c.node = s.strs.Bytes(h.ns), s.strs.Bytes(h.node)
+	c.tolerations, c.terminating = tols, h.deleting
 	if old, ok := s.pods[key]; ok && old.uid() == c.uid() {
 		c.evicted = old.evicted
 	}
@@ -394,7 +392,7 @@ func (s *Service) tolerations(data []byte) ([]*pb.Toleration, bool) {
 	if len(wire) == 0 {
 		return nil, true
 	}
-	return s.tols.Get(string(wire), func() ([]*pb.Toleration, bool) {
+	return s.tols.GetBytes(wire, func() ([]*pb.Toleration, bool) {
 		p := &pb.Pod{}
 		if proto.Unmarshal(wire, p) != nil {
 			return nil, false
