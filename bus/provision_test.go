@@ -2,12 +2,15 @@ package bus_test
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -15,35 +18,73 @@ import (
 
 // updates records the streams the server reports updated (its JetStream advisories).
 type updates struct {
+	js    jetstream.JetStream
 	mu    sync.Mutex
 	names []string
+	marks int
 }
 
-func watchUpdates(t *testing.T, nc *nats.Conn) *updates {
+// markStream is updated by seen so that advisories of what came before have time to arrive: each
+// stream sends its own from a queue of its own, queued before the server answers the request.
+const markStream = "MARK"
+
+func watchUpdates(t *testing.T, c *bus.Conn) *updates {
 	t.Helper()
-	u := &updates{}
-	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.*", func(m *nats.Msg) {
+	u := &updates{js: c.JS}
+	ctx := context.Background()
+	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: markStream, Subjects: []string{"mark"}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.NC.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.*", func(m *nats.Msg) {
 		u.mu.Lock()
 		defer u.mu.Unlock()
-		u.names = append(u.names, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		name := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		if name == markStream {
+			u.marks++
+			return
+		}
+		u.names = append(u.names, name)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
+	if err := c.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return u
 }
 
-// seen is what was reported once the server has answered everything sent before (a round trip of nc,
-// on which the advisories come).
-func (u *updates) seen(t *testing.T, nc *nats.Conn) []string {
+// await waits for name's update advisory and forgets every advisory reported until then.
+func (u *updates) await(t *testing.T, name string) {
 	t.Helper()
-	if err := nc.Flush(); err != nil {
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if slices.Contains(u.names, name) {
+			u.names = nil
+			return true
+		}
+		return false
+	}, "%s's update advisory", name)
+}
+
+// seen is what was reported updated since the last call, once the server has had the time of a mark
+// stream's update to send the advisories of the requests made before it.
+func (u *updates) seen(t *testing.T) []string {
+	t.Helper()
+	u.mu.Lock()
+	want := u.marks + 1
+	u.mu.Unlock()
+	if _, err := u.js.UpdateStream(context.Background(), jetstream.StreamConfig{Name: markStream, Subjects: []string{"mark"},
+		Description: strconv.Itoa(want)}); err != nil {
 		t.Fatal(err)
 	}
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.marks >= want
+	}, "the mark stream's update advisory")
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := u.names
@@ -67,11 +108,11 @@ func TestProvisionLeavesMatchingStreamsAlone(t *testing.T) {
 			if err := bus.Provision(ctx, c.JS, o); err != nil {
 				t.Fatal(err)
 			}
-			u := watchUpdates(t, c.NC)
+			u := watchUpdates(t, c)
 			if err := bus.Provision(ctx, c.JS, o); err != nil {
 				t.Fatal(err)
 			}
-			if got := u.seen(t, c.NC); len(got) != 0 {
+			if got := u.seen(t); len(got) != 0 {
 				t.Fatalf("provisioning again updated %v, want nothing", got)
 			}
 
@@ -87,12 +128,14 @@ func TestProvisionLeavesMatchingStreamsAlone(t *testing.T) {
 			if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
-			u.seen(t, c.NC)
+			alloc := bus.KVStream(bus.BucketAlloc)
+			u.await(t, alloc)
 			if err := bus.Provision(ctx, c.JS, o); err != nil {
 				t.Fatal(err)
 			}
-			if got := u.seen(t, c.NC); len(got) != 1 || got[0] != bus.KVStream(bus.BucketAlloc) {
-				t.Fatalf("provisioning a drifted alloc bucket updated %v, want [%s]", got, bus.KVStream(bus.BucketAlloc))
+			u.await(t, alloc)
+			if got := u.seen(t); len(got) != 0 {
+				t.Fatalf("provisioning a drifted alloc bucket also updated %v, want %s alone", got, alloc)
 			}
 			if st, err = c.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc)); err != nil || !st.CachedInfo().Config.AllowAtomicPublish {
 				t.Fatalf("alloc bucket after provisioning: %v, atomic publish off", err)
