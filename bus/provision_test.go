@@ -116,19 +116,19 @@ func TestProvisionLeavesMatchingStreamsAlone(t *testing.T) {
 				t.Fatalf("provisioning again updated %v, want nothing", got)
 			}
 
-			st, err := c.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+			alloc := bus.KVStream(bus.BucketAlloc)
+			st, err := c.JS.Stream(ctx, alloc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg := st.CachedInfo().Config
-			if !cfg.AllowAtomicPublish || cfg.AllowDirect != true {
+			if !cfg.AllowAtomicPublish || !cfg.AllowDirect {
 				t.Fatalf("alloc bucket on one server: atomic %v, direct %v; want both", cfg.AllowAtomicPublish, cfg.AllowDirect)
 			}
 			cfg.AllowAtomicPublish = false
 			if _, err := c.JS.UpdateStream(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
-			alloc := bus.KVStream(bus.BucketAlloc)
 			u.await(t, alloc)
 			if err := bus.Provision(ctx, c.JS, o); err != nil {
 				t.Fatal(err)
@@ -137,7 +137,7 @@ func TestProvisionLeavesMatchingStreamsAlone(t *testing.T) {
 			if got := u.seen(t); len(got) != 0 {
 				t.Fatalf("provisioning a drifted alloc bucket also updated %v, want %s alone", got, alloc)
 			}
-			if st, err = c.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc)); err != nil || !st.CachedInfo().Config.AllowAtomicPublish {
+			if st, err = c.JS.Stream(ctx, alloc); err != nil || !st.CachedInfo().Config.AllowAtomicPublish {
 				t.Fatalf("alloc bucket after provisioning: %v, atomic publish off", err)
 			}
 		})

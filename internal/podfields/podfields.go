@@ -1,7 +1,7 @@
 // Package podfields names the fields of a stored pod that the wire readers (the API's watch cache
 // index, the workload and metadata controllers' caches, the scheduler's watch of pods waiting for a
-// node, the node lifecycle controller's cache) read with bus.NextField, by their numbers from the messages' descriptors, so that each
-// reader does not declare them again.
+// node, the node lifecycle controller's cache) read with bus.NextField, by their numbers from the
+// messages' descriptors, so that each reader does not declare them again.
 package podfields
 
 import (

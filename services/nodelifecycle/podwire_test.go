@@ -1,7 +1,6 @@
 package nodelifecycle
 
 import (
-	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -108,7 +107,7 @@ func sameHead(a, b podHead) bool {
 	str := func(h podHead) [5]string {
 		return [5]string{string(h.uid), string(h.name), string(h.ns), string(h.node), string(h.corr)}
 	}
-	return reflect.DeepEqual(str(a), str(b)) && a.deleting == b.deleting
+	return str(a) == str(b) && a.deleting == b.deleting
 }
 
 func (h podHead) String() string {
