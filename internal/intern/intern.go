@@ -97,6 +97,9 @@ func Bytes(b []byte) string {
 }
 
 func (t *table) stringLocked(s string) string {
+	if s == "" {
+		return ""
+	}
 	if v, ok := t.strings[s]; ok {
 		return v
 	}
@@ -139,4 +142,64 @@ func PodAllocation(pa *pb.PodAllocation) {
 	pa.Namespace = String(pa.Namespace)
 	pa.SchedulerName = String(pa.SchedulerName)
 	pa.Requests = Resources(pa.Requests)
+}
+
+// hostnameLabel's value is a node's own name: sharing it would only fill the table.
+const hostnameLabel = "kubernetes.io/hostname"
+
+// Node replaces the strings a node repeats from other nodes with shared equal ones: its labels (but the
+// hostname's value), capacity and allocatable, phase, taints, the types, statuses, reasons and messages
+// of its conditions, its addresses' types and its system info but the ids. A cache of thousands of
+// nodes then holds a few dozen objects fewer per node. n must be the caller's own, just decoded: no
+// other goroutine may read it yet. Its maps stay its own (new ones, with shared keys and values), so
+// the caller may still change them.
+func Node(n *pb.Node) {
+	if n == nil {
+		return
+	}
+	t := shared
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if md := n.GetMetadata(); md != nil {
+		md.Labels = t.stringMapLocked(md.Labels, hostnameLabel)
+	}
+	for _, taint := range n.GetSpec().GetTaints() {
+		taint.Key, taint.Value, taint.Effect = t.stringLocked(taint.Key), t.stringLocked(taint.Value), t.stringLocked(taint.Effect)
+	}
+	st := n.GetStatus()
+	if st == nil {
+		return
+	}
+	st.Capacity = t.stringMapLocked(st.Capacity, "")
+	st.Allocatable = t.stringMapLocked(st.Allocatable, "")
+	st.Phase = t.stringLocked(st.Phase)
+	for _, c := range st.Conditions {
+		c.Type, c.Status = t.stringLocked(c.Type), t.stringLocked(c.Status)
+		c.Reason, c.Message = t.stringLocked(c.Reason), t.stringLocked(c.Message)
+	}
+	for _, a := range st.Addresses {
+		a.Type = t.stringLocked(a.Type)
+	}
+	if ni := st.NodeInfo; ni != nil {
+		ni.KernelVersion, ni.OsImage = t.stringLocked(ni.KernelVersion), t.stringLocked(ni.OsImage)
+		ni.ContainerRuntimeVersion = t.stringLocked(ni.ContainerRuntimeVersion)
+		ni.KubeletVersion, ni.KubeProxyVersion = t.stringLocked(ni.KubeletVersion), t.stringLocked(ni.KubeProxyVersion)
+		ni.OperatingSystem, ni.Architecture = t.stringLocked(ni.OperatingSystem), t.stringLocked(ni.Architecture)
+	}
+}
+
+// stringMapLocked returns a new map equal to m whose keys and values are shared, but the value of own,
+// which is kept as it is (m itself when it is empty).
+func (t *table) stringMapLocked(m map[string]string, own string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if k != own {
+			v = t.stringLocked(v)
+		}
+		out[t.stringLocked(k)] = v
+	}
+	return out
 }

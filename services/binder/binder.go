@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -429,6 +430,7 @@ func (s *Service) watchNodes(ctx context.Context) error {
 				s.log.Warn("undecodable node in store", "key", e.Key(), "err", err)
 				continue
 			}
+			intern.Node(n)
 			s.nodes.set(e.Key(), n)
 		}
 	}

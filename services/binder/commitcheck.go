@@ -40,6 +40,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 	"github.com/podbus/podbus/sched/cache"
 	"github.com/podbus/podbus/sched/framework"
@@ -180,6 +181,7 @@ func (v *commitView) applyNode(e jetstream.KeyValueEntry) {
 		v.cache.RemoveNode(name, e.Revision())
 		return
 	}
+	intern.Node(n)
 	if n.Metadata == nil {
 		n.Metadata = &pb.ObjectMeta{}
 	}

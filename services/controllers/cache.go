@@ -86,6 +86,7 @@ func (s *Service) apply(c change) {
 			metrics.Count("controllers.malformed", 1)
 			return
 		}
+		intern.Node(n)
 		meta = &metav1.ObjectMeta{Name: n.GetMetadata().GetName(), UID: typesUID(n.GetMetadata().GetUid())}
 		name := n.GetMetadata().GetName()
 		if old := s.nodes[name]; old == nil || !sameForDaemons(old, n) {

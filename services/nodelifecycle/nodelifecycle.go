@@ -241,6 +241,7 @@ func (s *Service) onNode(ctx context.Context, e jetstream.KeyValueEntry) {
 		metrics.Count("nodelifecycle.malformed", 1)
 		return
 	}
+	intern.Node(n)
 	c := &cachedNode{node: n, key: e.Key(), rev: e.Revision()}
 	s.nodes[name] = c
 	if err := s.taint(ctx, c); err != nil && ctx.Err() == nil {

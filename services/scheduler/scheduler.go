@@ -310,6 +310,7 @@ func (s *Service) applyNode(e jetstream.KeyValueEntry, initial bool) {
 		s.log.Warn("ignoring node entry", "key", e.Key(), "err", err)
 		return
 	}
+	intern.Node(n)
 	if n.GetMetadata().GetName() == "" {
 		if n.Metadata == nil {
 			n.Metadata = &pb.ObjectMeta{}

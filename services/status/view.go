@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podbus/podbus/internal/intern"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -50,6 +51,7 @@ func (v *nodeView) node(key string) (cachedNode, bool) {
 
 // setNode records n at rev (nil: deleted) unless the view holds a later revision.
 func (v *nodeView) setNode(key string, n *pb.Node, rev uint64) {
+	intern.Node(n) // n is the caller's own until the view holds it
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes.set(key, n, rev)
