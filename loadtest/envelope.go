@@ -74,6 +74,9 @@ type EnvelopeResult struct {
 	// CostLastToFirstSpan is the control plane's CPU per pod over the same slices as LastToFirstSpan,
 	// the last over the first: 1 where a pod costs as much in a full cluster as in an empty one.
 	CostLastToFirstSpan float64 `json:"cpu_per_pod_last_to_first_span,omitempty"`
+	// ProbeLastToFirstSpan is the machine probe's time over the same slices, the last over the first:
+	// 1 where the machine kept its speed through the run.
+	ProbeLastToFirstSpan float64 `json:"machine_probe_last_to_first_span,omitempty"`
 
 	ControlPlane Memory `json:"control_plane"`
 	Agents       Memory `json:"agents"`
@@ -142,6 +145,10 @@ type Slice struct {
 	// workers, assists, pauses), as the Go runtime counts it (0: not measured): a pod that costs more
 	// as the heap grows shows here.
 	GCShare float64 `json:"control_plane_gc_share,omitempty"`
+	// MachineProbeMS is the median CPU time of the load generator's fixed probe over the slice (see
+	// machineProbe; 0: not measured): where it rises with CPUPerPodMS, the machine slowed, not the
+	// pipeline.
+	MachineProbeMS float64 `json:"machine_probe_ms,omitempty"`
 
 	from, to time.Time
 }
@@ -283,15 +290,22 @@ func Envelope(ctx context.Context, cfg Config, log io.Writer) (*EnvelopeResult, 
 	pcfg.API, pcfg.NATS, pcfg.Kubeconfig = api, natsURL, filepath.Join(dir, "up", "kubeconfig")
 	pcfg.NATSCreds, pcfg.NATSCA = admin, ca
 	before := childSpent(ctx, cp.cmd.Process.Pid, pprofAddr)
+	probe := newMachineProbe()
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	var probing sync.WaitGroup
+	probing.Go(func() { probe.run(probeCtx) })
 	pr, err := run(ctx, pcfg)
+	stopProbe()
+	probing.Wait()
 	if pr != nil {
 		res.ControlPlaneCost = costOf(before, childSpent(ctx, cp.cmd.Process.Pid, pprofAddr), pr.Ready)
 		res.Ready, res.Failed, res.Seconds, res.Throughput = pr.Ready, pr.Failed, pr.Seconds, pr.Throughput
 		res.Slices = sliceRates(pr, slice)
 		res.LastToFirst = lastToFirst(res.Slices, slice)
 		res.LastToFirstSpan, res.SpanSlices = spanRatio(res.Slices, slice, 4)
-		sliceCPU(res.Slices, cpMem, agMem)
+		sliceCPU(res.Slices, cpMem, agMem, probe)
 		res.CostLastToFirstSpan = costSpanRatio(res.Slices, slice, res.SpanSlices)
+		res.ProbeLastToFirstSpan = probeSpanRatio(res.Slices, slice, res.SpanSlices)
 	}
 	if err != nil {
 		res.ControlPlane = cpMem.result(res.ControlPlane.RegisterRSS, res.Pods)
@@ -399,9 +413,10 @@ func fullSlices(ss []Slice, size int) []Slice {
 }
 
 // sliceCPU sets each slice's CPU per pod of the control plane and of the agents from their samples,
-// and the control plane's system time and page faults per pod and its collector's share. The last
-// slice ends after the watches' last periodic samples, so each takes one more now.
-func sliceCPU(ss []Slice, cp, agents *memWatch) {
+// the control plane's system time and page faults per pod and its collector's share, and the machine
+// probe's median. The last slice ends after the watches' last periodic samples, so each takes one
+// more now.
+func sliceCPU(ss []Slice, cp, agents *memWatch, probe *machineProbe) {
 	cp.sample()
 	agents.sample()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -428,7 +443,34 @@ func sliceCPU(ss []Slice, cp, agents *memWatch) {
 		if g, ok := cp.gcShare(s.from, s.to); ok {
 			s.GCShare = g
 		}
+		if d, ok := probe.median(s.from, s.to); ok {
+			s.MachineProbeMS = float64(d) / float64(time.Millisecond)
+		}
 	}
+}
+
+// probeSpanRatio is the machine probe's mean time over the last k full slices that ended while pods
+// were still being created, over the same of the first k; 0 when a slice has no probe.
+func probeSpanRatio(ss []Slice, size, k int) float64 {
+	full := fullSlices(ss, size)
+	if k == 0 || len(full) < 2*k {
+		return 0
+	}
+	mean := func(ss []Slice) float64 {
+		var sum float64
+		for _, s := range ss {
+			if s.MachineProbeMS == 0 {
+				return 0
+			}
+			sum += s.MachineProbeMS
+		}
+		return sum / float64(len(ss))
+	}
+	first, last := mean(full[:k]), mean(full[len(full)-k:])
+	if first == 0 || last == 0 {
+		return 0
+	}
+	return last / first
 }
 
 // costSpanRatio is the control plane's CPU per pod over the last k full slices that ended while pods
@@ -609,6 +651,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 			cpu = fmt.Sprintf("   CPU per pod: control plane %.2f ms (system %.2f ms, %.1f page faults, GC %.0f %%), agents %.2f ms",
 				s.CPUPerPodMS, s.SystemMSPerPod, s.PageFaultsPerPod, 100*s.GCShare, s.AgentsCPUPerPodMS)
 		}
+		if s.MachineProbeMS > 0 {
+			cpu += fmt.Sprintf("   machine probe %.2f ms", s.MachineProbeMS)
+		}
 		fmt.Fprintf(w, "%-42s %6.0f pods/s   ready at %7.1f s   created→ready p50 %7.0f ms  p99 %7.0f ms   p50 created/scheduled/bound/running %.0f/%.0f/%.0f/%.0f ms%s%s\n",
 			fmt.Sprintf("  slice %d (%d pods)", i+1, s.Pods), s.Rate, s.ReadyS, s.P50, s.P99,
 			s.StageP50[0], s.StageP50[1], s.StageP50[2], s.StageP50[3], cpu, drain)
@@ -619,6 +664,9 @@ func (r *EnvelopeResult) Print(w io.Writer) {
 	}
 	if r.CostLastToFirstSpan > 0 {
 		fmt.Fprintf(w, "%-42s %.2f\n", "control-plane CPU per pod, the same slices", r.CostLastToFirstSpan)
+	}
+	if r.ProbeLastToFirstSpan > 0 {
+		fmt.Fprintf(w, "%-42s %.2f\n", "machine probe's time, the same slices", r.ProbeLastToFirstSpan)
 	}
 	fmt.Fprintf(w, "%-42s peak %s, at end %s, after registration %s; %.1f KB per pod at peak\n",
 		"control-plane RSS", gib(r.ControlPlane.PeakRSS), gib(r.ControlPlane.EndRSS), gib(r.ControlPlane.RegisterRSS), r.ControlPlane.PeakPerPodKB)

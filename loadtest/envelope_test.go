@@ -217,7 +217,12 @@ func TestSliceCPU(t *testing.T) {
 		{Pods: 1000, Rate: 500, from: at(5), to: at(7)},
 		{Pods: 1000, Rate: 500, from: at(7), to: at(9)}, // past the last sample
 	}
-	sliceCPU(ss, cp, agents)
+	// The machine probe's samples: two in the first slice (the median is the upper one), none in the last.
+	probe := &machineProbe{}
+	for _, p := range []struct{ at, ms float64 }{{0.5, 1}, {1.5, 3}, {2.5, 2}, {3.8, 4}, {5.5, 5}, {6.5, 6}, {6.8, 7}} {
+		probe.samples = append(probe.samples, probeSample{at: at(p.at), cpu: time.Duration(p.ms * float64(time.Millisecond))})
+	}
+	sliceCPU(ss, cp, agents, probe)
 	want := []struct{ cp, agents, faults float64 }{{4, 1, 2}, {2, 0.5, 1}, {2.5, 0.5, 1}, {6, 1, 2}, {0, 0, 0}}
 	for i, w := range want {
 		if math.Abs(ss[i].CPUPerPodMS-w.cp) > 1e-6 || math.Abs(ss[i].AgentsCPUPerPodMS-w.agents) > 1e-6 {
@@ -244,6 +249,43 @@ func TestSliceCPU(t *testing.T) {
 	}
 	if got := costSpanRatio(ss[:3], 1000, 2); got != 0 {
 		t.Errorf("costSpanRatio of three slices, k 2 = %v, want 0", got)
+	}
+	for i, want := range []float64{3, 2, 4, 6, 0} {
+		if math.Abs(ss[i].MachineProbeMS-want) > 1e-9 {
+			t.Errorf("slice %d: machine probe %v ms, want %v", i+1, ss[i].MachineProbeMS, want)
+		}
+	}
+	// First two: (3 + 2) / 2 ms; slices 3 and 4: (4 + 6) / 2.
+	if got, want := probeSpanRatio(ss[:4], 1000, 2), 2.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("probeSpanRatio = %v, want %v", got, want)
+	}
+	if got := probeSpanRatio(ss, 1000, 2); got != 0 {
+		t.Errorf("probeSpanRatio over a slice without samples = %v, want 0", got)
+	}
+}
+
+// The probe's walk visits every word before it comes back, so no part of it stays in a cache, and
+// its work takes the probing thread's CPU time.
+func TestMachineProbe(t *testing.T) {
+	const n = 1000
+	next := randomCycle(n)
+	i, steps := uint32(0), 0
+	for {
+		i = next[i]
+		steps++
+		if i == 0 {
+			break
+		}
+		if steps > n {
+			t.Fatalf("the walk from 0 did not come back within %d steps", n)
+		}
+	}
+	if steps != n {
+		t.Errorf("the cycle through 0 has %d of %d words", steps, n)
+	}
+	p := &machineProbe{next: make([]uint32, probeWords), data: make([]byte, probeBytes)}
+	if d, ok := p.measure(); !ok || d <= 0 {
+		t.Errorf("measure = %v, %v; want a positive CPU time", d, ok)
 	}
 }
 
