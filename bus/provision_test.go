@@ -55,14 +55,15 @@ func watchUpdates(t *testing.T, c *bus.Conn) *updates {
 	return u
 }
 
-// await waits for name's update advisory and forgets every advisory reported until then.
+// await waits for name's update advisory and takes it out of what seen reports; other streams'
+// advisories stay, since each stream sends its own and they may come in any order.
 func (u *updates) await(t *testing.T, name string) {
 	t.Helper()
 	bustest.Eventually(t, 10*time.Second, func() bool {
 		u.mu.Lock()
 		defer u.mu.Unlock()
-		if slices.Contains(u.names, name) {
-			u.names = nil
+		if i := slices.Index(u.names, name); i >= 0 {
+			u.names = slices.Delete(u.names, i, i+1)
 			return true
 		}
 		return false

@@ -452,11 +452,7 @@ func sliceCPU(ss []Slice, cp, agents *memWatch, probe *machineProbe) {
 // probeSpanRatio is the machine probe's mean time over the last k full slices that ended while pods
 // were still being created, over the same of the first k; 0 when a slice has no probe.
 func probeSpanRatio(ss []Slice, size, k int) float64 {
-	full := fullSlices(ss, size)
-	if k == 0 || len(full) < 2*k {
-		return 0
-	}
-	mean := func(ss []Slice) float64 {
+	return endsRatio(ss, size, k, func(ss []Slice) float64 {
 		var sum float64
 		for _, s := range ss {
 			if s.MachineProbeMS == 0 {
@@ -465,22 +461,13 @@ func probeSpanRatio(ss []Slice, size, k int) float64 {
 			sum += s.MachineProbeMS
 		}
 		return sum / float64(len(ss))
-	}
-	first, last := mean(full[:k]), mean(full[len(full)-k:])
-	if first == 0 || last == 0 {
-		return 0
-	}
-	return last / first
+	})
 }
 
 // costSpanRatio is the control plane's CPU per pod over the last k full slices that ended while pods
 // were still being created, over the same of the first k; 0 when a slice's CPU was not measured.
 func costSpanRatio(ss []Slice, size, k int) float64 {
-	full := fullSlices(ss, size)
-	if k == 0 || len(full) < 2*k {
-		return 0
-	}
-	cost := func(ss []Slice) float64 {
+	return endsRatio(ss, size, k, func(ss []Slice) float64 {
 		var pods, ms float64
 		for _, s := range ss {
 			if s.CPUPerPodMS == 0 {
@@ -490,8 +477,17 @@ func costSpanRatio(ss []Slice, size, k int) float64 {
 			ms += s.CPUPerPodMS * float64(s.Pods)
 		}
 		return ms / pods
+	})
+}
+
+// endsRatio is the mean of the last k full slices over the mean of the first k; 0 with fewer than 2k full
+// slices or where mean gives 0 (a slice not measured).
+func endsRatio(ss []Slice, size, k int, mean func([]Slice) float64) float64 {
+	full := fullSlices(ss, size)
+	if k == 0 || len(full) < 2*k {
+		return 0
 	}
-	first, last := cost(full[:k]), cost(full[len(full)-k:])
+	first, last := mean(full[:k]), mean(full[len(full)-k:])
 	if first == 0 || last == 0 {
 		return 0
 	}
