@@ -578,6 +578,16 @@ func (c *composeEnv) checkPods(want int) {
 	t.Logf("%d pods Ready, each on one node, no node overcommitted; pods per node %v", len(pods.Items), spread)
 }
 
+// addr is a container's address on the project's network (reachable from the docker host), or "".
+func (c *composeEnv) addr(id string) string {
+	c.t.Helper()
+	ip := strings.Fields(c.must(30*time.Second, "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", id))
+	if len(ip) == 0 {
+		return ""
+	}
+	return ip[0]
+}
+
 // natsURL is a client URL of the project's running NATS nodes, by container address (reachable from
 // the docker host), for the checks on streams and buckets.
 func (c *composeEnv) natsURL() string {
@@ -588,9 +598,8 @@ func (c *composeEnv) natsURL() string {
 			if !strings.Contains(st, " Up ") {
 				continue
 			}
-			ip := strings.TrimSpace(c.must(30*time.Second, "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", id))
-			if f := strings.Fields(ip); len(f) > 0 {
-				urls = append(urls, "nats://"+f[0]+":4222")
+			if ip := c.addr(id); ip != "" {
+				urls = append(urls, "nats://"+ip+":4222")
 			}
 		}
 	}
