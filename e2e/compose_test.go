@@ -161,19 +161,24 @@ func (c *composeEnv) waitHealthy(want int, timeout time.Duration) {
 }
 
 func (c *composeEnv) getJSON(path string, into any) error {
+	return getJSON(c.client, c.api+path, into)
+}
+
+// getJSON decodes the JSON that url answers with 200.
+func getJSON(client *http.Client, url string, into any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.api+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(into)
 }

@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -103,7 +101,7 @@ func (c *composeEnv) logDecisions() {
 			var vars struct {
 				Podbus map[string]int64 `json:"podbus"`
 			}
-			if err := getVars("http://"+ip+":8081/debug/vars", &vars); err != nil {
+			if err := getJSON(http.DefaultClient, "http://"+ip+":8081/debug/vars", &vars); err != nil {
 				t.Errorf("%s %.12s: %v", svc, id, err)
 				continue
 			}
@@ -116,24 +114,6 @@ func (c *composeEnv) logDecisions() {
 			t.Logf("FIGURE %s %.12s: %s", svc, id, strings.Join(parts, ", "))
 		}
 	}
-}
-
-func getVars(url string, into any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(into)
 }
 
 // TestComposeNodesBench is issue 17's target 1 on the compose deployment (make compose-bench): 1,000
