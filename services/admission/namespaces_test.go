@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -93,14 +92,12 @@ func TestNamespaceLifecycle(t *testing.T) {
 		t.Errorf("delete: %d %s", resp.StatusCode, data)
 	}
 	// Admission reads namespaces from its watch cache, which takes the deletion in a moment after the
-	// answer; a read at resourceVersion 0 is served from that cache.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		_, data := e.do("GET", "/api/v1/namespaces/team-a?resourceVersion=0", "")
-		cached := corev1.Namespace{}
-		if json.Unmarshal(data, &cached) == nil && cached.Status.Phase == corev1.NamespaceTerminating {
-			break
-		}
+	// answer. A single GET reads the bucket, so wait for the cache itself to reach the deletion's revision.
+	rv, err := strconv.ParseUint(ns.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatalf("delete answered resourceVersion %q: %v", ns.ResourceVersion, err)
 	}
+	waitCacheRV(t, e, bus.BucketNamespaces, rv)
 	if resp, data := e.do("DELETE", "/api/v1/namespaces/team-a", ""); resp.StatusCode != 409 {
 		t.Errorf("second delete: %d %s", resp.StatusCode, data)
 	}
