@@ -186,21 +186,21 @@ func composeLoad(t *testing.T, c *composeEnv, image string) (rate string, load c
 	// The load generator's own default pod unless PODBUS_COMPOSE_POD ("cpu,memory") says otherwise.
 	// Pods far smaller than a node (1m, 1Mi on these 64-CPU nodes) are packed one node at a time by
 	// the default profile's balanced-allocation score, as kube-scheduler's: see docs/perf.md.
-	benchCPU, benchMem := "100m", "64Mi"
+	var pod []string
 	if v := os.Getenv("PODBUS_COMPOSE_POD"); v != "" {
-		var ok bool
-		if benchCPU, benchMem, ok = strings.Cut(v, ","); !ok {
+		cpu, mem, ok := strings.Cut(v, ",")
+		if !ok {
 			t.Fatalf("PODBUS_COMPOSE_POD=%q: want cpu,memory (100m,64Mi)", v)
 		}
+		pod = []string{"--cpu", cpu, "--memory", mem}
 	}
+	args := append([]string{"run", "--rm", "--network", composeProject + "_default",
+		"-v", composeProject + "_creds-admin:/creds:ro", "-v", c.kube.kubeconfig + ":/kube/kubeconfig:ro", image,
+		"loadtest", "--api", "https://admission:6443", "--kubeconfig", "/kube/kubeconfig",
+		"--nats", "nats://n1:4222,nats://n2:4222,nats://n3:4222", "--nats-creds", "/creds/admin.creds",
+		"--nats-ca", "/creds/ca.crt", "--pods", strconv.Itoa(composeBenchPods), "--quiet"}, pod...)
 	var out string
-	load = machineCPU(t, func() {
-		out = c.must(10*time.Minute, "docker", "run", "--rm", "--network", composeProject+"_default",
-			"-v", composeProject+"_creds-admin:/creds:ro", "-v", c.kube.kubeconfig+":/kube/kubeconfig:ro", image,
-			"loadtest", "--api", "https://admission:6443", "--kubeconfig", "/kube/kubeconfig",
-			"--nats", "nats://n1:4222,nats://n2:4222,nats://n3:4222", "--nats-creds", "/creds/admin.creds",
-			"--nats-ca", "/creds/ca.crt", "--pods", strconv.Itoa(composeBenchPods), "--cpu", benchCPU, "--memory", benchMem, "--quiet")
-	})
+	load = machineCPU(t, func() { out = c.must(10*time.Minute, "docker", args...) })
 	t.Logf("loadtest:\n%s", out)
 	m := throughputLine.FindStringSubmatch(out)
 	if m == nil || !strings.Contains(out, fmt.Sprintf("%d ready, 0 unschedulable", composeBenchPods)) {
