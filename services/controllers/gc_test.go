@@ -134,12 +134,13 @@ func TestCollector(t *testing.T) {
 	kv := startReplicas(t, 3)
 	gone := func(name string) func() bool { return func() bool { return getCM(t, kv, name) == nil } }
 
+	// The owner goes first: the collector looks an owner up live, as kube's does, so a dependent
+	// stored before its owner may be collected before the owner arrives.
+	putCM(t, kv, "keeper")
 	putCM(t, kv, "stray", ownedBy("never-was", false))
 	putCM(t, kv, "alive", ownedBy("keeper", false))
-	putCM(t, kv, "keeper")
 	bustest.Eventually(t, 10*time.Second, gone("stray"), "dependent of a missing owner not deleted")
 
-	// Owners exist before their dependents, or the dependents are garbage from the start.
 	putCM(t, kv, "orphaner")
 	putCM(t, kv, "free", ownedBy("orphaner", true))
 	updateCM(t, kv, "orphaner", deleting(metav1.FinalizerOrphanDependents))
