@@ -188,13 +188,17 @@ func TestIntervalSealsOneConsumer(t *testing.T) {
 	start(t, c, auditseal.Config{ID: "a", DataDir: t.TempDir(), BlockRecords: 100})
 	var last uint64
 	var first []string
+	blocks := 0
 	for i := range 3 {
 		publish(t, c, 3)
 		last = auditLast(t, c, last+3)
+		// Three records usually share a block, but a record that reaches the sealer an interval
+		// after the round's first one starts a block of its own.
 		bs := sealedUpTo(t, c, last)
-		if n := len(bs); n != i+1 {
-			t.Fatalf("%d blocks after %d partial ones", n, i+1)
+		if n := len(bs); n <= blocks || n > blocks+3 {
+			t.Fatalf("%d blocks after round %d, had %d: want one to three more", n, i+1, blocks)
 		}
+		blocks = len(bs)
 		if i == 0 {
 			first = consumers()
 			continue
