@@ -41,6 +41,13 @@ func newEnv(t *testing.T, replicas int) *env {
 	return newEnvConfig(t, replicas, Config{NodeMonitorGracePeriod: 300 * time.Millisecond, MonitorInterval: 30 * time.Millisecond})
 }
 
+// newEnvQuiet starts a server and one status replica whose node monitor never finds a node silent,
+// for tests that send a few heartbeats and look at what they wrote.
+func newEnvQuiet(t *testing.T) *env {
+	t.Helper()
+	return newEnvConfig(t, 1, Config{NodeMonitorGracePeriod: time.Hour, MonitorInterval: time.Hour})
+}
+
 // newEnvConfig starts a server and the given number of status replicas configured as cfg.
 func newEnvConfig(t *testing.T, replicas int, cfg Config) *env {
 	t.Helper()
@@ -299,7 +306,7 @@ func (e *env) node(name string) *pb.Node {
 }
 
 func TestHeartbeatUpsert(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newEnvQuiet(t)
 	now := time.Now()
 	e.beat(heartbeat("n1", now))
 	bustest.Eventually(t, wait, func() bool { return e.node("n1") != nil }, "node created")
@@ -426,7 +433,7 @@ func TestMergeStatus(t *testing.T) {
 // Taints an agent registers with apply once; afterwards users own the spec and their own labels, and the
 // agent wins only for the label keys it posts.
 func TestHeartbeatKeepsUserTaintsAndLabels(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newEnvQuiet(t)
 	now := time.Now()
 	first := heartbeat("n1", now)
 	first.Node.Metadata.Labels["pool"] = "general"
