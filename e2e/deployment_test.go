@@ -39,6 +39,8 @@ spec:
 // (once armed) and the most pods of it not terminating: every state the store went through, not samples.
 type podCounter struct {
 	mu        sync.Mutex
+	kv        jetstream.KeyValue
+	rev       uint64 // the last revision of the bucket applied
 	pods      map[string]*pb.Pod
 	app       string
 	armed     bool
@@ -60,7 +62,7 @@ func watchPods(t *testing.T, c *bus.Conn, app string) *podCounter {
 		cancel()
 		t.Fatal(err)
 	}
-	pc := &podCounter{pods: map[string]*pb.Pod{}, app: app, minReady: 1 << 30}
+	pc := &podCounter{kv: kv, pods: map[string]*pb.Pod{}, app: app, minReady: 1 << 30}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -84,6 +86,7 @@ func watchPods(t *testing.T, c *bus.Conn, app string) *podCounter {
 func (pc *podCounter) apply(e jetstream.KeyValueEntry) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	pc.rev = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(pc.pods, e.Key())
 	} else {
@@ -121,8 +124,22 @@ func (pc *podCounter) counts() (ready, active int) {
 	return ready, active
 }
 
-// arm starts counting the fewest Ready pods from now.
-func (pc *podCounter) arm() {
+// arm starts counting the fewest Ready pods from now, once the counter has caught up with the bucket:
+// a baseline taken from a watch that lags would be short of pods kubectl already sees Ready.
+func (pc *podCounter) arm(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := pc.kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		return pc.rev >= last
+	}, "pod counter caught up with revision %d", last)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	pc.armed = true
@@ -155,7 +172,7 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 		t.Errorf("kubectl get rs -o wide:\n%s", out)
 	}
 
-	pc.arm()
+	pc.arm(t)
 	k.must("set", "image", "deployment/web", "app=example.local/app:2")
 	k.must("rollout", "status", "deployment/web", "--timeout=90s")
 	minReady, maxActive := pc.result()
@@ -229,7 +246,7 @@ func TestDeploymentControllerReplicas(t *testing.T) {
 	k.must("apply", "-f", writeFile(t, "api.yaml", yaml))
 	k.must("rollout", "status", "deployment/api", "--timeout=90s")
 
-	pc.arm()
+	pc.arm(t)
 	k.must("set", "image", "deployment/api", "app=example.local/app:2")
 	bustest.Eventually(t, 60*time.Second, func() bool {
 		out, _ := k.run("get", "deploy", "api", "-o", "jsonpath={.status.updatedReplicas}")

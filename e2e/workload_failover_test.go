@@ -239,7 +239,7 @@ spec:
 		t.Fatalf("%d pods on node-1, want at least 2 to see the budget hold one back", onNode)
 	}
 
-	pc.arm()
+	pc.arm(t)
 	began := time.Now()
 	out := k.must("drain", "node-1", "--timeout=80s")
 	took := time.Since(began)
