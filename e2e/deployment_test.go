@@ -130,11 +130,10 @@ func (pc *podCounter) arm(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := pc.kv.Status(ctx)
+	last, err := bus.StoreRevision(ctx, pc.kv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	bustest.Eventually(t, 10*time.Second, func() bool {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()

@@ -1,10 +1,10 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,29 +57,21 @@ func (e *env) metricsList(path string) map[string]map[string]any {
 // report a node that reports itself.
 func TestMetricsAPI(t *testing.T) {
 	e := start(t, nil, false)
-	var podsRV, nodesRV uint64
-	for _, p := range []map[string]any{e.mustCreate("web-1", `labels={"app":"web"}`), e.mustCreate("db-1", `labels={"app":"db"}`)} {
-		podsRV = max(podsRV, resourceVersion(t, p))
-	}
+	e.mustCreate("web-1", `labels={"app":"web"}`)
+	e.mustCreate("db-1", `labels={"app":"db"}`)
 	for _, n := range []string{`{"metadata":{"name":"n1","labels":{"zone":"a"}}}`, `{"metadata":{"name":"n2","labels":{"zone":"b"}}}`} {
-		resp, data := e.do("POST", "/api/v1/nodes", n)
-		if resp.StatusCode != 201 {
+		if resp, data := e.do("POST", "/api/v1/nodes", n); resp.StatusCode != 201 {
 			t.Fatalf("create node: %d %s", resp.StatusCode, data)
 		}
-		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
-			t.Fatal(err)
-		}
-		nodesRV = max(nodesRV, resourceVersion(t, m))
 	}
 	// Metrics are listed from the watch caches, which may lag the creates (as metrics-server's do).
-	for _, path := range []string{"/api/v1/pods?resourceVersion=0", "/api/v1/nodes?resourceVersion=0"} {
-		if resp, data := e.do("GET", path, ""); resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, data)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range []string{"pods", "nodes"} {
+		if err := e.svc.cache(e.svc.reg.lookup("", "v1", r)).fresh(ctx); err != nil {
+			t.Fatalf("%s cache: %v", r, err)
 		}
 	}
-	waitCacheRV(t, e, bus.BucketPods, podsRV)
-	waitCacheRV(t, e, bus.BucketNodes, nodesRV)
 	now := time.Now().Truncate(time.Second)
 	n1 := usage.Node{Name: "n1", Time: now, WindowMillis: 15000, CPUNanoCores: 1_500_000_000, MemoryBytes: 2 << 30,
 		Pods: []usage.Pod{
@@ -301,15 +293,4 @@ func TestUsageCacheAllocations(t *testing.T) {
 	if len(usagePods(c)) != 500 {
 		t.Errorf("%d pods cached", len(usagePods(c)))
 	}
-}
-
-// resourceVersion is an object's metadata.resourceVersion as a revision.
-func resourceVersion(t *testing.T, obj map[string]any) uint64 {
-	t.Helper()
-	s, _ := get(obj, "metadata", "resourceVersion").(string)
-	rv, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		t.Fatalf("resourceVersion %q: %v", s, err)
-	}
-	return rv
 }
