@@ -136,8 +136,11 @@ type fakeStore struct {
 	conn      *bus.Conn
 	mu        sync.Mutex
 	conflicts int
-	commands  []*pb.PodCommand
-	metas     []bus.Meta
+	// silent: commands take effect but their answers are lost, as when a NATS server between the
+	// store and the API stops.
+	silent   bool
+	commands []*pb.PodCommand
+	metas    []bus.Meta
 }
 
 func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
@@ -160,6 +163,7 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 		if conflict {
 			fs.conflicts--
 		}
+		silent := fs.silent
 		fs.mu.Unlock()
 		ctx := context.Background()
 		md := cmd.GetPod().GetMetadata()
@@ -205,6 +209,9 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 				rev, _ = bus.Update(ctx, b.Pods, key, cur, rev)
 				res = &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
 			}
+		}
+		if silent {
+			return
 		}
 		data, _ := proto.Marshal(res)
 		_ = conn.NC.Publish(meta.Reply, data)

@@ -191,6 +191,11 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user.Name, OmitSentPod: true}, bus.Meta{
 		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user.Name,
 	})
+	if errors.Is(err, ErrReplyTimeout) {
+		if found, ok := s.createdAfterAll(r.Context(), pod.Namespace, pod.Name, uid); ok {
+			res, err = found, nil
+		}
+	}
 	if err != nil {
 		writeStatus(w, commandError(err))
 		return
@@ -210,6 +215,26 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	}
 	writeObject(w, code, req, podKind, podFromPB(stored, res.GetRevision()))
 }
+
+// createdAfterAll reads the bucket when the store's answer to a create did not come: an answer is
+// lost when the NATS server this service is connected to stops between the command and its answer,
+// after the store has written the pod. The pod stored under the name with the create's uid is that
+// create's, so the create succeeded; anything else leaves the outcome unknown (504).
+func (s *Service) createdAfterAll(ctx context.Context, ns, name, uid string) (*pb.CommandResult, bool) {
+	ctx, cancel := context.WithTimeout(ctx, createdAfterAllTimeout)
+	defer cancel()
+	stored := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.pods, bus.PodKey(ns, name), stored)
+	if err != nil || stored.GetMetadata().GetUid() != uid {
+		return nil, false
+	}
+	metrics.Count("admission.create.answered_from_bucket", 1)
+	s.log.Info("the store's answer to a create did not come; the pod is stored, so it is created", "pod", ns+"/"+name, "uid", uid)
+	return &pb.CommandResult{Code: http.StatusCreated, Pod: stored, Revision: rev}, true
+}
+
+// createdAfterAllTimeout bounds that read: the request has already waited Config.ReplyTimeout.
+const createdAfterAllTimeout = 5 * time.Second
 
 // decodePodBody reads and decodes a pod from the request body.
 func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1.Pod, []string, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/internal/convert"
@@ -195,6 +196,49 @@ func TestReplyTimeout(t *testing.T) {
 	st := decodeStatus(t, data)
 	if resp.StatusCode != 504 || st.Reason != metav1.StatusReasonTimeout {
 		t.Fatalf("got %d %s", resp.StatusCode, data)
+	}
+}
+
+// A create whose answer is lost after the store wrote the pod is answered from the bucket: 201 when
+// the stored pod is the create's (its uid), 504 as before otherwise.
+func TestCreateAnsweredFromTheBucket(t *testing.T) {
+	e := start(t, func(c *Config) { c.ReplyTimeout = 300 * time.Millisecond }, false)
+	e.mustCreate("taken")
+	e.store.mu.Lock()
+	e.store.silent = true
+	e.store.mu.Unlock()
+	tests := []struct {
+		name     string
+		pod      string
+		wantCode int
+	}{
+		{name: "written, answer lost", pod: "written", wantCode: 201},
+		{name: "the name held by another pod, answer lost", pod: "taken", wantCode: 504},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, data := e.do("POST", "/api/v1/namespaces/default/pods", podJSON(tt.pod))
+			if resp.StatusCode != tt.wantCode {
+				t.Fatalf("got %d %s, want %d", resp.StatusCode, data, tt.wantCode)
+			}
+			cmd, _ := e.store.lastCommand()
+			if cmd.GetPod().GetMetadata().GetName() != tt.pod {
+				t.Fatalf("the store's last command is for %q, want %q", cmd.GetPod().GetMetadata().GetName(), tt.pod)
+			}
+			if tt.wantCode != 201 {
+				if st := decodeStatus(t, data); st.Reason != metav1.StatusReasonTimeout {
+					t.Errorf("reason %q, want %q", st.Reason, metav1.StatusReasonTimeout)
+				}
+				return
+			}
+			var pod corev1.Pod
+			if err := json.Unmarshal(data, &pod); err != nil {
+				t.Fatal(err)
+			}
+			if want := cmd.GetPod().GetMetadata().GetUid(); string(pod.UID) != want || pod.Name != tt.pod || pod.ResourceVersion == "" {
+				t.Errorf("answered pod %s uid %s rv %q, want the stored %s uid %s", pod.Name, pod.UID, pod.ResourceVersion, tt.pod, want)
+			}
+		})
 	}
 }
 
