@@ -190,7 +190,7 @@ type checker struct {
 }
 
 func newChecker(ctx context.Context, js jetstream.JetStream, o ChainOptions) (*checker, error) {
-	s, err := Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, o.Stream) })
+	s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, o.Stream) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Stream, err)
 	}
@@ -436,7 +436,7 @@ func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 	}
 	slices.Sort(names)
 	for _, name := range slices.Compact(names) {
-		s, err := Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return c.js.Stream(ctx, name) })
+		s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return c.js.Stream(ctx, name) })
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
@@ -454,7 +454,7 @@ func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 		if last == 0 {
 			f.Detail = fmt.Sprintf("%s holds seq %d..%d, the log none of them", name, info.State.FirstSeq, info.State.LastSeq)
 		}
-		if m, err := Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.GetMsg(ctx, first) }); err == nil {
+		if m, err := bus.Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.GetMsg(ctx, first) }); err == nil {
 			f.Subject = m.Subject
 		}
 		out = append(out, f)
@@ -554,7 +554,7 @@ type sealReader struct {
 }
 
 func newSealReader(ctx context.Context, js jetstream.JetStream, name string, keys []ed25519.PublicKey) (*sealReader, error) {
-	s, err := Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
+	s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
@@ -571,7 +571,7 @@ func (r *sealReader) next(ctx context.Context) (*Block, *Finding, error) {
 				return nil, bad, nil
 			}
 			r.polled = time.Now()
-			info, err := Retry(ctx, 0, func(ctx context.Context) (*jetstream.StreamInfo, error) { return r.s.Info(ctx) })
+			info, err := bus.Retry(ctx, 0, func(ctx context.Context) (*jetstream.StreamInfo, error) { return r.s.Info(ctx) })
 			if err != nil {
 				return nil, nil, fmt.Errorf("read seals: %w", err)
 			}
@@ -583,7 +583,7 @@ func (r *sealReader) next(ctx context.Context) (*Block, *Finding, error) {
 				return nil, bad, nil
 			}
 		}
-		m, err := Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return r.s.GetMsg(ctx, r.seq) })
+		m, err := bus.Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return r.s.GetMsg(ctx, r.seq) })
 		r.seq++
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue

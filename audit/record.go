@@ -154,38 +154,9 @@ type ScanOptions struct {
 	// Follow keeps reading new records until ctx ends instead of stopping at the end.
 	Follow bool
 	Batch  int // messages per pull (default 4096)
-	// RequestTimeout bounds each JetStream API request of the scan (default 10 s); one that gets no
-	// answer in time is sent again until ctx ends.
+	// RequestTimeout bounds each JetStream API request of the scan (default bus.DefaultRequestTimeout);
+	// one that gets no answer in time is sent again until ctx ends.
 	RequestTimeout time.Duration
-}
-
-// DefaultRequestTimeout bounds one JetStream API request of a reader of the log.
-const DefaultRequestTimeout = 10 * time.Second
-
-// Retry calls do with a deadline of its own (d, or DefaultRequestTimeout) until it returns an answer
-// or an error other than no answer, or ctx ends. In a cluster a request that reaches a server during a
-// leader election, or crosses a route that is cut, gets no answer; it is sent again rather than
-// waited for until ctx ends. Only idempotent requests belong here.
-func Retry[T any](ctx context.Context, d time.Duration, do func(context.Context) (T, error)) (T, error) {
-	if d <= 0 {
-		d = DefaultRequestTimeout
-	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, d)
-		v, err := do(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
-			return v, err
-		}
-	}
-}
-
-// unanswered: the request may not have reached a server able to answer it, so sending it again is
-// the only way to an answer.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || (errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
 // Scan calls fn for each selected record, in stream order, with an ordered consumer (no state on the
@@ -216,7 +187,7 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 		since := o.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := Retry(ctx, o.RequestTimeout, func(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := bus.Retry(ctx, o.RequestTimeout, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.OrderedConsumer(ctx, o.Stream, cfg)
 	})
 	if err != nil {
@@ -229,7 +200,7 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 	defer it.Stop()
 	if !o.Follow {
 		// Nothing selected at all: Next would wait for a record that may never come.
-		info, err := Retry(ctx, o.RequestTimeout, cons.Info)
+		info, err := bus.Retry(ctx, o.RequestTimeout, cons.Info)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", o.Stream, err)
 		}

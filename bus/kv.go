@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,7 +33,7 @@ func GetEncoded(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte,
 	if b := bucketOf(kv); b != nil {
 		return b.get(ctx, key)
 	}
-	e, err := kv.Get(ctx, key)
+	e, err := retryRead(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, fmt.Errorf("%s/%s: %w", kv.Bucket(), key, ErrNotFound)
 	}
@@ -193,7 +194,9 @@ func (b *Bucket) get(ctx context.Context, key string) ([]byte, uint64, error) {
 	if !keyValid(key) {
 		return nil, 0, fmt.Errorf("get %s/%s: %w", b.Bucket(), key, jetstream.ErrInvalidKey)
 	}
-	m, err := getLast(ctx, b.nc, b.stream, b.prefix+key, b.direct)
+	m, err := retryRead(ctx, func(ctx context.Context) (lastMsg, error) {
+		return getLast(ctx, b.nc, b.stream, b.prefix+key, b.direct)
+	})
 	if errors.Is(err, errNoMsg) || (err == nil && m.deleted) {
 		return nil, 0, fmt.Errorf("%s/%s: %w", b.Bucket(), key, ErrNotFound)
 	}
@@ -201,6 +204,17 @@ func (b *Bucket) get(ctx context.Context, key string) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("get %s/%s: %w", b.Bucket(), key, err)
 	}
 	return m.data, m.seq, nil
+}
+
+// retryRead is read, sent again through Retry when ctx's deadline is further than jsAPITimeout: a
+// caller with a long deadline (an API request's) would otherwise wait for all of it when the read gets
+// no answer. Without a deadline each read already has jsAPITimeout and fails after it, and the caller
+// decides; with a short one there is no time to ask twice.
+func retryRead[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) <= jsAPITimeout {
+		return read(ctx)
+	}
+	return Retry(ctx, jsAPITimeout, read)
 }
 
 // write stores data under key if key's last revision is still rev (0: none).

@@ -477,14 +477,14 @@ func (h *history) endState() []Violation {
 
 // deadLetters lists the messages parked on dead.>.
 func deadLetters(ctx context.Context, js jetstream.JetStream) ([]Violation, error) {
-	st, err := audit.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, bus.StreamDead) })
+	st, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, bus.StreamDead) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", bus.StreamDead, err)
 	}
 	info := st.CachedInfo()
 	var out []Violation
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := audit.Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return st.GetMsg(ctx, seq) })
+		m, err := bus.Retry(ctx, 0, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return st.GetMsg(ctx, seq) })
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
@@ -526,7 +526,7 @@ func CaughtUp(ctx context.Context, js jetstream.JetStream, stream string) (bool,
 }
 
 func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
-	st, err := audit.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
+	st, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}

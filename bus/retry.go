@@ -1,0 +1,53 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultRequestTimeout bounds one attempt of a request sent through Retry.
+const DefaultRequestTimeout = jsAPITimeout
+
+// Retry calls do with a deadline of its own (d, or DefaultRequestTimeout) until it returns an answer
+// or an error other than no answer, or ctx ends. In a cluster a request that reaches a server during a
+// leader election, or that the server under this connection drops as it stops, gets no answer; nats.go
+// then waits for ctx's whole deadline (a minute for an API request), while the same request sent
+// again is answered at once. Only requests that may be repeated (reads) belong here: a
+// compare-and-set whose answer was lost would be refused the second time.
+func Retry[T any](ctx context.Context, d time.Duration, do func(context.Context) (T, error)) (T, error) {
+	if d <= 0 {
+		d = DefaultRequestTimeout
+	}
+	for {
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, d)
+		v, err := do(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !Unanswered(err) {
+			return v, err
+		}
+		// An immediate refusal (no responders, JetStream unavailable) is a leader still being chosen:
+		// wait a little rather than ask again at once.
+		if wait := pubRetryWait - time.Since(start); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// Unanswered says whether err means the request got no answer from a server able to give one, so
+// that sending it again may get one.
+func Unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
+}
