@@ -401,6 +401,9 @@ func TestCompose(t *testing.T) {
 	}
 	c.waitPods("batch%3Db3", composeBatch, true, 3*time.Minute)
 	t.Logf("FIGURE batch 3 (n1 and a scheduler stopped mid-batch): %d pods Ready at %.0f pods/s, kubectl apply attempts %d", composeBatch, composeBatch/time.Since(start).Seconds(), attempts)
+	if logs, err := c.dc(time.Minute, "logs", "--no-color", "admission"); err == nil {
+		t.Logf("creates whose store answer was lost, answered from the bucket: %d", strings.Count(logs, "the store's answer to a create did not come"))
+	}
 
 	// 5. Invariants, through the API and on the bus.
 	c.checkPods(3 * composeBatch)
