@@ -102,7 +102,7 @@ func UpdateEncoded(ctx context.Context, kv jetstream.KeyValue, key string, data 
 // StoreRevision is the bucket's latest revision: its stream's last sequence. A cache that has applied
 // this revision holds every write committed before the call (a read barrier).
 func StoreRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
-	st, err := kv.Status(ctx)
+	st, err := retryRead(ctx, kv.Status)
 	if err != nil {
 		return 0, fmt.Errorf("status of bucket %s: %w", kv.Bucket(), err)
 	}

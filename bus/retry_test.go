@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,36 +86,73 @@ func TestRetryStopsWithItsContext(t *testing.T) {
 // connection drops as it stops.
 type lossyKV struct {
 	jetstream.KeyValue
-	gets atomic.Int32
+	reads atomic.Int32
+}
+
+func (k *lossyKV) lost(ctx context.Context) bool {
+	if k.reads.Add(1) == 1 {
+		<-ctx.Done()
+		return true
+	}
+	return false
 }
 
 func (k *lossyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	if k.gets.Add(1) == 1 {
-		<-ctx.Done()
+	if k.lost(ctx) {
 		return nil, ctx.Err()
 	}
 	return k.KeyValue.Get(ctx, key)
+}
+
+func (k *lossyKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
+	if k.lost(ctx) {
+		return nil, ctx.Err()
+	}
+	return k.KeyValue.Status(ctx)
 }
 
 // A read with a long deadline (an API request's) that gets no answer is sent again after
 // DefaultRequestTimeout instead of waiting for the whole deadline.
 func TestReadSentAgain(t *testing.T) {
 	_, c := bustest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	setup, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lossy"})
+	kv, err := c.JS.CreateKeyValue(setup, jetstream.KeyValueConfig{Bucket: "lossy"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+	if _, err := kv.Put(setup, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	lossy := &lossyKV{KeyValue: kv}
-	data, rev, err := bus.GetEncoded(ctx, lossy, "k")
-	if err != nil || string(data) != "v" || rev == 0 {
-		t.Fatalf("got %q rev %d, %v; want v", data, rev, err)
-	}
-	if n := lossy.gets.Load(); n != 2 {
-		t.Fatalf("%d reads, want 2 (one lost, one answered)", n)
+	for _, tt := range []struct {
+		name string
+		read func(context.Context, jetstream.KeyValue) error
+	}{
+		{name: "a key", read: func(ctx context.Context, kv jetstream.KeyValue) error {
+			data, rev, err := bus.GetEncoded(ctx, kv, "k")
+			if err == nil && (string(data) != "v" || rev == 0) {
+				err = fmt.Errorf("got %q at %d, want v", data, rev)
+			}
+			return err
+		}},
+		{name: "the store's revision", read: func(ctx context.Context, kv jetstream.KeyValue) error {
+			rev, err := bus.StoreRevision(ctx, kv)
+			if err == nil && rev == 0 {
+				err = errors.New("revision 0")
+			}
+			return err
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			lossy := &lossyKV{KeyValue: kv}
+			if err := tt.read(ctx, lossy); err != nil {
+				t.Fatal(err)
+			}
+			if n := lossy.reads.Load(); n != 2 {
+				t.Fatalf("%d reads, want 2 (one lost, one answered)", n)
+			}
+		})
 	}
 }
