@@ -216,10 +216,10 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	writeObject(w, code, req, podKind, podFromPB(stored, res.GetRevision()))
 }
 
-// createdAfterAll reads the bucket when the store's answer to a create did not come: an answer is
-// lost when the NATS server this service is connected to stops between the command and its answer,
-// after the store has written the pod. The pod stored under the name with the create's uid is that
-// create's, so the create succeeded; anything else leaves the outcome unknown (504).
+// createdAfterAll reads the bucket when the store's answer to a create did not come: an answer can be
+// lost after the store wrote the pod, when a NATS server under the store's or this service's
+// connection stops. The pod stored under the name with the create's uid is that create's, so the
+// create succeeded; anything else leaves the outcome unknown (504).
 func (s *Service) createdAfterAll(ctx context.Context, ns, name, uid string) (*pb.CommandResult, bool) {
 	ctx, cancel := context.WithTimeout(ctx, createdAfterAllTimeout)
 	defer cancel()
