@@ -190,7 +190,7 @@ type checker struct {
 }
 
 func newChecker(ctx context.Context, js jetstream.JetStream, o ChainOptions) (*checker, error) {
-	s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, o.Stream) })
+	s, err := bus.Stream(ctx, js, o.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Stream, err)
 	}
@@ -436,7 +436,7 @@ func (c *checker) originsAhead(ctx context.Context) ([]Finding, error) {
 	}
 	slices.Sort(names)
 	for _, name := range slices.Compact(names) {
-		s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return c.js.Stream(ctx, name) })
+		s, err := bus.Stream(ctx, c.js, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
@@ -554,7 +554,7 @@ type sealReader struct {
 }
 
 func newSealReader(ctx context.Context, js jetstream.JetStream, name string, keys []ed25519.PublicKey) (*sealReader, error) {
-	s, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
+	s, err := bus.Stream(ctx, js, name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}

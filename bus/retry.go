@@ -51,3 +51,8 @@ func Unanswered(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
+
+// Stream looks the stream up with its current info (Stream.CachedInfo), through Retry.
+func Stream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	return Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
+}

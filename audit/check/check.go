@@ -477,7 +477,7 @@ func (h *history) endState() []Violation {
 
 // deadLetters lists the messages parked on dead.>.
 func deadLetters(ctx context.Context, js jetstream.JetStream) ([]Violation, error) {
-	st, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, bus.StreamDead) })
+	st, err := bus.Stream(ctx, js, bus.StreamDead)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", bus.StreamDead, err)
 	}
@@ -526,7 +526,7 @@ func CaughtUp(ctx context.Context, js jetstream.JetStream, stream string) (bool,
 }
 
 func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
-	st, err := bus.Retry(ctx, 0, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) })
+	st, err := bus.Stream(ctx, js, name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
