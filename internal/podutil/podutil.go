@@ -251,3 +251,26 @@ const (
 	// ReasonEviction is the deletion reason of a pod evicted through the eviction subresource.
 	ReasonEviction = "Eviction"
 )
+
+// MergeUpdate is the object the store writes for an update: the command's metadata and spec over the
+// current status and bookkeeping, so an update never rolls status back. Fields owned by other writers
+// (identity, deletion, the binder's nodeName) also stay as stored: a client's stale copy must not undo
+// them. The API compares a stored pod with it when the store's answer to an update is lost.
+func MergeUpdate(cur, want *pb.Pod) *pb.Pod {
+	next := proto.Clone(want).(*pb.Pod)
+	next.Status = cur.GetStatus()
+	next.Internal = cur.GetInternal()
+	if next.Metadata == nil {
+		next.Metadata = &pb.ObjectMeta{}
+	}
+	cm := cur.GetMetadata()
+	next.Metadata.Uid = cm.GetUid()
+	next.Metadata.CreationTimestamp = cm.GetCreationTimestamp()
+	next.Metadata.DeletionTimestamp = cm.GetDeletionTimestamp()
+	next.Metadata.DeletionGracePeriodSeconds = cm.DeletionGracePeriodSeconds
+	if next.Spec == nil {
+		next.Spec = &pb.PodSpec{}
+	}
+	next.Spec.NodeName = cur.GetSpec().GetNodeName()
+	return next
+}

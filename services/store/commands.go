@@ -144,7 +144,7 @@ func (s *Service) update(ctx context.Context, cmd *pb.PodCommand) (*pb.CommandRe
 		if expected != 0 && expected != curRev {
 			return modified(md.GetName()), nil
 		}
-		next := merge(cur, want)
+		next := podutil.MergeUpdate(cur, want)
 		newRev, err := bus.Update(ctx, s.pods, key, next, curRev)
 		if errors.Is(err, bus.ErrConflict) {
 			if expected != 0 {
@@ -158,28 +158,6 @@ func (s *Service) update(ctx context.Context, cmd *pb.PodCommand) (*pb.CommandRe
 		return &pb.CommandResult{Code: http.StatusOK, Pod: next, Revision: newRev}, nil
 	}
 	return nil, fmt.Errorf("update pod %s: %w", key, errRetry)
-}
-
-// merge is the stored object of an update: the command's metadata and spec over the current status and
-// bookkeeping, so an update never rolls status back. Fields owned by other writers (identity, deletion,
-// the binder's nodeName) also stay as stored: a client's stale copy must not undo them.
-func merge(cur, want *pb.Pod) *pb.Pod {
-	next := proto.Clone(want).(*pb.Pod)
-	next.Status = cur.GetStatus()
-	next.Internal = cur.GetInternal()
-	if next.Metadata == nil {
-		next.Metadata = &pb.ObjectMeta{}
-	}
-	cm := cur.GetMetadata()
-	next.Metadata.Uid = cm.GetUid()
-	next.Metadata.CreationTimestamp = cm.GetCreationTimestamp()
-	next.Metadata.DeletionTimestamp = cm.GetDeletionTimestamp()
-	next.Metadata.DeletionGracePeriodSeconds = cm.DeletionGracePeriodSeconds
-	if next.Spec == nil {
-		next.Spec = &pb.PodSpec{}
-	}
-	next.Spec.NodeName = cur.GetSpec().GetNodeName()
-	return next
 }
 
 // delete removes an unbound pod (or any pod with grace 0) at once, and starts the graceful termination
