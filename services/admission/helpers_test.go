@@ -24,6 +24,7 @@ import (
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 	"github.com/podbus/podbus/internal/pki"
+	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -130,15 +131,21 @@ func testUser(r *http.Request, u *userInfo) *userInfo {
 	return &userInfo{Name: u.Name, Groups: append(slices.Clone(u.Groups), groupMasters)}
 }
 
-// fakeStore answers pod commands like the store service: create/update with CAS (a create's pod left
-// out of the answer when the sender keeps it), delete at once when unbound, else mark terminating. conflicts makes the next n updates answer 409 Conflict.
+// fakeStore answers pod commands like the store service: create and update with CAS (a create's pod left
+// out of the answer when the sender keeps it; an update written as the store writes it,
+// podutil.MergeUpdate), delete at once when unbound, else mark terminating. conflicts makes the next n
+// updates answer 409 Conflict.
 type fakeStore struct {
 	conn      *bus.Conn
 	mu        sync.Mutex
 	conflicts int
 	// silent: commands take effect but their answers are lost, as when a NATS server between the
 	// store and the API stops.
-	silent   bool
+	silent bool
+	// drop: commands are lost before the store acts on them.
+	drop bool
+	// then runs after a command's effect, before its answer (another writer coming in between).
+	then     func(*pb.PodCommand)
 	commands []*pb.PodCommand
 	metas    []bus.Meta
 }
@@ -163,8 +170,11 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 		if conflict {
 			fs.conflicts--
 		}
-		silent := fs.silent
+		silent, drop, then := fs.silent, fs.drop, fs.then
 		fs.mu.Unlock()
+		if drop {
+			return
+		}
 		ctx := context.Background()
 		md := cmd.GetPod().GetMetadata()
 		key := bus.PodKey(md.GetNamespace(), md.GetName())
@@ -185,14 +195,20 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 				res = &pb.CommandResult{Code: 201, Pod: cmd.GetPod(), Revision: rev}
 			}
 		case cmd.GetOp() == pb.PodCommand_OP_UPDATE:
-			rev, err := bus.Update(ctx, b.Pods, key, cmd.GetPod(), cmd.GetExpectedRevision())
+			cur := &pb.Pod{}
+			_, err := bus.Get(ctx, b.Pods, key, cur)
+			var rev uint64
+			next := podutil.MergeUpdate(cur, cmd.GetPod())
+			if err == nil {
+				rev, err = bus.Update(ctx, b.Pods, key, next, cmd.GetExpectedRevision())
+			}
 			switch {
 			case errors.Is(err, bus.ErrConflict):
 				res = &pb.CommandResult{Code: 409, Reason: "Conflict", Message: "conflict"}
 			case err != nil:
 				res = &pb.CommandResult{Code: 500, Message: err.Error()}
 			default:
-				res = &pb.CommandResult{Code: 200, Pod: cmd.GetPod(), Revision: rev}
+				res = &pb.CommandResult{Code: 200, Pod: next, Revision: rev}
 			}
 		case cmd.GetOp() == pb.PodCommand_OP_DELETE:
 			cur := &pb.Pod{}
@@ -209,6 +225,9 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 				rev, _ = bus.Update(ctx, b.Pods, key, cur, rev)
 				res = &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
 			}
+		}
+		if then != nil {
+			then(cmd)
 		}
 		if silent {
 			return

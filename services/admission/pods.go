@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/internal/metrics"
+	"github.com/podbus/podbus/internal/podutil"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -216,25 +217,69 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	writeObject(w, code, req, podKind, podFromPB(stored, res.GetRevision()))
 }
 
-// createdAfterAll reads the bucket when the store's answer to a create did not come: an answer can be
-// lost after the store wrote the pod, when a NATS server under the store's or this service's
-// connection stops. The pod stored under the name with the create's uid is that create's, so the
-// create succeeded; anything else leaves the outcome unknown (504).
+// The store's answer to a command can be lost after the store acted, when a NATS server under the
+// store's or this service's connection stops. When no answer comes within the reply timeout, the API
+// reads the pod's key (from the leader, as every bucket read) and answers from it when what is stored
+// shows the command's effect; anything else leaves the outcome unknown (504). The command is never
+// sent again: a command still on its way may yet take effect, and one sent twice could act twice.
+
+// createdAfterAll: the pod stored under the name with the create's uid is that create's.
 func (s *Service) createdAfterAll(ctx context.Context, ns, name, uid string) (*pb.CommandResult, bool) {
-	ctx, cancel := context.WithTimeout(ctx, createdAfterAllTimeout)
-	defer cancel()
-	stored := &pb.Pod{}
-	rev, err := bus.Get(ctx, s.pods, bus.PodKey(ns, name), stored)
+	stored, rev, err := s.readAfterAll(ctx, ns, name)
 	if err != nil || stored.GetMetadata().GetUid() != uid {
 		return nil, false
 	}
-	metrics.Count("admission.create.answered_from_bucket", 1)
-	s.log.Info("the store's answer to a create did not come; the pod is stored, so it is created", "pod", ns+"/"+name, "uid", uid)
+	s.answeredFromBucket("create", ns, name, uid)
 	return &pb.CommandResult{Code: http.StatusCreated, Pod: stored, Revision: rev}, true
 }
 
-// createdAfterAllTimeout bounds that read: the request has already waited Config.ReplyTimeout.
-const createdAfterAllTimeout = 5 * time.Second
+// updatedAfterAll: the same pod (uid) at a later revision than the one the update was made against,
+// holding what the store writes for the update (podutil.MergeUpdate over what is stored now), has the
+// update's effect. A later update that only changed status still matches; one that changed metadata or
+// spec does not, and the outcome stays unknown.
+func (s *Service) updatedAfterAll(ctx context.Context, ns, name, uid string, rev uint64, sent *pb.Pod) (*pb.CommandResult, bool) {
+	stored, cur, err := s.readAfterAll(ctx, ns, name)
+	if err != nil || stored.GetMetadata().GetUid() != uid || cur <= rev ||
+		!proto.Equal(podutil.MergeUpdate(stored, sent), stored) {
+		return nil, false
+	}
+	s.answeredFromBucket("update", ns, name, uid)
+	return &pb.CommandResult{Code: http.StatusOK, Pod: stored, Revision: cur}, true
+}
+
+// deletedAfterAll: the pod (uid) gone, or marked for deletion where it was not when the delete was sent,
+// is deleted; kube-apiserver answers a delete of a terminating pod with the pod, as here. The answer
+// for a pod already gone is the pod as the API read it before sending the delete.
+func (s *Service) deletedAfterAll(ctx context.Context, ns, name string, before *pb.Pod) (*pb.CommandResult, bool) {
+	uid := before.GetMetadata().GetUid()
+	stored, cur, err := s.readAfterAll(ctx, ns, name)
+	switch {
+	case errors.Is(err, bus.ErrNotFound), err == nil && stored.GetMetadata().GetUid() != uid:
+		s.answeredFromBucket("delete", ns, name, uid)
+		return &pb.CommandResult{Code: http.StatusOK}, true
+	case err == nil && before.GetMetadata().GetDeletionTimestamp() == nil && stored.GetMetadata().GetDeletionTimestamp() != nil:
+		s.answeredFromBucket("delete", ns, name, uid)
+		return &pb.CommandResult{Code: http.StatusOK, Pod: stored, Revision: cur}, true
+	}
+	return nil, false
+}
+
+// readAfterAll reads the pod within afterAllTimeout.
+func (s *Service) readAfterAll(ctx context.Context, ns, name string) (*pb.Pod, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, afterAllTimeout)
+	defer cancel()
+	stored := &pb.Pod{}
+	rev, err := bus.Get(ctx, s.pods, bus.PodKey(ns, name), stored)
+	return stored, rev, err
+}
+
+func (s *Service) answeredFromBucket(op, ns, name, uid string) {
+	metrics.Count("admission."+op+".answered_from_bucket", 1)
+	s.log.Info("the store's answer to a "+op+" did not come; the bucket shows its effect", "pod", ns+"/"+name, "uid", uid)
+}
+
+// afterAllTimeout bounds that read: the request has already waited Config.ReplyTimeout.
+const afterAllTimeout = 5 * time.Second
 
 // decodePodBody reads and decodes a pod from the request body.
 func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1.Pod, []string, error) {
@@ -361,6 +406,11 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user.Name}, bus.Meta{
 		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user.Name,
 	})
+	if errors.Is(err, ErrReplyTimeout) {
+		if found, ok := s.updatedAfterAll(ctx, req.ns, req.name, string(old.UID), rev, p); ok {
+			res, err = found, nil
+		}
+	}
 	if err != nil {
 		return updateResult{}, nil, commandError(err)
 	}
@@ -440,6 +490,11 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 	res, err := s.command(ctx, bus.SubjPodDelete, cmd, bus.Meta{
 		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user.Name,
 	})
+	if errors.Is(err, ErrReplyTimeout) {
+		if found, ok := s.deletedAfterAll(ctx, req.ns, req.name, stored); ok {
+			res, err = found, nil
+		}
+	}
 	if err != nil {
 		return nil, commandError(err)
 	}

@@ -2,11 +2,13 @@ package admission
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,6 +239,104 @@ func TestCreateAnsweredFromTheBucket(t *testing.T) {
 			}
 			if want := cmd.GetPod().GetMetadata().GetUid(); string(pod.UID) != want || pod.Name != tt.pod || pod.ResourceVersion == "" {
 				t.Errorf("answered pod %s uid %s rv %q, want the stored %s uid %s", pod.Name, pod.UID, pod.ResourceVersion, tt.pod, want)
+			}
+		})
+	}
+}
+
+// An update or delete whose answer is lost is answered from the bucket when the stored pod shows its
+// effect, and stays 504 when it does not: the command lost before the store acted, or another writer's
+// change on top of it.
+func TestUpdateAndDeleteAnsweredFromTheBucket(t *testing.T) {
+	const patch = `{"metadata":{"labels":{"tier":"front"}}}`
+	tests := []struct {
+		name     string
+		bound    bool // the pod has a node, so a delete marks it terminating
+		deleting bool // the pod is terminating before the command
+		method   string
+		drop     bool                      // the command is lost before the store acts
+		then     func(e *env, name string) // another writer, after the command's effect
+		wantCode int
+		check    func(t *testing.T, pod map[string]any)
+	}{
+		{name: "update written", method: "PATCH", wantCode: 200, check: func(t *testing.T, p map[string]any) {
+			if get(p, "metadata", "labels", "tier") != "front" {
+				t.Errorf("labels %v, want the patch's", get(p, "metadata", "labels"))
+			}
+		}},
+		{name: "update written, then the status changed", method: "PATCH", wantCode: 200,
+			then: func(e *env, name string) {
+				e.setPod("default", name, func(p *pb.Pod) { p.Status.Phase = "Running" })
+			},
+			check: func(t *testing.T, p map[string]any) {
+				if get(p, "metadata", "labels", "tier") != "front" || get(p, "status", "phase") != "Running" {
+					t.Errorf("labels %v phase %v, want the patch's and Running", get(p, "metadata", "labels"), get(p, "status", "phase"))
+				}
+			}},
+		{name: "update written, then labels changed by another", method: "PATCH", wantCode: 504,
+			then: func(e *env, name string) {
+				e.setPod("default", name, func(p *pb.Pod) { p.Metadata.Labels["tier"] = "back" })
+			}},
+		{name: "update lost", method: "PATCH", drop: true, wantCode: 504},
+		{name: "unbound pod deleted", method: "DELETE", wantCode: 200},
+		{name: "bound pod marked terminating", method: "DELETE", bound: true, wantCode: 200, check: func(t *testing.T, p map[string]any) {
+			if get(p, "metadata", "deletionTimestamp") == nil {
+				t.Errorf("no deletionTimestamp in %v", p["metadata"])
+			}
+		}},
+		{name: "delete lost", method: "DELETE", drop: true, wantCode: 504},
+		{name: "delete lost, the pod already terminating", method: "DELETE", bound: true, deleting: true, drop: true, wantCode: 504},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := start(t, func(c *Config) { c.ReplyTimeout = 300 * time.Millisecond }, false)
+			name := fmt.Sprintf("p%d", i)
+			e.mustCreate(name)
+			if tt.bound || tt.deleting {
+				e.setPod("default", name, func(p *pb.Pod) {
+					if tt.bound {
+						p.Spec.NodeName = "n1"
+					}
+					if tt.deleting {
+						p.Metadata.DeletionTimestamp = timestamppb.Now()
+						p.Metadata.DeletionGracePeriodSeconds = proto.Int64(30)
+					}
+				})
+			}
+			e.store.mu.Lock()
+			e.store.silent, e.store.drop = true, tt.drop
+			if tt.then != nil {
+				e.store.then = func(*pb.PodCommand) { tt.then(e, name) }
+			}
+			e.store.mu.Unlock()
+			path := "/api/v1/namespaces/default/pods/" + name
+			var headers []string
+			body := ""
+			if tt.method == "PATCH" {
+				body, headers = patch, []string{"Content-Type: application/merge-patch+json"}
+			}
+			resp, data := e.do(tt.method, path, body, headers...)
+			if resp.StatusCode != tt.wantCode {
+				t.Fatalf("got %d %s, want %d", resp.StatusCode, data, tt.wantCode)
+			}
+			if cmd, _ := e.store.lastCommand(); cmd.GetPod().GetMetadata().GetName() != name {
+				t.Fatalf("the store's last command is for %q, want %q", cmd.GetPod().GetMetadata().GetName(), name)
+			}
+			if tt.wantCode == 504 {
+				if st := decodeStatus(t, data); st.Reason != metav1.StatusReasonTimeout {
+					t.Errorf("reason %q, want %q", st.Reason, metav1.StatusReasonTimeout)
+				}
+				return
+			}
+			var pod map[string]any
+			if err := json.Unmarshal(data, &pod); err != nil {
+				t.Fatal(err)
+			}
+			if get(pod, "metadata", "name") != name || get(pod, "metadata", "resourceVersion") == "" {
+				t.Errorf("answered %v, want pod %s with a resourceVersion", pod["metadata"], name)
+			}
+			if tt.check != nil {
+				tt.check(t, pod)
 			}
 		})
 	}
