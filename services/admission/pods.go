@@ -295,8 +295,8 @@ func (s *Service) decodePodBody(w http.ResponseWriter, r *http.Request) (*corev1
 // commandError maps a failure to reach the store onto a Status.
 func commandError(err error) error {
 	if errors.Is(err, ErrReplyTimeout) {
-		return apierrors.NewTimeoutError("request did not complete within requested timeout - the pod may still be "+
-			"written by the store", 0)
+		return apierrors.NewTimeoutError("request did not complete within requested timeout - the store may still "+
+			"carry it out", 0)
 	}
 	return apierrors.NewInternalError(err)
 }
