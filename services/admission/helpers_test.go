@@ -144,7 +144,8 @@ type fakeStore struct {
 	silent bool
 	// drop: commands are lost before the store acts on them.
 	drop bool
-	// then runs after a command's effect, before its answer (another writer coming in between).
+	// then runs after a command's effect (or its loss), before its answer: another writer coming in
+	// between.
 	then     func(*pb.PodCommand)
 	commands []*pb.PodCommand
 	metas    []bus.Meta
@@ -173,6 +174,9 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 		silent, drop, then := fs.silent, fs.drop, fs.then
 		fs.mu.Unlock()
 		if drop {
+			if then != nil {
+				then(cmd)
+			}
 			return
 		}
 		ctx := context.Background()

@@ -191,12 +191,9 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	uid := string(pod.UID)
 	res, err := s.command(r.Context(), bus.SubjPodCreate, &pb.PodCommand{Op: pb.PodCommand_OP_CREATE, Pod: p, User: req.user.Name, OmitSentPod: true}, bus.Meta{
 		MsgID: "create-" + uid, Correlation: correlation, PodUID: uid, Key: pod.Namespace + "/" + pod.Name, User: req.user.Name,
+	}, func(ctx context.Context) (*pb.CommandResult, bool) {
+		return s.createdAfterAll(ctx, pod.Namespace, pod.Name, uid)
 	})
-	if errors.Is(err, ErrReplyTimeout) {
-		if found, ok := s.createdAfterAll(r.Context(), pod.Namespace, pod.Name, uid); ok {
-			res, err = found, nil
-		}
-	}
 	if err != nil {
 		writeStatus(w, commandError(err))
 		return
@@ -217,10 +214,9 @@ func (s *Service) createPod(w http.ResponseWriter, r *http.Request, req request)
 	writeObject(w, code, req, podKind, podFromPB(stored, res.GetRevision()))
 }
 
-// The store's answer to a command can be lost after the store acted, when a NATS server under the
-// store's or this service's connection stops. When no answer comes within the reply timeout, the API
-// reads the pod's key (from the leader, as every bucket read) and answers from it when what is stored
-// shows the command's effect; anything else leaves the outcome unknown (504). The command is never
+// The looks of command (service.go) for a command whose answer has not come: each reads the pod's key
+// (from the leader, as every bucket read) and answers from it when what is stored shows the command's
+// effect; anything else leaves the outcome unknown (504 at the reply timeout). The command is never
 // sent again: a command still on its way may yet take effect, and one sent twice could act twice.
 
 // createdAfterAll: the pod stored under the name with the create's uid is that create's.
@@ -278,7 +274,7 @@ func (s *Service) answeredFromBucket(op, ns, name, uid string) {
 	s.log.Info("the store's answer to a "+op+" did not come; the bucket shows its effect", "pod", ns+"/"+name, "uid", uid)
 }
 
-// afterAllTimeout bounds that read: the request has already waited Config.ReplyTimeout.
+// afterAllTimeout bounds a look's read: at the reply timeout, the request has already waited that long.
 const afterAllTimeout = 5 * time.Second
 
 // decodePodBody reads and decodes a pod from the request body.
@@ -405,12 +401,9 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 	correlation := stored.GetInternal().GetCorrelationId()
 	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user.Name}, bus.Meta{
 		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user.Name,
+	}, func(ctx context.Context) (*pb.CommandResult, bool) {
+		return s.updatedAfterAll(ctx, req.ns, req.name, string(old.UID), rev, p)
 	})
-	if errors.Is(err, ErrReplyTimeout) {
-		if found, ok := s.updatedAfterAll(ctx, req.ns, req.name, string(old.UID), rev, p); ok {
-			res, err = found, nil
-		}
-	}
 	if err != nil {
 		return updateResult{}, nil, commandError(err)
 	}
@@ -489,12 +482,9 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 	}
 	res, err := s.command(ctx, bus.SubjPodDelete, cmd, bus.Meta{
 		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user.Name,
+	}, func(ctx context.Context) (*pb.CommandResult, bool) {
+		return s.deletedAfterAll(ctx, req.ns, req.name, stored)
 	})
-	if errors.Is(err, ErrReplyTimeout) {
-		if found, ok := s.deletedAfterAll(ctx, req.ns, req.name, stored); ok {
-			res, err = found, nil
-		}
-	}
 	if err != nil {
 		return nil, commandError(err)
 	}

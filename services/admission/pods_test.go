@@ -245,8 +245,8 @@ func TestCreateAnsweredFromTheBucket(t *testing.T) {
 }
 
 // An update or delete whose answer is lost is answered from the bucket when the stored pod shows its
-// effect, and stays 504 when it does not: the command lost before the store acted, or another writer's
-// change on top of it.
+// effect, and stays 504 when it does not: the command lost before the store acted, even when another
+// writer changed the pod since.
 func TestUpdateAndDeleteAnsweredFromTheBucket(t *testing.T) {
 	const patch = `{"metadata":{"labels":{"tier":"front"}}}`
 	tests := []struct {
@@ -273,11 +273,11 @@ func TestUpdateAndDeleteAnsweredFromTheBucket(t *testing.T) {
 					t.Errorf("labels %v phase %v, want the patch's and Running", get(p, "metadata", "labels"), get(p, "status", "phase"))
 				}
 			}},
-		{name: "update written, then labels changed by another", method: "PATCH", wantCode: 504,
+		{name: "update lost", method: "PATCH", drop: true, wantCode: 504},
+		{name: "update lost, the pod changed by another", method: "PATCH", drop: true, wantCode: 504,
 			then: func(e *env, name string) {
 				e.setPod("default", name, func(p *pb.Pod) { p.Metadata.Labels["tier"] = "back" })
 			}},
-		{name: "update lost", method: "PATCH", drop: true, wantCode: 504},
 		{name: "unbound pod deleted", method: "DELETE", wantCode: 200},
 		{name: "bound pod marked terminating", method: "DELETE", bound: true, wantCode: 200, check: func(t *testing.T, p map[string]any) {
 			if get(p, "metadata", "deletionTimestamp") == nil {
@@ -337,6 +337,38 @@ func TestUpdateAndDeleteAnsweredFromTheBucket(t *testing.T) {
 			}
 			if tt.check != nil {
 				tt.check(t, pod)
+			}
+		})
+	}
+}
+
+// A command whose answer is lost is looked for in the bucket at Config.LookAfter, long before the reply
+// timeout: the client's own timeout here is a third of that.
+func TestLostAnswerLookedForEarly(t *testing.T) {
+	e := start(t, func(c *Config) { c.ReplyTimeout, c.LookAfter = time.Minute, 50*time.Millisecond }, false)
+	e.client.Timeout = 20 * time.Second
+	e.mustCreate("updated")
+	e.mustCreate("deleted")
+	e.store.mu.Lock()
+	e.store.silent = true
+	e.store.mu.Unlock()
+	tests := []struct {
+		name, method, path, body, ctype string
+		wantCode                        int
+	}{
+		{name: "create", method: "POST", path: "/api/v1/namespaces/default/pods", body: podJSON("created"), ctype: "application/json", wantCode: 201},
+		{name: "update", method: "PATCH", path: "/api/v1/namespaces/default/pods/updated", body: `{"metadata":{"labels":{"tier":"front"}}}`,
+			ctype: "application/merge-patch+json", wantCode: 200},
+		{name: "delete", method: "DELETE", path: "/api/v1/namespaces/default/pods/deleted", wantCode: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var headers []string
+			if tt.ctype != "" {
+				headers = []string{"Content-Type: " + tt.ctype}
+			}
+			if resp, data := e.do(tt.method, tt.path, tt.body, headers...); resp.StatusCode != tt.wantCode {
+				t.Fatalf("got %d %s, want %d", resp.StatusCode, data, tt.wantCode)
 			}
 		})
 	}

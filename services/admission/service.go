@@ -73,6 +73,10 @@ type Config struct {
 	InsecureHTTP bool
 	// ReplyTimeout bounds the wait for the store's answer to a command (504 Timeout after it).
 	ReplyTimeout time.Duration
+	// LookAfter is when a command still without an answer has its effect looked for in the bucket once
+	// before ReplyTimeout (an answer lost in a NATS server's stop then costs this, not the whole
+	// timeout); default a quarter of ReplyTimeout.
+	LookAfter time.Duration
 	// MaxBodyBytes bounds request bodies (413 above it).
 	MaxBodyBytes int64
 	// Limits bound requests, watches and objects (zero: kube-apiserver's defaults).
@@ -140,6 +144,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	if cfg.ReplyTimeout <= 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
+	}
+	if cfg.LookAfter <= 0 || cfg.LookAfter >= cfg.ReplyTimeout {
+		cfg.LookAfter = cfg.ReplyTimeout / 4
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -315,8 +322,12 @@ func (s *Service) onReply(m *nats.Msg) {
 // ErrReplyTimeout is returned by command when the store did not answer within Config.ReplyTimeout.
 var ErrReplyTimeout = errors.New("no answer from the store")
 
-// command publishes cmd and waits for the store's CommandResult.
-func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta) (*pb.CommandResult, error) {
+// command publishes a pod command and waits for the store's answer. An answer can be lost after the
+// store acted (a NATS server under the store's or this service's connection stops), so when none has
+// come by Config.LookAfter, and again at Config.ReplyTimeout, look (nil: never) reads the bucket for
+// the command's effect and its answer stands for the store's. Without either, ErrReplyTimeout.
+func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta,
+	look func(context.Context) (*pb.CommandResult, bool)) (*pb.CommandResult, error) {
 	token := bus.ReplyToken()
 	ch := make(chan *pb.CommandResult, 1)
 	s.mu.Lock()
@@ -328,19 +339,43 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		s.mu.Unlock()
 	}()
 	meta.Reply = bus.SubjReply(s.cfg.ID, token)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
+	wait, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
 	defer cancel()
-	if err := s.pub.Publish(ctx, subject, cmd, meta); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", ErrReplyTimeout, err)
+	timedOut := func(err error) (*pb.CommandResult, error) {
+		if look != nil {
+			if res, ok := look(ctx); ok {
+				return res, nil
+			}
 		}
 		return nil, err
 	}
-	select {
-	case res := <-ch:
-		return res, nil
-	case <-ctx.Done():
-		return nil, ErrReplyTimeout
+	if err := s.pub.Publish(wait, subject, cmd, meta); err != nil {
+		if wait.Err() != nil {
+			return timedOut(fmt.Errorf("%w: %w", ErrReplyTimeout, err))
+		}
+		return nil, err
+	}
+	var early <-chan time.Time
+	if look != nil {
+		t := time.NewTimer(s.cfg.LookAfter)
+		defer t.Stop()
+		early = t.C
+	}
+	for {
+		select {
+		case res := <-ch:
+			return res, nil
+		case <-early:
+			early = nil
+			if res, ok := look(wait); ok {
+				return res, nil
+			}
+		case <-wait.Done():
+			if ctx.Err() != nil {
+				return nil, ErrReplyTimeout
+			}
+			return timedOut(ErrReplyTimeout)
+		}
 	}
 }
 
