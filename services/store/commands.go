@@ -185,6 +185,14 @@ func (s *Service) delete(ctx context.Context, cmd *pb.PodCommand, in bus.Meta) (
 		if p := cmd.GetPreconditionUid(); p != "" && p != cm.GetUid() {
 			return uidMismatch(md.GetName(), p, cm.GetUid()), nil
 		}
+		if u := md.GetUid(); u != "" && u != cm.GetUid() {
+			// The command is for the pod its sender found under the name, which is gone: a command
+			// that waited in the stream must not delete a pod created under the name since.
+			if deleting != nil {
+				return deleting, nil
+			}
+			return notFound(md.GetName()), nil
+		}
 		if r := cmd.GetExpectedRevision(); r != 0 && r != curRev {
 			return failure(http.StatusConflict, ReasonConflict, fmt.Sprintf(
 				"Operation cannot be fulfilled on pods %q: Precondition failed: ResourceVersion in precondition: %d, ResourceVersion in object meta: %d",

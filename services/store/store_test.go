@@ -454,6 +454,13 @@ func TestDelete(t *testing.T) {
 			wantGrace: -1,
 		},
 		{
+			name:      "the name taken by another pod since the command was sent",
+			existing:  pod("u1"),
+			cmd:       del(func(c *pb.PodCommand) { c.Pod.Metadata.Uid = "u0" }),
+			want:      &pb.CommandResult{Code: 404, Reason: "NotFound", Message: `pods "web" not found`},
+			wantGrace: -1,
+		},
+		{
 			name:      "not found",
 			cmd:       del(),
 			want:      &pb.CommandResult{Code: 404, Reason: "NotFound", Message: `pods "web" not found`},
