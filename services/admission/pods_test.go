@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/convert"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -373,6 +375,33 @@ func TestLostAnswerLookedForEarly(t *testing.T) {
 		})
 	}
 }
+
+// A command's answer is taken when it comes, even while the publish's acknowledgement has not: the
+// acknowledgement can be lost when the command was stored.
+func TestAnswerBeforeTheAcknowledgement(t *testing.T) {
+	e := start(t, func(c *Config) {
+		c.ReplyTimeout, c.LookAfter = time.Minute, 50*time.Second
+		c.testPublisher = func(p commandPublisher) commandPublisher { return ackLost{p} }
+	}, false)
+	e.client.Timeout = 20 * time.Second
+	e.mustCreate("p")
+	if resp, data := e.do("DELETE", "/api/v1/namespaces/default/pods/p", ""); resp.StatusCode != 200 {
+		t.Fatalf("delete: got %d %s, want 200", resp.StatusCode, data)
+	}
+}
+
+// ackLost publishes through p but never delivers the acknowledgement.
+type ackLost struct{ p commandPublisher }
+
+func (a ackLost) PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error) {
+	f, err := a.p.PublishAsync(subject, m, meta)
+	return lostAck{f}, err
+}
+
+type lostAck struct{ jetstream.PubAckFuture }
+
+func (lostAck) Ok() <-chan *jetstream.PubAck { return nil }
+func (lostAck) Err() <-chan error            { return nil }
 
 func TestPatchAndDelete(t *testing.T) {
 	e := start(t, nil, false)

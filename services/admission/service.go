@@ -94,6 +94,8 @@ type Config struct {
 	extraKinds []*kind
 	// testUser, when set, replaces the authenticated requester (tests of authorization).
 	testUser func(r *http.Request, u *userInfo) *userInfo
+	// testPublisher, when set, wraps the commands' publisher (tests of lost acknowledgements).
+	testPublisher func(commandPublisher) commandPublisher
 	// cacheEvents fixes how many changes a kind's watch cache keeps (0: as many as eventFreshness, within
 	// minCacheEvents and maxCacheEvents); bookmarkEvery
 	// how often watchers that allow them get a BOOKMARK (0: defaultBookmarkEvery). For tests.
@@ -104,11 +106,16 @@ type Config struct {
 // ErrConfig is returned by New for an unusable configuration.
 var ErrConfig = errors.New("admission: invalid config")
 
+// commandPublisher sends the pod commands (bus.Batcher).
+type commandPublisher interface {
+	PublishAsync(subject string, m proto.Message, meta bus.Meta) (jetstream.PubAckFuture, error)
+}
+
 // Service is one admission replica.
 type Service struct {
 	cfg     Config
 	conn    *bus.Conn
-	pub     *bus.Batcher // commands of concurrent requests are stored together (group commit)
+	pub     commandPublisher // a bus.Batcher: commands of concurrent requests are stored together (group commit)
 	reg     *registry
 	buckets map[string]jetstream.KeyValue // by bucket name: the served kinds' and the pipeline's
 	pods    jetstream.KeyValue
@@ -178,10 +185,14 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		}
 		buckets[name] = cfg.SharedWatches.Wrap(kv)
 	}
+	var pub commandPublisher = bus.NewBatcher(conn.JS, "admission/"+cfg.ID)
+	if cfg.testPublisher != nil {
+		pub = cfg.testPublisher(pub)
+	}
 	s := &Service{
 		cfg:     cfg,
 		conn:    conn,
-		pub:     bus.NewBatcher(conn.JS, "admission/"+cfg.ID),
+		pub:     pub,
 		reg:     reg,
 		buckets: buckets,
 		pods:    buckets[bus.BucketPods],
@@ -325,7 +336,8 @@ var ErrReplyTimeout = errors.New("no answer from the store")
 // command publishes a pod command and waits for the store's answer. An answer can be lost after the
 // store acted (a NATS server under the store's or this service's connection stops), so when none has
 // come by Config.LookAfter, and again at Config.ReplyTimeout, look (nil: never) reads the bucket for
-// the command's effect and its answer stands for the store's. Without either, ErrReplyTimeout.
+// the command's effect and its answer stands for the store's. Without either, ErrReplyTimeout. The
+// answer and the looks do not wait for the publish's acknowledgement, which can be lost too.
 func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta,
 	look func(context.Context) (*pb.CommandResult, bool)) (*pb.CommandResult, error) {
 	token := bus.ReplyToken()
@@ -341,20 +353,11 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 	meta.Reply = bus.SubjReply(s.cfg.ID, token)
 	wait, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
 	defer cancel()
-	timedOut := func(err error) (*pb.CommandResult, error) {
-		if look != nil {
-			if res, ok := look(ctx); ok {
-				return res, nil
-			}
-		}
+	f, err := s.pub.PublishAsync(subject, cmd, meta)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.pub.Publish(wait, subject, cmd, meta); err != nil {
-		if wait.Err() != nil {
-			return timedOut(fmt.Errorf("%w: %w", ErrReplyTimeout, err))
-		}
-		return nil, err
-	}
+	acked, failed := f.Ok(), f.Err()
 	var early <-chan time.Time
 	if look != nil {
 		t := time.NewTimer(s.cfg.LookAfter)
@@ -365,16 +368,26 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		select {
 		case res := <-ch:
 			return res, nil
+		case <-acked:
+			acked, failed = nil, nil
+		case err := <-failed:
+			if !bus.Unanswered(err) {
+				return nil, fmt.Errorf("publish %s: %w", subject, err) // refused: not stored
+			}
+			// The acknowledgement was lost, perhaps not the command: wait on.
+			acked, failed = nil, nil
 		case <-early:
 			early = nil
 			if res, ok := look(wait); ok {
 				return res, nil
 			}
 		case <-wait.Done():
-			if ctx.Err() != nil {
-				return nil, ErrReplyTimeout
+			if look != nil && ctx.Err() == nil {
+				if res, ok := look(ctx); ok {
+					return res, nil
+				}
 			}
-			return timedOut(ErrReplyTimeout)
+			return nil, ErrReplyTimeout
 		}
 	}
 }
