@@ -198,21 +198,53 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 		return fmt.Errorf("read %s: %w", o.Stream, err)
 	}
 	defer it.Stop()
+	// The end is known only on the stream's leader: the ordered consumer may have landed on a replica
+	// that lags, whose count of pending messages says nothing of the newest. The first time the
+	// consumer says nothing is pending, the scan takes the leader's last selected message as its end,
+	// and ends once it has read that far (at start, from the consumer's position). Waiting for the
+	// replica, it asks the leader again when nothing comes for a while, in case that message went
+	// meanwhile (a purge, the stream's age limit).
+	var pos, target uint64 // the last stream sequence read; the end
+	known := false
+	waiting := false // the consumer is behind the leader
+	end := func(refresh bool) (bool, error) {
+		if !known || refresh {
+			last, err := lastSelected(ctx, js, o, read)
+			if err != nil {
+				return false, fmt.Errorf("read %s: %w", o.Stream, err)
+			}
+			target, known = last, true
+		}
+		return target <= pos, nil
+	}
 	if !o.Follow {
-		// Nothing selected at all: Next would wait for a record that may never come.
 		info, err := bus.Retry(ctx, o.RequestTimeout, cons.Info)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", o.Stream, err)
 		}
-		if info.NumPending == 0 && info.Delivered.Consumer == 0 {
-			return nil
+		if info.NumPending == 0 {
+			pos = info.Delivered.Stream
+			if done, err := end(false); err != nil || done {
+				return err
+			}
+			waiting = true
 		}
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	var rec Record
 	for {
-		m, err := it.Next()
+		var opts []jetstream.NextOpt
+		if waiting {
+			opts = append(opts, jetstream.NextMaxWait(lagWait))
+		}
+		m, err := it.Next(opts...)
+		if waiting && errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			if done, err := end(true); err != nil || done {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -232,9 +264,13 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 				return err
 			}
 		}
+		pos, waiting = md.Sequence.Stream, false
 		if fn == nil {
 			if !o.Follow && md.NumPending == 0 {
-				return nil
+				if done, err := end(false); err != nil || done {
+					return err
+				}
+				waiting = true
 			}
 			continue
 		}
@@ -253,9 +289,42 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 			}
 		}
 		if !o.Follow && md.NumPending == 0 {
-			return nil
+			if done, err := end(false); err != nil || done {
+				return err
+			}
+			waiting = true
 		}
 	}
+}
+
+// lagWait is how long a scan whose consumer is behind the leader waits for a message before it asks
+// the leader again.
+const lagWait = 2 * time.Second
+
+// lastSelected is the stream leader's last sequence of a message the scan selects (0: none): the
+// stream's last one, or the last one of each of the read filters.
+func lastSelected(ctx context.Context, js jetstream.JetStream, o ScanOptions, read []string) (uint64, error) {
+	st, err := bus.Stream(ctx, js, o.Stream)
+	if err != nil {
+		return 0, err
+	}
+	if len(read) == 0 {
+		return st.CachedInfo().State.LastSeq, nil
+	}
+	var last uint64
+	for _, f := range read {
+		m, err := bus.Retry(ctx, o.RequestTimeout, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return st.GetLastMsgForSubject(ctx, f)
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 // hdrStreamSource is set by JetStream on every sourced message: "<stream> <seq> ...".
