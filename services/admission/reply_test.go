@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/podbus/podbus/bus"
@@ -114,4 +116,27 @@ func TestReplyOnlyOnTheRequestsOwnSubject(t *testing.T) {
 	bustest.Eventually(t, 10*time.Second, func() bool {
 		return metrics.Counter("admission.reply.unexpected")-before == guesses+1
 	}, "a second answer to a request dropped")
+}
+
+// A publish that failed without an answer, or on a copy still being stored, may have stored the
+// command: the API waits for its answer. A refusal did not.
+func TestMayBeStored(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "no answer", err: fmt.Errorf("publish: %w", nats.ErrTimeout), want: true},
+		{name: "no stream answered", err: jetstream.ErrNoStreamResponse, want: true},
+		{name: "a copy with the same id being stored", err: fmt.Errorf("nats: %w", &jetstream.APIError{Code: 409, ErrorCode: 10158}), want: true},
+		{name: "a wrong last sequence", err: fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}), want: false},
+		{name: "not allowed", err: nats.ErrPermissionViolation, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mayBeStored(tt.err); got != tt.want {
+				t.Errorf("mayBeStored(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
 }

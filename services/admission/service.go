@@ -371,7 +371,7 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		case <-acked:
 			acked, failed = nil, nil
 		case err := <-failed:
-			if !bus.Unanswered(err) {
+			if !mayBeStored(err) {
 				return nil, fmt.Errorf("publish %s: %w", subject, err) // refused: not stored
 			}
 			// The acknowledgement was lost, perhaps not the command: wait on.
@@ -391,6 +391,17 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		}
 	}
 }
+
+// mayBeStored says whether a failed publish may have stored its message after all: no answer came, or
+// nats-server was still storing a copy with the same message id (the batcher's resend of a group whose
+// acknowledgement did not come).
+func mayBeStored(err error) bool {
+	var apiErr *jetstream.APIError
+	return bus.Unanswered(err) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess)
+}
+
+// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
+const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
 
 // userInfo is an authenticated requester, as Kubernetes' user.Info: authorization decides on its name
 // and groups.
