@@ -54,21 +54,7 @@ func TestScanSendsLostRequestsAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 5
-	b := bus.NewBatcher(c.JS, "scheduler/a")
-	for i := range n {
-		uid := fmt.Sprintf("u%d", i)
-		if err := b.Publish(ctx, bus.SubjPodScheduled, &pb.SchedulingDecision{Uid: uid, Node: "n1"}, bus.Meta{PodUID: uid}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bustest.Eventually(t, 10*time.Second, func() bool {
-		st, err := c.JS.Stream(ctx, bus.StreamAudit)
-		if err != nil {
-			return false
-		}
-		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs >= n
-	}, "the AUDIT stream holds %d decisions", n)
+	auditDecisions(ctx, t, c, n)
 
 	js := &lossyJS{JetStream: c.JS}
 	read := 0
@@ -146,21 +132,7 @@ func TestScanReadsToTheLeadersEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 5
-	b := bus.NewBatcher(c.JS, "scheduler/a")
-	for i := range n {
-		uid := fmt.Sprintf("u%d", i)
-		if err := b.Publish(ctx, bus.SubjPodScheduled, &pb.SchedulingDecision{Uid: uid, Node: "n1"}, bus.Meta{PodUID: uid}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bustest.Eventually(t, 10*time.Second, func() bool {
-		st, err := c.JS.Stream(ctx, bus.StreamAudit)
-		if err != nil {
-			return false
-		}
-		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs >= n
-	}, "the AUDIT stream holds %d decisions", n)
+	auditDecisions(ctx, t, c, n)
 	tests := []struct {
 		name    string
 		filters []string
@@ -180,4 +152,24 @@ func TestScanReadsToTheLeadersEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// auditDecisions publishes n scheduling decisions and waits until AUDIT holds them.
+func auditDecisions(ctx context.Context, t *testing.T, c *bus.Conn, n int) {
+	t.Helper()
+	b := bus.NewBatcher(c.JS, "scheduler/a")
+	for i := range n {
+		uid := fmt.Sprintf("u%d", i)
+		if err := b.Publish(ctx, bus.SubjPodScheduled, &pb.SchedulingDecision{Uid: uid, Node: "n1"}, bus.Meta{PodUID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bustest.Eventually(t, 10*time.Second, func() bool {
+		st, err := c.JS.Stream(ctx, bus.StreamAudit)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs >= uint64(n)
+	}, "the AUDIT stream holds %d decisions", n)
 }
