@@ -497,3 +497,83 @@ func TestBatchMsgID(t *testing.T) {
 		t.Error("the subject is not part of the id")
 	}
 }
+
+// While the stream's leader says a copy with a message's de-duplication id is still being stored, the
+// batcher sends the message again until the answer settles: the copy's acknowledgement, or this
+// message stored when the copy was dropped with its leader. A message without an id could be stored
+// twice, so it is not sent again.
+func TestBatcherWaitsForACopyBeingStored(t *testing.T) {
+	const (
+		inProcess = `{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`
+		wrongLast = `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}`
+	)
+	tests := []struct {
+		name     string
+		id       string
+		answers  []string
+		wantSeq  uint64
+		wantDup  bool
+		wantCopy bool // the error is StoringCopy
+		wantErr  bool
+	}{
+		{name: "the copy is stored", id: "m1", answers: []string{inProcess, inProcess, `{"stream":"FAKE","seq":7,"duplicate":true}`}, wantSeq: 7, wantDup: true},
+		{name: "the copy is dropped with its leader", id: "m2", answers: []string{inProcess, `{"stream":"FAKE","seq":8}`}, wantSeq: 8},
+		{name: "no id", answers: []string{inProcess}, wantErr: true, wantCopy: true},
+		{name: "refused", id: "m3", answers: []string{wrongLast}, wantErr: true},
+	}
+	_, c := bustest.Start(t)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			subject := fmt.Sprintf("fake.stream.%d", i)
+			var mu sync.Mutex
+			asked := 0
+			sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) {
+				mu.Lock()
+				n := asked
+				asked++
+				mu.Unlock()
+				if n < len(tt.answers) {
+					_ = m.Respond([]byte(tt.answers[n]))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			if err := c.NC.Flush(); err != nil {
+				t.Fatal(err)
+			}
+
+			b := bus.NewBatcher(c.JS, "test/1")
+			f, err := b.PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, bus.Meta{MsgID: tt.id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			select {
+			case ack := <-f.Ok():
+				if tt.wantErr {
+					t.Fatalf("stored as %d, want an error", ack.Sequence)
+				}
+				if ack.Sequence != tt.wantSeq || ack.Duplicate != tt.wantDup {
+					t.Errorf("ack seq %d duplicate %v, want %d %v", ack.Sequence, ack.Duplicate, tt.wantSeq, tt.wantDup)
+				}
+			case err := <-f.Err():
+				if !tt.wantErr {
+					t.Fatalf("publish: %v", err)
+				}
+				if bus.StoringCopy(err) != tt.wantCopy {
+					t.Errorf("StoringCopy(%v) = %v, want %v", err, !tt.wantCopy, tt.wantCopy)
+				}
+			case <-ctx.Done():
+				t.Fatal("no answer to the publish")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if asked != len(tt.answers) {
+				t.Errorf("sent %d times, want %d", asked, len(tt.answers))
+			}
+		})
+	}
+}

@@ -87,7 +87,7 @@ func parsePubAck(data []byte) (*jetstream.PubAck, error) {
 		return nil, jetstream.ErrInvalidJSAck
 	}
 	if resp.Error != nil {
-		return nil, fmt.Errorf("nats: %w", resp.Error)
+		return nil, resp.Error
 	}
 	if resp.PubAck == nil || resp.PubAck.Stream == "" {
 		return nil, jetstream.ErrInvalidJSAck

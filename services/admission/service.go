@@ -393,15 +393,10 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 }
 
 // mayBeStored says whether a failed publish may have stored its message after all: no answer came, or
-// nats-server was still storing a copy with the same message id (the batcher's resend of a group whose
-// acknowledgement did not come).
+// nats-server was still storing a copy with the same message id when the batcher gave up.
 func mayBeStored(err error) bool {
-	var apiErr *jetstream.APIError
-	return bus.Unanswered(err) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess)
+	return bus.Unanswered(err) || bus.StoringCopy(err)
 }
-
-// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
-const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
 
 // userInfo is an authenticated requester, as Kubernetes' user.Info: authorization decides on its name
 // and groups.
