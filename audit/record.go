@@ -207,7 +207,9 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 	var pos, target uint64 // the last stream sequence read; the end
 	known := false
 	waiting := false // the consumer is behind the leader
-	end := func(refresh bool) (bool, error) {
+	// caughtUp is asked when the consumer has nothing pending, and again (refresh) when nothing came
+	// while waiting: whether the scan has read to the end; if not, it waits.
+	caughtUp := func(refresh bool) (bool, error) {
 		if !known || refresh {
 			last, err := lastSelected(ctx, js, o, read)
 			if err != nil {
@@ -215,7 +217,8 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 			}
 			target, known = last, true
 		}
-		return target <= pos, nil
+		waiting = target > pos
+		return !waiting, nil
 	}
 	if !o.Follow {
 		info, err := bus.Retry(ctx, o.RequestTimeout, cons.Info)
@@ -224,10 +227,9 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 		}
 		if info.NumPending == 0 {
 			pos = info.Delivered.Stream
-			if done, err := end(false); err != nil || done {
+			if done, err := caughtUp(false); err != nil || done {
 				return err
 			}
-			waiting = true
 		}
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
@@ -240,7 +242,7 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 		}
 		m, err := it.Next(opts...)
 		if waiting && errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			if done, err := end(true); err != nil || done {
+			if done, err := caughtUp(true); err != nil || done {
 				return err
 			}
 			continue
@@ -264,37 +266,39 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 				return err
 			}
 		}
-		pos, waiting = md.Sequence.Stream, false
-		if fn == nil {
-			if !o.Follow && md.NumPending == 0 {
-				if done, err := end(false); err != nil || done {
-					return err
-				}
-				waiting = true
-			}
-			continue
-		}
-		entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
-		if err != nil {
-			// Kept as it was stored: the tools report what does not decode rather than stop.
-			entries = []bus.Entry{{Header: m.Headers(), Data: m.Data(), Subject: m.Subject()}}
-		}
-		for i, e := range entries {
-			if len(o.Filters) > 0 && !matchesAny(o.Filters, e.Subject) {
-				continue
-			}
-			rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: e.Subject, Header: e.Header, Data: e.Data}
-			if err := fn(&rec); err != nil {
+		if fn != nil {
+			if err := records(m, md, o.Filters, &rec, fn); err != nil {
 				return err
 			}
 		}
+		pos = md.Sequence.Stream
 		if !o.Follow && md.NumPending == 0 {
-			if done, err := end(false); err != nil || done {
+			if done, err := caughtUp(false); err != nil || done {
 				return err
 			}
-			waiting = true
+		} else {
+			waiting = false
 		}
 	}
+}
+
+// records calls fn for each record of m that filters select (all, when none), in rec.
+func records(m jetstream.Msg, md *jetstream.MsgMetadata, filters []string, rec *Record, fn func(*Record) error) error {
+	entries, err := bus.Unbatch(m.Subject(), m.Headers(), m.Data())
+	if err != nil {
+		// Kept as it was stored: the tools report what does not decode rather than stop.
+		entries = []bus.Entry{{Header: m.Headers(), Data: m.Data(), Subject: m.Subject()}}
+	}
+	for i, e := range entries {
+		if len(filters) > 0 && !matchesAny(filters, e.Subject) {
+			continue
+		}
+		*rec = Record{Seq: md.Sequence.Stream, Index: i, Time: md.Timestamp, Subject: e.Subject, Header: e.Header, Data: e.Data}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lagWait is how long a scan whose consumer is behind the leader waits for a message before it asks
