@@ -403,6 +403,14 @@ func TestCompose(t *testing.T) {
 	t.Logf("FIGURE batch 3 (n1 and a scheduler stopped mid-batch): %d pods Ready at %.0f pods/s, kubectl apply attempts %d", composeBatch, composeBatch/time.Since(start).Seconds(), attempts)
 	if logs, err := c.dc(time.Minute, "logs", "--no-color", "admission"); err == nil {
 		t.Logf("creates whose store answer was lost, answered from the bucket: %d", strings.Count(logs, "the store's answer to a create did not come"))
+		if attempts > 1 {
+			for _, l := range strings.Split(logs, "\n") {
+				if strings.Contains(l, "no answer from the store") {
+					t.Logf("%s", l)
+				}
+			}
+			c.keepLogs("batch3")
+		}
 	}
 
 	// 5. Invariants, through the API and on the bus.
@@ -461,6 +469,27 @@ func (c *composeEnv) fetchKubeconfig() {
 	if resp.StatusCode != http.StatusUnauthorized {
 		c.t.Errorf("GET /api/v1/nodes without credentials: %s, want 401", resp.Status)
 	}
+}
+
+// keepLogs writes every service's log to a file in $PODBUS_KEEP_LOGS (default: the temporary
+// directory), for a run that did something worth reading afterwards but did not fail.
+func (c *composeEnv) keepLogs(what string) {
+	c.t.Helper()
+	out, err := c.dc(2*time.Minute, "logs", "--no-color", "--timestamps")
+	if err != nil {
+		c.t.Logf("docker-compose logs: %v", err)
+		return
+	}
+	dir := os.Getenv("PODBUS_KEEP_LOGS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	path := filepath.Join(dir, fmt.Sprintf("podbus-compose-%s-%s.log", what, time.Now().UTC().Format("20060102T150405")))
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		c.t.Logf("keep the services' logs: %v", err)
+		return
+	}
+	c.t.Logf("the services' logs are kept in %s", path)
 }
 
 // applyQuiet is apply for a goroutine: it reports failure as -1 instead of calling Fatal.

@@ -351,6 +351,7 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		s.mu.Unlock()
 	}()
 	meta.Reply = bus.SubjReply(s.cfg.ID, token)
+	start := time.Now()
 	wait, cancel := context.WithTimeout(ctx, s.cfg.ReplyTimeout)
 	defer cancel()
 	f, err := s.pub.PublishAsync(subject, cmd, meta)
@@ -358,6 +359,7 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		return nil, err
 	}
 	acked, failed := f.Ok(), f.Err()
+	stored := "no acknowledgement" // what became of the publish, for the log at the timeout
 	var early <-chan time.Time
 	if look != nil {
 		t := time.NewTimer(s.cfg.LookAfter)
@@ -368,14 +370,16 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		select {
 		case res := <-ch:
 			return res, nil
-		case <-acked:
+		case ack := <-acked:
 			acked, failed = nil, nil
+			stored = fmt.Sprintf("stored as %s %d", ack.Stream, ack.Sequence)
 		case err := <-failed:
 			if !mayBeStored(err) {
 				return nil, fmt.Errorf("publish %s: %w", subject, err) // refused: not stored
 			}
 			// The acknowledgement was lost, perhaps not the command: wait on.
 			acked, failed = nil, nil
+			stored = "unknown: " + err.Error()
 		case <-early:
 			early = nil
 			if res, ok := look(wait); ok {
@@ -387,6 +391,10 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 					return res, nil
 				}
 			}
+			md := cmd.GetPod().GetMetadata()
+			s.log.Warn("no answer from the store, nor its effect in the bucket", "op", cmd.GetOp().String(),
+				"pod", md.GetNamespace()+"/"+md.GetName(), "msgID", meta.MsgID, "command", stored,
+				"after", time.Since(start).Round(time.Millisecond))
 			return nil, ErrReplyTimeout
 		}
 	}
