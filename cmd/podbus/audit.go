@@ -26,8 +26,11 @@ verbs:
   what-if    re-run recorded scheduling decisions with --profile file.yaml (--since)
 `
 
+// errGaveUp is the cause of an audit command's end at its --timeout.
+var errGaveUp = errors.New("timed out")
+
 // runAudit parses flags and hands over to package audit.
-func runAudit(ctx context.Context, args []string) error {
+func runAudit(ctx context.Context, args []string) (err error) {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, auditUsage)
 		os.Exit(2)
@@ -38,7 +41,21 @@ func runAudit(ctx context.Context, args []string) error {
 	var nf natsFlags
 	nf.register(fs)
 	stream := fs.String("stream", bus.StreamAudit, "the audit stream (or a copy of it)")
+	timeout := fs.Duration("timeout", 0, "give up after this long, connecting included (0: never); with --follow, stop following")
+	// The timeout is known once a verb has parsed its flags, which is before it connects: connect
+	// starts it, and it ends ctx with errGaveUp as its cause.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer func() {
+		if err != nil && errors.Is(context.Cause(ctx), errGaveUp) {
+			err = fmt.Errorf("gave up after %s (--timeout): %w", *timeout, err)
+		}
+	}()
 	connect := func() (*bus.Conn, error) {
+		if *timeout > 0 {
+			t := time.AfterFunc(*timeout, func() { cancel(errGaveUp) })
+			context.AfterFunc(ctx, func() { t.Stop() })
+		}
 		opts, err := nf.options()
 		if err != nil {
 			return nil, err
@@ -87,8 +104,8 @@ func runAudit(ctx context.Context, args []string) error {
 			return err
 		}
 		_, err = audit.Replay(ctx, conn.JS, o, os.Stdout)
-		if errors.Is(err, context.Canceled) {
-			return nil
+		if errors.Is(err, context.Canceled) && (o.Follow || !errors.Is(context.Cause(ctx), errGaveUp)) {
+			return nil // interrupted, or followed for --timeout
 		}
 		return err
 

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +82,41 @@ func splitLines(b []byte) []string {
 		}
 	}
 	return out
+}
+
+// --timeout bounds an audit command, connecting included: one that cannot finish gives up with an
+// error that says so, and one that follows the log stops following without one.
+func TestAuditTimeout(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Conn(t, url, t.Name())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := "nats://" + ln.Addr().String()
+	ln.Close()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr bool
+	}{
+		{name: "no server answers", args: []string{"replay", "--nats", nobody, "--timeout", "300ms"}, wantErr: true},
+		{name: "following", args: []string{"replay", "--follow", "--nats", url, "--timeout", "300ms"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := runAudit(ctx, tt.args)
+			if ctx.Err() != nil {
+				t.Fatal("--timeout did not end the command")
+			}
+			if tt.wantErr != (err != nil) {
+				t.Fatalf("runAudit(%v) = %v, want an error: %v", tt.args, err, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "gave up after 300ms (--timeout)") {
+				t.Errorf("error %q does not say it gave up", err)
+			}
+		})
+	}
 }
