@@ -48,7 +48,7 @@ func newWorkload(h *harness, cfg Config, path string) (*workload, error) {
 		return nil, err
 	}
 	return &workload{h: h, cfg: cfg, r: rand.New(rand.NewSource(cfg.Seed)), path: path, f: f, enc: json.NewEncoder(f),
-		client: &http.Client{Timeout: 15 * time.Second}}, nil
+		client: &http.Client{Timeout: 45 * time.Second}}, nil
 }
 
 func (w *workload) close() { _ = w.f.Close() }

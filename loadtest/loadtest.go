@@ -440,7 +440,7 @@ func apiClient(cfg Config) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Transport: rt, Timeout: 30 * time.Second}, nil
+	return &http.Client{Transport: rt, Timeout: 60 * time.Second}, nil
 }
 
 // ensureNamespace creates the pods' namespace unless it exists: the API refuses pods in a namespace

@@ -344,33 +344,38 @@ func TestUpdateAndDeleteAnsweredFromTheBucket(t *testing.T) {
 	}
 }
 
-// A command whose answer is lost is looked for in the bucket at Config.LookAfter, long before the reply
-// timeout: the client's own timeout here is a third of that.
+// A command whose answer is lost is looked for in the bucket every Config.LookAfter, long before the
+// reply timeout: the client's own timeout here is a third of that. The effect may come after the first
+// look, as when the store's consumer redelivers a command whose delivery was lost.
 func TestLostAnswerLookedForEarly(t *testing.T) {
-	e := start(t, func(c *Config) { c.ReplyTimeout, c.LookAfter = time.Minute, 50*time.Millisecond }, false)
-	e.client.Timeout = 20 * time.Second
-	e.mustCreate("updated")
-	e.mustCreate("deleted")
-	e.store.mu.Lock()
-	e.store.silent = true
-	e.store.mu.Unlock()
-	tests := []struct {
-		name, method, path, body, ctype string
-		wantCode                        int
-	}{
-		{name: "create", method: "POST", path: "/api/v1/namespaces/default/pods", body: podJSON("created"), ctype: "application/json", wantCode: 201},
-		{name: "update", method: "PATCH", path: "/api/v1/namespaces/default/pods/updated", body: `{"metadata":{"labels":{"tier":"front"}}}`,
-			ctype: "application/merge-patch+json", wantCode: 200},
-		{name: "delete", method: "DELETE", path: "/api/v1/namespaces/default/pods/deleted", wantCode: 200},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var headers []string
-			if tt.ctype != "" {
-				headers = []string{"Content-Type: " + tt.ctype}
+	for _, late := range []time.Duration{0, 400 * time.Millisecond} {
+		t.Run(fmt.Sprintf("effect after %s", late), func(t *testing.T) {
+			e := start(t, func(c *Config) { c.ReplyTimeout, c.LookAfter = time.Minute, 50*time.Millisecond }, false)
+			e.client.Timeout = 20 * time.Second
+			e.mustCreate("updated")
+			e.mustCreate("deleted")
+			e.store.mu.Lock()
+			e.store.silent, e.store.late = true, late
+			e.store.mu.Unlock()
+			tests := []struct {
+				name, method, path, body, ctype string
+				wantCode                        int
+			}{
+				{name: "create", method: "POST", path: "/api/v1/namespaces/default/pods", body: podJSON("created"), ctype: "application/json", wantCode: 201},
+				{name: "update", method: "PATCH", path: "/api/v1/namespaces/default/pods/updated", body: `{"metadata":{"labels":{"tier":"front"}}}`,
+					ctype: "application/merge-patch+json", wantCode: 200},
+				{name: "delete", method: "DELETE", path: "/api/v1/namespaces/default/pods/deleted", wantCode: 200},
 			}
-			if resp, data := e.do(tt.method, tt.path, tt.body, headers...); resp.StatusCode != tt.wantCode {
-				t.Fatalf("got %d %s, want %d", resp.StatusCode, data, tt.wantCode)
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					var headers []string
+					if tt.ctype != "" {
+						headers = []string{"Content-Type: " + tt.ctype}
+					}
+					if resp, data := e.do(tt.method, tt.path, tt.body, headers...); resp.StatusCode != tt.wantCode {
+						t.Fatalf("got %d %s, want %d", resp.StatusCode, data, tt.wantCode)
+					}
+				})
 			}
 		})
 	}

@@ -48,7 +48,8 @@ import (
 // Defaults.
 const (
 	DefaultAddr         = "127.0.0.1:6443"
-	DefaultReplyTimeout = 10 * time.Second
+	DefaultReplyTimeout = 30 * time.Second
+	DefaultLookAfter    = 2500 * time.Millisecond
 	DefaultMaxBodyBytes = 3 << 20 // kube-apiserver's limit for a request body
 )
 
@@ -71,11 +72,13 @@ type Config struct {
 	// InsecureHTTP serves plain HTTP without authentication: every request is system:unsecured in
 	// system:masters. New refuses it with any of the above.
 	InsecureHTTP bool
-	// ReplyTimeout bounds the wait for the store's answer to a command (504 Timeout after it).
+	// ReplyTimeout bounds the wait for the store's answer to a command (504 Timeout after it). It
+	// covers a NATS server's stop: the store's consumer redelivers a command whose delivery was lost
+	// after its AckWait (10 s).
 	ReplyTimeout time.Duration
-	// LookAfter is when a command still without an answer has its effect looked for in the bucket once
-	// before ReplyTimeout (an answer lost in a NATS server's stop then costs this, not the whole
-	// timeout); default a quarter of ReplyTimeout.
+	// LookAfter is how often a command still without an answer has its effect looked for in the bucket
+	// (an answer lost in a NATS server's stop then costs this, not the whole timeout); default
+	// DefaultLookAfter, or a quarter of a shorter ReplyTimeout.
 	LookAfter time.Duration
 	// MaxBodyBytes bounds request bodies (413 above it).
 	MaxBodyBytes int64
@@ -153,7 +156,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		cfg.ReplyTimeout = DefaultReplyTimeout
 	}
 	if cfg.LookAfter <= 0 || cfg.LookAfter >= cfg.ReplyTimeout {
-		cfg.LookAfter = cfg.ReplyTimeout / 4
+		cfg.LookAfter = min(DefaultLookAfter, cfg.ReplyTimeout/4)
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -334,9 +337,9 @@ func (s *Service) onReply(m *nats.Msg) {
 var ErrReplyTimeout = errors.New("no answer from the store")
 
 // command publishes a pod command and waits for the store's answer. An answer can be lost after the
-// store acted (a NATS server under the store's or this service's connection stops), so when none has
-// come by Config.LookAfter, and again at Config.ReplyTimeout, look (nil: never) reads the bucket for
-// the command's effect and its answer stands for the store's. Without either, ErrReplyTimeout. The
+// store acted (a NATS server under the store's or this service's connection stops), so while none has
+// come, every Config.LookAfter and at Config.ReplyTimeout, look (nil: never) reads the bucket for the
+// command's effect and its answer stands for the store's. Without either, ErrReplyTimeout. The
 // answer and the looks do not wait for the publish's acknowledgement, which can be lost too.
 func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodCommand, meta bus.Meta,
 	look func(context.Context) (*pb.CommandResult, bool)) (*pb.CommandResult, error) {
@@ -360,11 +363,11 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 	}
 	acked, failed := f.Ok(), f.Err()
 	stored := "no acknowledgement" // what became of the publish, for the log at the timeout
-	var early <-chan time.Time
+	var every <-chan time.Time
 	if look != nil {
-		t := time.NewTimer(s.cfg.LookAfter)
+		t := time.NewTicker(s.cfg.LookAfter)
 		defer t.Stop()
-		early = t.C
+		every = t.C
 	}
 	for {
 		select {
@@ -380,8 +383,7 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 			// The acknowledgement was lost, perhaps not the command: wait on.
 			acked, failed = nil, nil
 			stored = "unknown: " + err.Error()
-		case <-early:
-			early = nil
+		case <-every:
 			if res, ok := look(wait); ok {
 				return res, nil
 			}
