@@ -160,44 +160,17 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 	}
 }
 
-// publish stores msg. With a de-duplication id it sends msg once more when the acknowledgement did not
-// come (a copy stored after all drops the second), and again while the stream's leader says a copy with
-// that id is still being stored (StoringCopy): until that copy is stored, when the answer is its
-// acknowledgement, or dropped with a change of leader, when this one is stored.
+// publish stores msg, sending it once more when its acknowledgement did not come: with a
+// de-duplication id the copy is dropped if the first one was stored after all (and publishAckWithin
+// waits while that copy is still being stored).
 func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
-	deadline := time.Now().Add(batchPublishTTL)
-	wait := inProcessWait
-	for lost := 0; ; {
+	for attempt := 0; ; attempt++ {
 		ack, err := publishAckWithin(context.Background(), b.js.Conn(), msg, batchPublishTTL/2)
-		if err == nil || msg.Header.Get(HdrMsgID) == "" {
-			return ack, err
-		}
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			if lost++; lost > 1 {
-				return ack, err
-			}
-		case StoringCopy(err) && time.Now().Add(wait).Before(deadline):
-			metrics.Count("batch.in_process", 1)
-			time.Sleep(wait)
-			wait *= 2
-		default:
+		lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !lost || attempt == 1 || msg.Header.Get(HdrMsgID) == "" {
 			return ack, err
 		}
 	}
-}
-
-// inProcessWait is the first wait before a message whose copy is still being stored is sent again.
-const inProcessWait = 100 * time.Millisecond
-
-// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
-const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
-
-// StoringCopy says whether err is nats-server's answer to a message whose de-duplication id belongs to a
-// copy proposed to the stream's replicas and not yet stored: the message may be stored after all.
-func StoringCopy(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess
 }
 
 func finish(group []*batchItem, ack *jetstream.PubAck, err error) {

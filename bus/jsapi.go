@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/metrics"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -53,7 +55,50 @@ func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.Pub
 }
 
 // publishAckWithin is publishAck waiting timeout for each answer when ctx has no deadline.
+//
+// A message with a de-duplication id is sent again, after 100 ms doubling, while the stream's leader
+// answers that a copy with that id is still being stored (StoringCopy: a resend after a lost
+// acknowledgement, or another replica of a controller sending the same command), until ctx's deadline
+// or for timeout: the answer settles on the copy's acknowledgement (a duplicate), or on this message
+// stored when the copy was dropped with a change of leader.
 func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
+	ack, err := publishAckOnce(ctx, nc, m, timeout)
+	if !StoringCopy(err) || m.Header.Get(HdrMsgID) == "" {
+		return ack, err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(timeout)
+	}
+	for wait := inProcessWait; StoringCopy(err) && time.Now().Add(wait).Before(deadline); wait *= 2 {
+		metrics.Count("publish.storing_copy", 1)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ack, err
+		case <-t.C:
+		}
+		ack, err = publishAckOnce(ctx, nc, m, timeout)
+	}
+	return ack, err
+}
+
+// inProcessWait is the first wait before a message whose copy is still being stored is sent again.
+const inProcessWait = 100 * time.Millisecond
+
+// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
+const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
+
+// StoringCopy says whether err is nats-server's answer to a message whose de-duplication id belongs to a
+// copy proposed to the stream's replicas and not yet stored: the message may be stored after all.
+func StoringCopy(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess
+}
+
+// publishAckOnce is publishAckWithin without the resends while a copy is being stored.
+func publishAckOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
 	resp, err := requestWithin(ctx, nc, m, timeout)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < pubRetryAttempts; r++ {
 		t := time.NewTimer(pubRetryWait)

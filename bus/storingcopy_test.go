@@ -1,0 +1,111 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/bus/bustest"
+	pb "github.com/podbus/podbus/proto/podbusv1"
+)
+
+// While the stream's leader says a copy with a message's de-duplication id is still being stored (a
+// resend after a lost acknowledgement, or another controller replica sending the same command), the
+// batcher and the publisher send the message again until the answer settles: the copy's
+// acknowledgement, or this message stored when the copy was dropped with its leader. A message without
+// an id could be stored twice, so it is not sent again.
+func TestPublishWaitsForACopyBeingStored(t *testing.T) {
+	const (
+		inProcess = `{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`
+		wrongLast = `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}`
+	)
+	tests := []struct {
+		name     string
+		id       string
+		answers  []string
+		wantSeq  uint64
+		wantDup  bool
+		wantCopy bool // the error is StoringCopy
+		wantErr  bool
+	}{
+		{name: "the copy is stored", id: "m1", answers: []string{inProcess, inProcess, `{"stream":"FAKE","seq":7,"duplicate":true}`}, wantSeq: 7, wantDup: true},
+		{name: "the copy is dropped with its leader", id: "m2", answers: []string{inProcess, `{"stream":"FAKE","seq":8}`}, wantSeq: 8},
+		{name: "no id", answers: []string{inProcess}, wantErr: true, wantCopy: true},
+		{name: "refused", id: "m3", answers: []string{wrongLast}, wantErr: true},
+	}
+	publishers := []struct {
+		name    string
+		publish func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error)
+	}{
+		{"batcher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
+			f, err := bus.NewBatcher(c.JS, "test/1").PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, meta)
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case ack := <-f.Ok():
+				return ack, nil
+			case err := <-f.Err():
+				return nil, err
+			case <-time.After(20 * time.Second):
+				return nil, fmt.Errorf("no answer to the publish")
+			}
+		}},
+		{"publisher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			return &jetstream.PubAck{}, bus.NewPublisher(c.JS, "test/1").Publish(ctx, subject, &pb.PodDeleted{Uid: "u1"}, meta)
+		}},
+	}
+	_, c := bustest.Start(t)
+	for pi, p := range publishers {
+		for i, tt := range tests {
+			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
+				subject := fmt.Sprintf("fake.stream.%d.%d", pi, i)
+				var mu sync.Mutex
+				asked := 0
+				sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) {
+					mu.Lock()
+					n := asked
+					asked++
+					mu.Unlock()
+					if n < len(tt.answers) {
+						_ = m.Respond([]byte(tt.answers[n]))
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = sub.Unsubscribe() }()
+				if err := c.NC.Flush(); err != nil {
+					t.Fatal(err)
+				}
+
+				ack, err := p.publish(c, subject, bus.Meta{MsgID: tt.id})
+				switch {
+				case tt.wantErr && err == nil:
+					t.Fatalf("stored, want an error")
+				case tt.wantErr:
+					if bus.StoringCopy(err) != tt.wantCopy {
+						t.Errorf("StoringCopy(%v) = %v, want %v", err, !tt.wantCopy, tt.wantCopy)
+					}
+				case err != nil:
+					t.Fatalf("publish: %v", err)
+				case p.name == "batcher" && (ack.Sequence != tt.wantSeq || ack.Duplicate != tt.wantDup):
+					t.Errorf("ack seq %d duplicate %v, want %d %v", ack.Sequence, ack.Duplicate, tt.wantSeq, tt.wantDup)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if asked != len(tt.answers) {
+					t.Errorf("sent %d times, want %d", asked, len(tt.answers))
+				}
+			})
+		}
+	}
+}
