@@ -12,6 +12,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/metrics"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -107,5 +108,35 @@ func TestPublishWaitsForACopyBeingStored(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A batch that no stream answers (no responders: a stream's leader still being chosen) was stored by
+// none, so the batcher sends it again, id or not, until a stream takes it.
+func TestBatcherWaitsForAStream(t *testing.T) {
+	_, c := bustest.Start(t)
+	const subject = "fake.stream.late"
+	before := metrics.Counter("batch.no_stream")
+	f, err := bus.NewBatcher(c.JS, "test/1").PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, bus.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream comes once the first publish has gone unanswered: after the publish's own retries,
+	// so that only the batcher's can succeed.
+	bustest.Eventually(t, 10*time.Second, func() bool { return metrics.Counter("batch.no_stream") > before }, "the batcher finds no stream")
+	sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{"stream":"FAKE","seq":3}`)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	select {
+	case ack := <-f.Ok():
+		if ack.Sequence != 3 {
+			t.Errorf("stored as %d, want 3", ack.Sequence)
+		}
+	case err := <-f.Err():
+		t.Fatalf("publish: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to the publish")
 	}
 }
