@@ -399,8 +399,10 @@ func (s *Service) updateOnce(ctx context.Context, req request, key, mode string,
 		return updateResult{code: http.StatusOK, pod: podFromPB(p, rev)}, warnings, nil
 	}
 	correlation := stored.GetInternal().GetCorrelationId()
+	// A de-duplication id of the request's own, so that the batcher may send the command again when its
+	// acknowledgement is lost; two requests for the same change are two commands.
 	res, err := s.command(ctx, bus.SubjPodUpdate, &pb.PodCommand{Op: pb.PodCommand_OP_UPDATE, Pod: p, ExpectedRevision: rev, User: req.user.Name}, bus.Meta{
-		Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user.Name,
+		MsgID: "update-" + uuid.NewString(), Correlation: correlation, PodUID: string(old.UID), Key: req.ns + "/" + req.name, User: req.user.Name,
 	}, func(ctx context.Context) (*pb.CommandResult, bool) {
 		return s.updatedAfterAll(ctx, req.ns, req.name, string(old.UID), rev, p)
 	})
@@ -481,7 +483,7 @@ func (s *Service) deletePodWith(ctx context.Context, req request, opts metav1.De
 		return podFromPB(stored, rev), nil
 	}
 	res, err := s.command(ctx, bus.SubjPodDelete, cmd, bus.Meta{
-		Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user.Name,
+		MsgID: "delete-" + uuid.NewString(), Correlation: stored.GetInternal().GetCorrelationId(), PodUID: stored.GetMetadata().GetUid(), Key: req.ns + "/" + req.name, User: req.user.Name,
 	}, func(ctx context.Context) (*pb.CommandResult, bool) {
 		return s.deletedAfterAll(ctx, req.ns, req.name, stored)
 	})

@@ -671,3 +671,32 @@ func TestCreatePodPriorityClass(t *testing.T) {
 		t.Errorf("unknown class: %d %s %q", resp.StatusCode, st.Reason, st.Message)
 	}
 }
+
+// Every pod command carries a de-duplication id of its request's own, so that a command whose
+// acknowledgement was lost can be sent again, while two requests stay two commands.
+func TestCommandsCarryTheirOwnIDs(t *testing.T) {
+	e := start(t, nil, false)
+	e.mustCreate("p")
+	for _, tier := range []string{"front", "back"} {
+		patch := `{"metadata":{"labels":{"tier":"` + tier + `"}}}`
+		if resp, data := e.do("PATCH", "/api/v1/namespaces/default/pods/p", patch, "Content-Type: application/merge-patch+json"); resp.StatusCode != 200 {
+			t.Fatalf("patch: got %d %s", resp.StatusCode, data)
+		}
+	}
+	if resp, data := e.do("DELETE", "/api/v1/namespaces/default/pods/p", ""); resp.StatusCode != 200 {
+		t.Fatalf("delete: got %d %s", resp.StatusCode, data)
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	seen := map[string]bool{}
+	for i, m := range e.store.metas {
+		op := e.store.commands[i].GetOp()
+		if m.MsgID == "" || seen[m.MsgID] {
+			t.Errorf("command %d (%s) has de-duplication id %q, want one of its own", i, op, m.MsgID)
+		}
+		seen[m.MsgID] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("%d commands, want a create, two updates and a delete", len(seen))
+	}
+}
