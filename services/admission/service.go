@@ -362,7 +362,9 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		return nil, err
 	}
 	acked, failed := f.Ok(), f.Err()
-	stored := "no acknowledgement" // what became of the publish, for the log at the timeout
+	// What became of the publish, for the log at the timeout.
+	var stored *jetstream.PubAck
+	var pubErr error
 	var every <-chan time.Time
 	if look != nil {
 		t := time.NewTicker(s.cfg.LookAfter)
@@ -373,16 +375,14 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 		select {
 		case res := <-ch:
 			return res, nil
-		case ack := <-acked:
+		case stored = <-acked:
 			acked, failed = nil, nil
-			stored = fmt.Sprintf("stored as %s %d", ack.Stream, ack.Sequence)
 		case err := <-failed:
 			if !mayBeStored(err) {
 				return nil, fmt.Errorf("publish %s: %w", subject, err) // refused: not stored
 			}
 			// The acknowledgement was lost, perhaps not the command: wait on.
-			acked, failed = nil, nil
-			stored = "unknown: " + err.Error()
+			acked, failed, pubErr = nil, nil, err
 		case <-every:
 			if res, ok := look(wait); ok {
 				return res, nil
@@ -395,11 +395,23 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 			}
 			md := cmd.GetPod().GetMetadata()
 			s.log.Warn("no answer from the store, nor its effect in the bucket", "op", cmd.GetOp().String(),
-				"pod", md.GetNamespace()+"/"+md.GetName(), "msgID", meta.MsgID, "command", stored,
+				"pod", md.GetNamespace()+"/"+md.GetName(), "msgID", meta.MsgID, "command", published(stored, pubErr),
 				"after", time.Since(start).Round(time.Millisecond))
 			return nil, ErrReplyTimeout
 		}
 	}
+}
+
+// published describes what became of a command's publish: stored (ack), or unknown (err, or no
+// acknowledgement yet).
+func published(ack *jetstream.PubAck, err error) string {
+	switch {
+	case ack != nil:
+		return fmt.Sprintf("stored as %s %d", ack.Stream, ack.Sequence)
+	case err != nil:
+		return "unknown: " + err.Error()
+	}
+	return "no acknowledgement"
 }
 
 // mayBeStored says whether a failed publish may have stored its message after all: no answer came, or
