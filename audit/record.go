@@ -271,13 +271,11 @@ func scan(ctx context.Context, js jetstream.JetStream, o ScanOptions, onMsg func
 				return err
 			}
 		}
-		pos = md.Sequence.Stream
+		pos, waiting = md.Sequence.Stream, false
 		if !o.Follow && md.NumPending == 0 {
 			if done, err := caughtUp(false); err != nil || done {
 				return err
 			}
-		} else {
-			waiting = false
 		}
 	}
 }

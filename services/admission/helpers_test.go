@@ -177,67 +177,14 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 		silent, drop, then, late := fs.silent, fs.drop, fs.then, fs.late
 		fs.mu.Unlock()
 		act := func() {
-			if drop {
-				if then != nil {
-					then(cmd)
-				}
-				return
-			}
-			ctx := context.Background()
-			md := cmd.GetPod().GetMetadata()
-			key := bus.PodKey(md.GetNamespace(), md.GetName())
 			var res *pb.CommandResult
-			switch {
-			case conflict:
-				res = &pb.CommandResult{Code: 409, Reason: "Conflict", Message: "conflict"}
-			case cmd.GetOp() == pb.PodCommand_OP_CREATE:
-				rev, err := bus.Create(ctx, b.Pods, key, cmd.GetPod())
-				switch {
-				case errors.Is(err, bus.ErrExists):
-					res = &pb.CommandResult{Code: 409, Reason: "AlreadyExists", Message: fmt.Sprintf("pods %q already exists", md.GetName())}
-				case err != nil:
-					res = &pb.CommandResult{Code: 500, Message: err.Error()}
-				case cmd.GetOmitSentPod():
-					res = &pb.CommandResult{Code: 201, PodAsSent: true, Revision: rev}
-				default:
-					res = &pb.CommandResult{Code: 201, Pod: cmd.GetPod(), Revision: rev}
-				}
-			case cmd.GetOp() == pb.PodCommand_OP_UPDATE:
-				cur := &pb.Pod{}
-				_, err := bus.Get(ctx, b.Pods, key, cur)
-				var rev uint64
-				next := podutil.MergeUpdate(cur, cmd.GetPod())
-				if err == nil {
-					rev, err = bus.Update(ctx, b.Pods, key, next, cmd.GetExpectedRevision())
-				}
-				switch {
-				case errors.Is(err, bus.ErrConflict):
-					res = &pb.CommandResult{Code: 409, Reason: "Conflict", Message: "conflict"}
-				case err != nil:
-					res = &pb.CommandResult{Code: 500, Message: err.Error()}
-				default:
-					res = &pb.CommandResult{Code: 200, Pod: next, Revision: rev}
-				}
-			case cmd.GetOp() == pb.PodCommand_OP_DELETE:
-				cur := &pb.Pod{}
-				rev, err := bus.Get(ctx, b.Pods, key, cur)
-				switch {
-				case errors.Is(err, bus.ErrNotFound):
-					res = &pb.CommandResult{Code: 404, Reason: "NotFound", Message: fmt.Sprintf("pods %q not found", md.GetName())}
-				case cur.GetSpec().GetNodeName() == "":
-					_ = bus.Delete(ctx, b.Pods, key, rev)
-					res = &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
-				default:
-					cur.Metadata.DeletionTimestamp = timestamppb.Now()
-					cur.Metadata.DeletionGracePeriodSeconds = proto.Int64(cmd.GetGracePeriodSeconds())
-					rev, _ = bus.Update(ctx, b.Pods, key, cur, rev)
-					res = &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
-				}
+			if !drop {
+				res = applyCommand(b, cmd, conflict)
 			}
 			if then != nil {
 				then(cmd)
 			}
-			if silent {
+			if drop || silent {
 				return
 			}
 			data, _ := proto.Marshal(res)
@@ -257,6 +204,58 @@ func runFakeStore(t *testing.T, conn *bus.Conn) *fakeStore {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return fs
+}
+
+// applyCommand does what the store does with cmd on the pods bucket, and returns its answer.
+func applyCommand(b bus.Buckets, cmd *pb.PodCommand, conflict bool) *pb.CommandResult {
+	ctx := context.Background()
+	md := cmd.GetPod().GetMetadata()
+	key := bus.PodKey(md.GetNamespace(), md.GetName())
+	switch {
+	case conflict:
+		return &pb.CommandResult{Code: 409, Reason: "Conflict", Message: "conflict"}
+	case cmd.GetOp() == pb.PodCommand_OP_CREATE:
+		rev, err := bus.Create(ctx, b.Pods, key, cmd.GetPod())
+		switch {
+		case errors.Is(err, bus.ErrExists):
+			return &pb.CommandResult{Code: 409, Reason: "AlreadyExists", Message: fmt.Sprintf("pods %q already exists", md.GetName())}
+		case err != nil:
+			return &pb.CommandResult{Code: 500, Message: err.Error()}
+		case cmd.GetOmitSentPod():
+			return &pb.CommandResult{Code: 201, PodAsSent: true, Revision: rev}
+		}
+		return &pb.CommandResult{Code: 201, Pod: cmd.GetPod(), Revision: rev}
+	case cmd.GetOp() == pb.PodCommand_OP_UPDATE:
+		cur := &pb.Pod{}
+		_, err := bus.Get(ctx, b.Pods, key, cur)
+		var rev uint64
+		next := podutil.MergeUpdate(cur, cmd.GetPod())
+		if err == nil {
+			rev, err = bus.Update(ctx, b.Pods, key, next, cmd.GetExpectedRevision())
+		}
+		switch {
+		case errors.Is(err, bus.ErrConflict):
+			return &pb.CommandResult{Code: 409, Reason: "Conflict", Message: "conflict"}
+		case err != nil:
+			return &pb.CommandResult{Code: 500, Message: err.Error()}
+		}
+		return &pb.CommandResult{Code: 200, Pod: next, Revision: rev}
+	case cmd.GetOp() == pb.PodCommand_OP_DELETE:
+		cur := &pb.Pod{}
+		rev, err := bus.Get(ctx, b.Pods, key, cur)
+		switch {
+		case errors.Is(err, bus.ErrNotFound):
+			return &pb.CommandResult{Code: 404, Reason: "NotFound", Message: fmt.Sprintf("pods %q not found", md.GetName())}
+		case cur.GetSpec().GetNodeName() == "":
+			_ = bus.Delete(ctx, b.Pods, key, rev)
+			return &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
+		}
+		cur.Metadata.DeletionTimestamp = timestamppb.Now()
+		cur.Metadata.DeletionGracePeriodSeconds = proto.Int64(cmd.GetGracePeriodSeconds())
+		rev, _ = bus.Update(ctx, b.Pods, key, cur, rev)
+		return &pb.CommandResult{Code: 200, Pod: cur, Revision: rev}
+	}
+	return nil
 }
 
 func (fs *fakeStore) lastCommand() (*pb.PodCommand, bus.Meta) {
