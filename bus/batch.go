@@ -160,26 +160,10 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 	}
 }
 
-// publish stores msg. It sends msg again while no stream answers (ErrNoStreamResponse: no server
-// took it, so none stored it; a leader still being chosen) for up to batchPublishTTL, and once when its
-// acknowledgement did not come: with a de-duplication id the copy is dropped if the first one was
-// stored after all (and publishAckWithin waits while that copy is still being stored).
+// publish stores msg, waiting batchPublishTTL/2 for each answer and sending it again within
+// batchPublishTTL (see publishAckWithin): a leader's election, or one lost acknowledgement.
 func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
-	deadline := time.Now().Add(batchPublishTTL)
-	for resent := false; ; {
-		ack, err := publishAckWithin(context.Background(), b.js.Conn(), msg, batchPublishTTL/2)
-		switch {
-		case err == nil:
-			return ack, nil
-		case errors.Is(err, jetstream.ErrNoStreamResponse) && time.Now().Add(pubRetryWait).Before(deadline):
-			metrics.Count("batch.no_stream", 1)
-			time.Sleep(pubRetryWait)
-		case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) && !resent && msg.Header.Get(HdrMsgID) != "":
-			resent = true
-		default:
-			return ack, err
-		}
-	}
+	return publishAckWithin(context.Background(), b.js.Conn(), msg, batchPublishTTL/2, batchPublishTTL)
 }
 
 func finish(group []*batchItem, ack *jetstream.PubAck, err error) {

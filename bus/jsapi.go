@@ -27,7 +27,6 @@ import (
 const (
 	jsAPITimeout      = 5 * time.Second
 	pubRetryWait      = 250 * time.Millisecond
-	pubRetryAttempts  = 2
 	jsErrCodeNotFound = jetstream.JSErrCodeMessageNotFound
 )
 
@@ -48,40 +47,65 @@ func requestWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time
 }
 
 // publishAck stores m on its stream and returns JetStream's acknowledgement, as jetstream's PublishMsg
-// does: a "no responders" (a stream without a leader for a moment) is retried twice, 250 ms apart, and
-// a refusal is a *jetstream.APIError.
+// does, waiting for it until ctx's deadline, or for jsAPITimeout when ctx has none. A refusal is a
+// *jetstream.APIError. Within that time m is sent again while the answer says that sending it again
+// may store it (see publishAckWithin).
 func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.PubAck, error) {
-	return publishAckWithin(ctx, nc, m, jsAPITimeout)
+	return publishAckWithin(ctx, nc, m, jsAPITimeout, jsAPITimeout)
 }
 
-// publishAckWithin is publishAck waiting timeout for each answer when ctx has no deadline.
+// publishAckWithin is publishAck with its own times when ctx has no deadline: the whole call takes at
+// most within (and what a last answer takes), each answer is waited for up to answer. With a
+// deadline, ctx's bounds both.
 //
-// A message with a de-duplication id is sent again, after 100 ms doubling, while the stream's leader
-// answers that a copy with that id is still being stored (StoringCopy: a resend after a lost
-// acknowledgement, or another replica of a controller sending the same command), until ctx's deadline
-// or for timeout: the answer settles on the copy's acknowledgement (a duplicate), or on this message
-// stored when the copy was dropped with a change of leader.
-func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
-	ack, err := publishAckOnce(ctx, nc, m, timeout)
-	if !StoringCopy(err) || m.Header.Get(HdrMsgID) == "" {
-		return ack, err
+// m is sent again, in one loop for every caller:
+//   - every 250 ms while no stream answers (no responders: no server took m, so none stored it; a
+//     stream's leader still being chosen);
+//   - after 100 ms doubling, when m has a de-duplication id, while the stream's leader answers that a
+//     copy with that id is still being stored (StoringCopy: a resend after a lost acknowledgement, or
+//     another replica of a controller sending the same command). The answer settles on the copy's
+//     acknowledgement (a duplicate), or on m stored when the copy was dropped with its leader;
+//   - at once, when m has a de-duplication id and its answer did not come in answer, with what is left
+//     of within: a copy stored after all makes it a duplicate.
+func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, within time.Duration) (*jetstream.PubAck, error) {
+	deadline, hasDeadline := ctx.Deadline()
+	if !hasDeadline {
+		deadline = time.Now().Add(within)
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(timeout)
-	}
-	for wait := inProcessWait; StoringCopy(err) && time.Now().Add(wait).Before(deadline); wait *= 2 {
-		metrics.Count("publish.storing_copy", 1)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+	for copyWait := inProcessWait; ; {
+		ack, err := publishAckOnce(ctx, nc, m, min(answer, time.Until(deadline)))
+		var wait time.Duration
+		switch {
+		case errors.Is(err, jetstream.ErrNoStreamResponse):
+			metrics.Count("publish.no_stream", 1)
+			wait = pubRetryWait
+		case StoringCopy(err) && hasID(m):
+			metrics.Count("publish.storing_copy", 1)
+			wait, copyWait = copyWait, copyWait*2
+		case !hasDeadline && errors.Is(err, nats.ErrTimeout) && hasID(m) && time.Until(deadline) > pubRetryWait:
+			metrics.Count("publish.unanswered", 1)
+			continue
+		default:
 			return ack, err
-		case <-t.C:
 		}
-		ack, err = publishAckOnce(ctx, nc, m, timeout)
+		if !time.Now().Add(wait).Before(deadline) || !sleep(ctx, wait) {
+			return ack, err
+		}
 	}
-	return ack, err
+}
+
+func hasID(m *nats.Msg) bool { return m.Header.Get(HdrMsgID) != "" }
+
+// sleep waits d, or until ctx is done; false if ctx is.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // inProcessWait is the first wait before a message whose copy is still being stored is sent again.
@@ -97,18 +121,10 @@ func StoringCopy(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess
 }
 
-// publishAckOnce is publishAckWithin without the resends while a copy is being stored.
-func publishAckOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
-	resp, err := requestWithin(ctx, nc, m, timeout)
-	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < pubRetryAttempts; r++ {
-		t := time.NewTimer(pubRetryWait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		resp, err = requestWithin(ctx, nc, m, timeout)
-	}
+// publishAckOnce sends m once and reads its answer, waiting for it until ctx's deadline, or for answer
+// when ctx has none. No responders is ErrNoStreamResponse.
+func publishAckOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer time.Duration) (*jetstream.PubAck, error) {
+	resp, err := requestWithin(ctx, nc, m, answer)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, jetstream.ErrNoStreamResponse
 	}

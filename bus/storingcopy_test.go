@@ -16,6 +16,33 @@ import (
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
+// publishers are the two ways the pipeline stores a message and waits for it: each returns the
+// acknowledgement when it has one.
+var publishers = []struct {
+	name    string
+	publish func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error)
+}{
+	{"batcher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
+		f, err := bus.NewBatcher(c.JS, "test/1").PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, meta)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case ack := <-f.Ok():
+			return ack, nil
+		case err := <-f.Err():
+			return nil, err
+		case <-time.After(20 * time.Second):
+			return nil, fmt.Errorf("no answer to the publish")
+		}
+	}},
+	{"publisher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return nil, bus.NewPublisher(c.JS, "test/1").Publish(ctx, subject, &pb.PodDeleted{Uid: "u1"}, meta) // no acknowledgement to read
+	}},
+}
+
 // While the stream's leader says a copy with a message's de-duplication id is still being stored (a
 // resend after a lost acknowledgement, or another controller replica sending the same command), the
 // batcher and the publisher send the message again until the answer settles: the copy's
@@ -39,30 +66,6 @@ func TestPublishWaitsForACopyBeingStored(t *testing.T) {
 		{name: "the copy is dropped with its leader", id: "m2", answers: []string{inProcess, `{"stream":"FAKE","seq":8}`}, wantSeq: 8},
 		{name: "no id", answers: []string{inProcess}, wantErr: true, wantCopy: true},
 		{name: "refused", id: "m3", answers: []string{wrongLast}, wantErr: true},
-	}
-	publishers := []struct {
-		name    string
-		publish func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error)
-	}{
-		{"batcher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
-			f, err := bus.NewBatcher(c.JS, "test/1").PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, meta)
-			if err != nil {
-				return nil, err
-			}
-			select {
-			case ack := <-f.Ok():
-				return ack, nil
-			case err := <-f.Err():
-				return nil, err
-			case <-time.After(20 * time.Second):
-				return nil, fmt.Errorf("no answer to the publish")
-			}
-		}},
-		{"publisher", func(c *bus.Conn, subject string, meta bus.Meta) (*jetstream.PubAck, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			return nil, bus.NewPublisher(c.JS, "test/1").Publish(ctx, subject, &pb.PodDeleted{Uid: "u1"}, meta) // no acknowledgement to read
-		}},
 	}
 	_, c := bustest.Start(t)
 	for pi, p := range publishers {
@@ -111,32 +114,72 @@ func TestPublishWaitsForACopyBeingStored(t *testing.T) {
 	}
 }
 
-// A batch that no stream answers (no responders: a stream's leader still being chosen) was stored by
-// none, so the batcher sends it again, id or not, until a stream takes it.
-func TestBatcherWaitsForAStream(t *testing.T) {
+// A message that no stream answers (no responders: a stream's leader still being chosen) was stored by
+// none, so it is sent again, id or not, until a stream takes it: longer than nats.go's two retries.
+func TestPublishWaitsForAStream(t *testing.T) {
 	_, c := bustest.Start(t)
-	const subject = "fake.stream.late"
-	before := metrics.Counter("batch.no_stream")
-	f, err := bus.NewBatcher(c.JS, "test/1").PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, bus.Meta{})
-	if err != nil {
-		t.Fatal(err)
+	for i, p := range publishers {
+		t.Run(p.name, func(t *testing.T) {
+			subject := fmt.Sprintf("fake.stream.late.%d", i)
+			before := metrics.Counter("publish.no_stream")
+			type result struct {
+				ack *jetstream.PubAck
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ack, err := p.publish(c, subject, bus.Meta{})
+				done <- result{ack, err}
+			}()
+			// The stream comes after nats.go's two retries would have given up.
+			bustest.Eventually(t, 10*time.Second, func() bool { return metrics.Counter("publish.no_stream") >= before+3 }, "the publish finds no stream three times")
+			sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{"stream":"FAKE","seq":3}`)) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("publish: %v", r.err)
+			}
+			if r.ack != nil && r.ack.Sequence != 3 {
+				t.Errorf("stored as %d, want 3", r.ack.Sequence)
+			}
+		})
 	}
-	// The stream comes once the first publish has gone unanswered: after the publish's own retries,
-	// so that only the batcher's can succeed.
-	bustest.Eventually(t, 10*time.Second, func() bool { return metrics.Counter("batch.no_stream") > before }, "the batcher finds no stream")
-	sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{"stream":"FAKE","seq":3}`)) })
+}
+
+// A group whose acknowledgement did not come is sent again, with the time left of the batcher's
+// publish TTL: with its de-duplication id, a copy stored after all makes it a duplicate.
+func TestBatcherSendsAgainAfterALostAnswer(t *testing.T) {
+	_, c := bustest.Start(t)
+	const subject = "fake.stream.lost"
+	var mu sync.Mutex
+	asked := 0
+	sub, err := c.NC.Subscribe(subject, func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked++; asked > 1 { // the first answer is lost
+			_ = m.Respond([]byte(`{"stream":"FAKE","seq":4,"duplicate":true}`))
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	select {
-	case ack := <-f.Ok():
-		if ack.Sequence != 3 {
-			t.Errorf("stored as %d, want 3", ack.Sequence)
-		}
-	case err := <-f.Err():
+	if err := c.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := publishers[0].publish(c, subject, bus.Meta{MsgID: "m1"})
+	if err != nil {
 		t.Fatalf("publish: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no answer to the publish")
+	}
+	if ack.Sequence != 4 || !ack.Duplicate {
+		t.Errorf("ack seq %d duplicate %v, want 4 true", ack.Sequence, ack.Duplicate)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 2 {
+		t.Errorf("sent %d times, want 2", asked)
 	}
 }
