@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podbus/podbus/internal/ctxtime"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -32,7 +33,7 @@ const (
 // runHook runs one lifecycle handler against container c (id) of the pod.
 func (w *podWorker) runHook(ctx context.Context, kind ProbeKind, c *ctr, id ContainerID, h *pb.LifecycleHandler) error {
 	if s := h.SleepSeconds; s != nil {
-		if !sleep(ctx, time.Duration(*s)*time.Second) {
+		if !ctxtime.Sleep(ctx, time.Duration(*s)*time.Second) {
 			return fmt.Errorf("sleep lifecycle hook interrupted: %w", ctx.Err())
 		}
 		return nil

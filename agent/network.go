@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/podbus/podbus/internal/ctxtime"
 )
 
 // networkCheckTimeout bounds one CNI CHECK (plugin executions).
@@ -47,7 +49,7 @@ func (w *podWorker) networkLoop(ctx context.Context) {
 			delay = retry
 			retry = min(2*retry, max(interval, time.Second))
 		}
-		if !sleep(ctx, delay) {
+		if !ctxtime.Sleep(ctx, delay) {
 			return
 		}
 		if w.checkNetwork(ctx, false) {

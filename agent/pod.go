@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/podbus/podbus/internal/ctxtime"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -482,9 +483,9 @@ func (w *podWorker) retryWait(ctx context.Context, c *ctr) bool {
 	pullFailed := c.state.GetWaiting().GetReason() == "ErrImagePull"
 	w.mu.Unlock()
 	if !pullFailed || delay <= 0 {
-		return sleep(ctx, delay)
+		return ctxtime.Sleep(ctx, delay)
 	}
-	if !sleep(ctx, delay/4) {
+	if !ctxtime.Sleep(ctx, delay/4) {
 		return false
 	}
 	w.mu.Lock()
@@ -495,7 +496,7 @@ func (w *podWorker) retryWait(ctx context.Context, c *ctr) bool {
 	}
 	w.mu.Unlock()
 	w.reportRetry(ctx)
-	return sleep(ctx, delay-delay/4)
+	return ctxtime.Sleep(ctx, delay-delay/4)
 }
 
 // removePrevious removes the previous attempt once its successor started: until then it is the
@@ -790,7 +791,7 @@ func (w *podWorker) reportRetry(ctx context.Context) {
 			return
 		}
 		w.a.log.Warn("status report failed; retrying", "pod", w.key(), "err", err)
-		if !sleep(ctx, delay) {
+		if !ctxtime.Sleep(ctx, delay) {
 			return
 		}
 		delay = min(2*delay, 5*time.Second)
@@ -826,21 +827,6 @@ func tsOrNil(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// sleep waits d or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 func podGrace(p *pb.Pod) time.Duration {
 	if p.GetSpec().TerminationGracePeriodSeconds != nil {
 		return time.Duration(p.GetSpec().GetTerminationGracePeriodSeconds()) * time.Second
@@ -856,7 +842,7 @@ func (w *podWorker) backOff(ctx context.Context, reason, msg string, delay *time
 	w.mu.Unlock()
 	w.reportRetry(ctx)
 	w.markStarted()
-	if !sleep(ctx, *delay) {
+	if !ctxtime.Sleep(ctx, *delay) {
 		return false
 	}
 	*delay = min(2**delay, w.a.cfg.BackoffMax)

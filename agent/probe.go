@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podbus/podbus/internal/ctxtime"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -49,7 +50,7 @@ func (w *podWorker) probeLoop(ctx context.Context, c *ctr, id ContainerID, kind 
 	if p.GetFailureThreshold() == 0 {
 		failures = 3
 	}
-	if !sleep(ctx, seconds(p.GetInitialDelaySeconds(), 0)) {
+	if !ctxtime.Sleep(ctx, seconds(p.GetInitialDelaySeconds(), 0)) {
 		return
 	}
 	ticker := time.NewTicker(period)

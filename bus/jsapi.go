@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/podbus/podbus/internal/ctxtime"
 	"github.com/podbus/podbus/internal/metrics"
 
 	"github.com/nats-io/nats.go"
@@ -88,25 +89,13 @@ func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, w
 		default:
 			return ack, err
 		}
-		if !time.Now().Add(wait).Before(deadline) || !sleep(ctx, wait) {
+		if !time.Now().Add(wait).Before(deadline) || !ctxtime.Sleep(ctx, wait) {
 			return ack, err
 		}
 	}
 }
 
 func hasID(m *nats.Msg) bool { return m.Header.Get(HdrMsgID) != "" }
-
-// sleep waits d, or until ctx is done; false if ctx is.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // inProcessWait is the first wait before a message whose copy is still being stored is sent again.
 const inProcessWait = 100 * time.Millisecond

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podbus/podbus/internal/ctxtime"
 	"github.com/podbus/podbus/internal/events"
 
 	"github.com/google/uuid"
@@ -276,7 +277,7 @@ func (s *Service) monitor(ctx context.Context) error {
 		nw, err := s.nodes.WatchAll(ctx)
 		if err != nil {
 			s.log.Warn("watch nodes failed; retrying", "err", err)
-			if !sleep(ctx, time.Second) {
+			if !ctxtime.Sleep(ctx, time.Second) {
 				break
 			}
 			continue
@@ -285,7 +286,7 @@ func (s *Service) monitor(ctx context.Context) error {
 		if err != nil {
 			_ = nw.Stop()
 			s.log.Warn("watch leases failed; retrying", "err", err)
-			if !sleep(ctx, time.Second) {
+			if !ctxtime.Sleep(ctx, time.Second) {
 				break
 			}
 			continue
@@ -391,15 +392,4 @@ func (s *Service) markUnknown(ctx context.Context, key string, c cachedNode, now
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return bus.Wait(wctx, f)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
