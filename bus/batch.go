@@ -28,7 +28,11 @@ const HdrBatch = "Podbus-Batch"
 const (
 	MaxBatchEntries = 256
 	maxBatchBytes   = 512 << 10
-	batchPublishTTL = 10 * time.Second
+	// defaultBatchTTL is how long a group is sent again for (see publishAckWithin), unless
+	// WithPublishTTL says otherwise; each answer is waited for up to half of it, at most
+	// batchAnswerWait.
+	defaultBatchTTL = 10 * time.Second
+	batchAnswerWait = 5 * time.Second
 	// PositionBits: a position (Msg.Position) is stream sequence << PositionBits | entry index.
 	PositionBits = 10
 )
@@ -49,6 +53,7 @@ const (
 type Batcher struct {
 	js       jetstream.JetStream
 	actor    string
+	ttl      time.Duration
 	mu       sync.Mutex
 	subjects map[string]*batchQueue
 }
@@ -73,9 +78,27 @@ func (it *batchItem) message() *nats.Msg {
 	return &nats.Msg{Subject: it.subject, Data: it.data, Header: it.meta.header()}
 }
 
+// BatcherOption sets an option of NewBatcher.
+type BatcherOption func(*Batcher)
+
+// WithPublishTTL makes the batcher send a group again for up to ttl (defaultBatchTTL otherwise): a
+// caller that waits longer for its message's effect than that lets a longer outage pass. A group goes
+// out after the one before it on its subject, so the TTL also bounds how long an outage holds them.
+func WithPublishTTL(ttl time.Duration) BatcherOption {
+	return func(b *Batcher) {
+		if ttl > 0 {
+			b.ttl = ttl
+		}
+	}
+}
+
 // NewBatcher returns a batcher that signs every message with actor, like NewPublisher.
-func NewBatcher(js jetstream.JetStream, actor string) *Batcher {
-	return &Batcher{js: js, actor: actor, subjects: map[string]*batchQueue{}}
+func NewBatcher(js jetstream.JetStream, actor string, opts ...BatcherOption) *Batcher {
+	b := &Batcher{js: js, actor: actor, ttl: defaultBatchTTL, subjects: map[string]*batchQueue{}}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
 }
 
 // Publish queues m and returns once the group holding it is stored.
@@ -160,10 +183,10 @@ func (b *Batcher) flush(subject string, q *batchQueue) {
 	}
 }
 
-// publish stores msg, waiting batchPublishTTL/2 for each answer and sending it again within
-// batchPublishTTL (see publishAckWithin): a leader's election, or one lost acknowledgement.
+// publish stores msg, sending it again within the batcher's TTL (see publishAckWithin): while a
+// stream's leader is chosen, or after a lost acknowledgement.
 func (b *Batcher) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
-	return publishAckWithin(context.Background(), b.js.Conn(), msg, batchPublishTTL/2, batchPublishTTL)
+	return publishAckWithin(context.Background(), b.js.Conn(), msg, min(b.ttl/2, batchAnswerWait), b.ttl)
 }
 
 func finish(group []*batchItem, ack *jetstream.PubAck, err error) {

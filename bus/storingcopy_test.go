@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -183,3 +184,52 @@ func TestBatcherSendsAgainAfterALostAnswer(t *testing.T) {
 		t.Errorf("sent %d times, want 2", asked)
 	}
 }
+
+// A batcher sends a group again while no stream answers for as long as its publish TTL, and then
+// gives up with ErrNoStreamResponse.
+func TestBatcherPublishTTL(t *testing.T) {
+	tests := []struct {
+		name     string
+		ttl      time.Duration
+		streamIn time.Duration // when the stream starts answering; 0: never
+		wantErr  error
+	}{
+		{name: "no stream within the TTL", ttl: time.Second, wantErr: jetstream.ErrNoStreamResponse},
+		{name: "the stream comes within a longer TTL", ttl: 4 * time.Second, streamIn: 1500 * time.Millisecond},
+	}
+	_, c := bustest.Start(t)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			subject := fmt.Sprintf("fake.stream.ttl.%d", i)
+			start := time.Now()
+			f, err := bus.NewBatcher(c.JS, "test/1", bus.WithPublishTTL(tt.ttl)).PublishAsync(subject, &pb.PodDeleted{Uid: "u1"}, bus.Meta{MsgID: "m1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.streamIn > 0 {
+				time.AfterFunc(tt.streamIn, func() {
+					_, _ = c.NC.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{"stream":"FAKE","seq":5}`)) })
+				})
+			}
+			select {
+			case ack := <-f.Ok():
+				if tt.wantErr != nil {
+					t.Fatalf("stored as %d, want %v", ack.Sequence, tt.wantErr)
+				}
+			case err := <-f.Err():
+				if !errors.Is(err, tt.wantErr) || tt.wantErr == nil {
+					t.Fatalf("publish: %v, want %v", err, tt.wantErr)
+				}
+				if took := time.Since(start); took < tt.ttl-pubRetryWaitSlack {
+					t.Errorf("gave up after %v, before the TTL %v", took, tt.ttl)
+				}
+			case <-time.After(tt.ttl + 10*time.Second):
+				t.Fatal("no answer to the publish")
+			}
+		})
+	}
+}
+
+// pubRetryWaitSlack is how much earlier than its TTL a batcher may give up: it does not start a wait
+// that would end after it.
+const pubRetryWaitSlack = 300 * time.Millisecond

@@ -188,7 +188,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		}
 		buckets[name] = cfg.SharedWatches.Wrap(kv)
 	}
-	var pub commandPublisher = bus.NewBatcher(conn.JS, "admission/"+cfg.ID)
+	// A command's publish is sent again for as long as its answer is waited for: an outage of the
+	// stream's leader shorter than that is only a slower answer.
+	var pub commandPublisher = bus.NewBatcher(conn.JS, "admission/"+cfg.ID, bus.WithPublishTTL(cfg.ReplyTimeout))
 	if cfg.testPublisher != nil {
 		pub = cfg.testPublisher(pub)
 	}
