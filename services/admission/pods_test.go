@@ -3,6 +3,8 @@ package admission
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/convert"
+	"github.com/podbus/podbus/internal/syncbuf"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -378,6 +381,41 @@ func TestLostAnswerLookedForEarly(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A command the store neither answered nor carried out is logged with its pod when the API answers
+// 504, and not when the client went away before: nobody was kept waiting.
+func TestReplyTimeoutLogged(t *testing.T) {
+	var buf syncbuf.Buffer
+	e := start(t, func(c *Config) {
+		c.ReplyTimeout, c.LookAfter = 500*time.Millisecond, 100*time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	}, false)
+	e.store.mu.Lock()
+	e.store.drop = true
+	e.store.mu.Unlock()
+
+	gone := *e.client
+	gone.Timeout = 100 * time.Millisecond
+	req, err := http.NewRequest("POST", e.base+"/api/v1/namespaces/default/pods", strings.NewReader(podJSON("gone")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := gone.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("answered %d before the reply timeout", resp.StatusCode)
+	}
+	if resp, data := e.do("POST", "/api/v1/namespaces/default/pods", podJSON("waits")); resp.StatusCode != 504 {
+		t.Fatalf("got %d %s, want 504", resp.StatusCode, data)
+	}
+	logged := buf.String()
+	if !strings.Contains(logged, "pod=default/waits") || !strings.Contains(logged, "no answer from the store, nor its effect in the bucket") {
+		t.Errorf("the 504 is not logged with its pod:\n%s", logged)
+	}
+	if strings.Contains(logged, "pod=default/gone") {
+		t.Errorf("a request whose client went away is logged as a timeout:\n%s", logged)
 	}
 }
 

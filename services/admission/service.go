@@ -395,6 +395,9 @@ func (s *Service) command(ctx context.Context, subject string, cmd *pb.PodComman
 					return res, nil
 				}
 			}
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, ErrReplyTimeout // the client went away: nobody waits for the answer
+			}
 			md := cmd.GetPod().GetMetadata()
 			s.log.Warn("no answer from the store, nor its effect in the bucket", "op", cmd.GetOp().String(),
 				"pod", md.GetNamespace()+"/"+md.GetName(), "msgID", meta.MsgID, "command", published(stored, pubErr),
