@@ -416,7 +416,7 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 	for i := range members {
 		url := "http://" + h.natsMon[i] + "/healthz"
 		if err := poll(ctx, 60*time.Second, func() bool { return httpOK(url) }); err != nil {
-			return fmt.Errorf("nats-%d never became ready: %w", i+1, err)
+			return fmt.Errorf("nats-%d never became ready: %w; the end of its log:\n%s", i+1, err, logTail(h.nats[i].logs, 20))
 		}
 	}
 	h.logf("NATS cluster up: %s (routes through proxies; credentials and TLS: %t)", strings.Join(h.natsURLs, ","), h.auth != nil)

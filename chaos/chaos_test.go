@@ -126,3 +126,25 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+func TestLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.log")
+	tests := []struct {
+		name, content string
+		n             int
+		want          string
+	}{
+		{name: "more lines than asked", content: "a\nb\nc\n", n: 2, want: "b\nc"},
+		{name: "fewer lines than asked", content: "a\n", n: 5, want: "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(path, []byte(tt.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := logTail(path, tt.n); got != tt.want {
+				t.Errorf("logTail = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
