@@ -67,10 +67,11 @@ func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.Pub
 //     another replica of a controller sending the same command). The answer settles on the copy's
 //     acknowledgement (a duplicate), or on m stored when the copy was dropped with its leader;
 //   - at once, when m has a de-duplication id and its answer did not come in answer, with what is left
-//     of within: a copy stored after all makes it a duplicate.
+//     of within: a copy stored after all makes it a duplicate. (A call with a deadline waits for its
+//     answer until then, and ends with ctx's error instead of nats.ErrTimeout.)
 func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, within time.Duration) (*jetstream.PubAck, error) {
-	deadline, hasDeadline := ctx.Deadline()
-	if !hasDeadline {
+	deadline, ok := ctx.Deadline()
+	if !ok {
 		deadline = time.Now().Add(within)
 	}
 	for copyWait := inProcessWait; ; {
@@ -83,7 +84,7 @@ func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, w
 		case StoringCopy(err) && hasID(m):
 			metrics.Count("publish.storing_copy", 1)
 			wait, copyWait = copyWait, copyWait*2
-		case !hasDeadline && errors.Is(err, nats.ErrTimeout) && hasID(m) && time.Until(deadline) > pubRetryWait:
+		case errors.Is(err, nats.ErrTimeout) && hasID(m) && time.Until(deadline) > pubRetryWait:
 			metrics.Count("publish.unanswered", 1)
 			continue
 		default:

@@ -121,12 +121,6 @@ func realRuntime(t *testing.T) string {
 	return addr
 }
 
-// lastLines is the end of s, at most n lines.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 func TestLogTail(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.log")
 	tests := []struct {
