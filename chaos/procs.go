@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/podbus/podbus/internal/freeport"
 )
 
 // proc is one podbus process the harness supervises: it restarts it when it exits on its own, as a
@@ -140,14 +141,9 @@ func (p *proc) shutdown(grace time.Duration) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port for a child process to listen on: one the kernel does not hand out by itself
+// between this pick and the child's bind.
+func freePort() (int, error) { return freeport.Pick() }
 
 // logTail is the last n lines of the log at path, for an error that the run's directory may not outlive.
 func logTail(path string, n int) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/freeport"
 	"github.com/podbus/podbus/internal/pki"
 )
 
@@ -30,12 +31,11 @@ func buildPodbus(t *testing.T) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 type process struct {

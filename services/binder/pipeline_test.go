@@ -3,7 +3,6 @@ package binder
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/freeport"
 	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
@@ -292,12 +292,11 @@ func benchServers(b testing.TB, n int) string {
 	}
 	ports := make([]int, n)
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeport.Pick()
 		if err != nil {
 			b.Fatal(err)
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		ports[i] = p
 	}
 	var urls []string
 	for i := range n {
