@@ -36,6 +36,7 @@ import (
 
 	"github.com/podbus/podbus/audit/check"
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/freeport"
 	"github.com/podbus/podbus/internal/natsauth"
 )
 
@@ -348,7 +349,7 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 	ports := make([][3]int, members) // client, route, http
 	for i := range ports {
 		for j := range ports[i] {
-			p, err := freePort()
+			p, err := freeport.Pick()
 			if err != nil {
 				return err
 			}
@@ -426,7 +427,7 @@ func (h *harness) up(ctx, superCtx context.Context) error {
 		}
 	}
 
-	apiPort, err := freePort()
+	apiPort, err := freeport.Pick()
 	if err != nil {
 		return err
 	}

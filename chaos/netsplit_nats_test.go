@@ -11,6 +11,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/freeport"
 )
 
 // A NATS cluster whose routes go through the proxies: isolating a member leaves it without a route,
@@ -22,7 +23,7 @@ func TestPartitionNATS(t *testing.T) {
 	const members = 3
 	targets := make([]string, members)
 	for i := range targets {
-		p, err := freePort()
+		p, err := freeport.Pick()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/podbus/podbus/internal/freeport"
 )
 
 // proc is one podbus process the harness supervises: it restarts it when it exits on its own, as a
@@ -140,10 +138,6 @@ func (p *proc) shutdown(grace time.Duration) {
 		<-done
 	}
 }
-
-// freePort is a port for a child process to listen on: one the kernel does not hand out by itself
-// between this pick and the child's bind.
-func freePort() (int, error) { return freeport.Pick() }
 
 // logTail is the last n lines of the log at path, for an error that the run's directory may not outlive.
 func logTail(path string, n int) string {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/cluster/up"
+	"github.com/podbus/podbus/internal/freeport"
 	"github.com/podbus/podbus/internal/hugepages"
 	"github.com/podbus/podbus/internal/natsauth"
 	"github.com/podbus/podbus/internal/nodestats"
@@ -1029,12 +1029,11 @@ func liveHeap(ctx context.Context, addr string) int64 {
 	return vars.Memstats.HeapAlloc
 }
 
-// freeAddr is a loopback address with a port free a moment ago.
+// freeAddr is a loopback address for a child process to listen on (see freeport.Pick).
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "127.0.0.1:" + strconv.Itoa(p), nil
 }

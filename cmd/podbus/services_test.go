@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/freeport"
 )
 
 // readyService runs until ctx ends and is ready when the test says so.
@@ -21,12 +22,11 @@ func (s *readyService) Run(ctx context.Context) error { <-ctx.Done(); return nil
 // /readyz answers 503 until a service with a Ready channel closes it and its consumer is bound, then 200.
 func TestServeReadyzWaitsForService(t *testing.T) {
 	_, url := bustest.Server(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 
 	svc := &readyService{ready: make(chan struct{})}
 	c := common{nats: url, id: "t", healthAddr: addr, replicas: 1, consumers: []string{bus.ConsumerStore}}
