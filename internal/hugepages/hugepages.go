@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,7 @@ var (
 	ErrUnavailable = fmt.Errorf("%w: transparent huge pages are off or unavailable", ErrSkipped)
 	ErrOvercommit  = fmt.Errorf("%w: strict overcommit: reserving address space would be charged in full", ErrSkipped)
 	ErrTooSmall    = fmt.Errorf("%w: size below one huge page", ErrSkipped)
+	ErrReserved    = fmt.Errorf("%w: this process has reserved its heap already", ErrSkipped)
 )
 
 // Host is this host's mode ("" when the kernel does not say).
@@ -105,8 +107,33 @@ func rollupKiB(path, field string) (int64, bool) {
 // the runtime and the kernel: nothing stays resident. Call it at start, before the heap grows, with n
 // below the machine's memory (one mapping larger than that fails under heuristic overcommit, and the
 // runtime throws). It returns the bytes advised, or an ErrSkipped saying why it did nothing.
+//
+// A process reserves once; later calls return ErrReserved. A second allocation of that size would be
+// served from the first one's freed pages, which the runtime must zero: it would touch every page of
+// the reservation, each now a huge page the kernel may have to compact memory for.
 func Reserve(n int64) (int64, error) {
-	return reserve(n, readHost())
+	return process.reserve(n)
+}
+
+var process = reserver{do: func(n int64) (int64, error) { return reserve(n, readHost()) }}
+
+// reserver lets the first successful reservation of a process through and refuses the rest.
+type reserver struct {
+	do   func(int64) (int64, error)
+	mu   sync.Mutex
+	done bool
+}
+
+func (r *reserver) reserve(n int64) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return 0, ErrReserved
+	}
+	got, err := r.do(n)
+	// A refusal reserved nothing, so it does not count: a later call may find a larger size.
+	r.done = err == nil
+	return got, err
 }
 
 func reserve(n int64, h hostInfo) (int64, error) {

@@ -47,6 +47,41 @@ func TestReserveRefuses(t *testing.T) {
 	}
 }
 
+// A process reserves once: a second reservation would zero the first one's pages. A refused one
+// reserved nothing and does not count.
+func TestReserveOncePerProcess(t *testing.T) {
+	tests := []struct {
+		name      string
+		first     error
+		want      []error
+		wantCalls int
+	}{
+		{name: "reserved", want: []error{nil, ErrReserved, ErrReserved}, wantCalls: 1},
+		{name: "refused first", first: ErrTooSmall, want: []error{ErrTooSmall, nil, ErrReserved}, wantCalls: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			r := reserver{do: func(n int64) (int64, error) {
+				calls++
+				if calls == 1 && tt.first != nil {
+					return 0, tt.first
+				}
+				return n, nil
+			}}
+			for i, want := range tt.want {
+				n, err := r.reserve(64 << 20)
+				if !errors.Is(err, want) || (err == nil) != (n == 64<<20) {
+					t.Errorf("call %d: reserve = %d, %v; want %v", i, n, err, want)
+				}
+			}
+			if calls != tt.wantCalls {
+				t.Errorf("the reservation ran %d times, want %d", calls, tt.wantCalls)
+			}
+		})
+	}
+}
+
 // On a madvise host, the heap's growth after Reserve lands in advised memory, backed by huge pages
 // from its first touch, and Reserve itself leaves nothing resident.
 func TestReserveBacksHeapWithHugePages(t *testing.T) {
