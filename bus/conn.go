@@ -16,10 +16,14 @@ import (
 type Conn struct {
 	NC *nats.Conn
 	JS jetstream.JetStream
+
+	stop context.CancelFunc // ends the connection's own goroutines; nil when it has none
 }
 
 // Connect dials NATS and keeps reconnecting forever, so a service survives a NATS node going away.
-// name identifies the service replica in the server's connection list.
+// name identifies the service replica in the server's connection list. Given several servers, the
+// connection also moves off one that is cut off from the rest of its cluster (watchIsolation) until
+// Close.
 func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*Conn, error) {
 	if url == "" {
 		url = nats.DefaultURL
@@ -59,7 +63,14 @@ func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*Conn
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Conn{NC: nc, JS: js}, nil
+	c := &Conn{NC: nc, JS: js}
+	if serverCount(url) > 1 {
+		// Not ctx: that bounds the dial, and the watch lasts as long as the connection.
+		wctx, stop := context.WithCancel(context.Background())
+		c.stop = stop
+		go watchIsolation(wctx, nc, name)
+	}
+	return c, nil
 }
 
 // InProcess connects to an embedded server without a socket: the same protocol over an in-memory pipe,
@@ -79,6 +90,9 @@ func PlainURL(url string) string {
 func (c *Conn) Close() {
 	if c == nil || c.NC == nil {
 		return
+	}
+	if c.stop != nil {
+		c.stop()
 	}
 	if err := c.NC.Drain(); err != nil {
 		c.NC.Close()

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -20,6 +22,24 @@ import (
 func TestPartitionNATS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	rn, srvs := routedCluster(ctx, t)
+	peers, meshed := routeCounts(srvs)
+	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "the cluster never meshed")
+	for range 3 {
+		rn.isolate(0, linkReset)
+		bustest.Eventually(t, time.Minute, meshed(0, 1, 1), "member 0 isolated: routes %d %d %d", peers(0), peers(1), peers(2))
+		rn.heal()
+		bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
+		rn.cut(1, 2, linkReset)
+		bustest.Eventually(t, time.Minute, meshed(2, 1, 1), "link 1-2 cut: routes %d %d %d", peers(0), peers(1), peers(2))
+		rn.heal()
+		bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
+	}
+}
+
+// routedCluster starts three embedded members whose routes go through a routeNet's proxies.
+func routedCluster(ctx context.Context, t *testing.T) (*routeNet, []*server.Server) {
+	t.Helper()
 	const members = 3
 	targets := make([]string, members)
 	for i := range targets {
@@ -47,10 +67,15 @@ func TestPartitionNATS(t *testing.T) {
 			t.Fatal(err)
 		}
 		srvs[i] = s
-		defer s.Shutdown()
+		t.Cleanup(s.Shutdown)
 	}
-	// Route pooling makes several connections per pair: count distinct peers.
-	peers := func(i int) int {
+	return rn, srvs
+}
+
+// routeCounts gives the number of distinct peers a member has a route to, and a condition that each
+// member i has want[i] of them. Route pooling makes several connections per pair.
+func routeCounts(srvs []*server.Server) (peers func(int) int, meshed func(want ...int) func() bool) {
+	peers = func(i int) int {
 		rz, err := srvs[i].Routez(nil)
 		if err != nil {
 			return -1
@@ -61,7 +86,7 @@ func TestPartitionNATS(t *testing.T) {
 		}
 		return len(seen)
 	}
-	meshed := func(want ...int) func() bool {
+	meshed = func(want ...int) func() bool {
 		return func() bool {
 			for i, w := range want {
 				if peers(i) != w {
@@ -71,15 +96,49 @@ func TestPartitionNATS(t *testing.T) {
 			return true
 		}
 	}
+	return peers, meshed
+}
+
+// A service's connection leaves a server cut off from the rest of its cluster for another of its
+// pool, and stays on one that lost a single route: that server still reaches a quorum.
+func TestConnectionLeavesIsolatedServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rn, srvs := routedCluster(ctx, t)
+	peers, meshed := routeCounts(srvs)
 	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "the cluster never meshed")
-	for range 3 {
-		rn.isolate(0, linkReset)
-		bustest.Eventually(t, time.Minute, meshed(0, 1, 1), "member 0 isolated: routes %d %d %d", peers(0), peers(1), peers(2))
-		rn.heal()
-		bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
-		rn.cut(1, 2, linkReset)
-		bustest.Eventually(t, time.Minute, meshed(2, 1, 1), "link 1-2 cut: routes %d %d %d", peers(0), peers(1), peers(2))
-		rn.heal()
-		bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
+
+	urls := make([]string, len(srvs))
+	for i, s := range srvs {
+		urls[i] = s.ClientURL()
 	}
+	c, err := bus.Connect(ctx, strings.Join(urls, ","), t.Name(), nats.DontRandomize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first := srvs[0].Addr().String()
+	if got := c.NC.ConnectedAddr(); got != first {
+		t.Fatalf("connected to %s, want the first of the list, %s", got, first)
+	}
+
+	rn.cut(0, 1, linkReset)
+	bustest.Eventually(t, time.Minute, meshed(1, 1, 2), "link 0-1 cut: routes %d %d %d", peers(0), peers(1), peers(2))
+	// Several probes' worth: a move would come within two.
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		if got := c.NC.ConnectedAddr(); got != first {
+			t.Fatalf("moved to %s while its server still had a route", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rn.heal()
+	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
+
+	rn.isolate(0, linkReset)
+	bustest.Eventually(t, 30*time.Second, func() bool {
+		got := c.NC.ConnectedAddr()
+		return c.NC.IsConnected() && got != "" && got != first
+	}, "the connection stayed on the isolated server %s", first)
+	rn.heal()
 }
