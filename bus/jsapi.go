@@ -68,7 +68,9 @@ func publishAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.Pub
 //     acknowledgement (a duplicate), or on m stored when the copy was dropped with its leader;
 //   - at once, when m has a de-duplication id and its answer did not come in answer, with what is left
 //     of within: a copy stored after all makes it a duplicate. (A call with a deadline waits for its
-//     answer until then, and ends with ctx's error instead of nats.ErrTimeout.)
+//     answer until then, and ends with ctx's error instead of nats.ErrTimeout.);
+//   - after 250 ms, when m has a de-duplication id and the connection gave up its answer to reconnect
+//     (nats.ErrDisconnected).
 func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, within time.Duration) (*jetstream.PubAck, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -87,6 +89,11 @@ func publishAckWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, answer, w
 		case errors.Is(err, nats.ErrTimeout) && hasID(m) && time.Until(deadline) > pubRetryWait:
 			metrics.Count("publish.unanswered", 1)
 			continue
+		case errors.Is(err, nats.ErrDisconnected) && hasID(m):
+			// The connection dropped its pending requests to reconnect (a move off a cut-off
+			// server): m may be stored; sent again, it is at worst a duplicate.
+			metrics.Count("publish.disconnected", 1)
+			wait = pubRetryWait
 		default:
 			return ack, err
 		}

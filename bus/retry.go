@@ -47,7 +47,7 @@ func Retry[T any](ctx context.Context, d time.Duration, do func(context.Context)
 // that sending it again may get one.
 func Unanswered(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
