@@ -76,6 +76,8 @@ type Service struct {
 
 	cache
 	dirtyDS, dirtyPDB, dirtyGC map[string]bool // daemonset and budget keys, object uids
+
+	session func(context.Context) error // one watch of every bucket: s.watch; tests replace it
 }
 
 // New checks the configuration; Run opens the buckets.
@@ -102,7 +104,7 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	actor := "controllers/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)
-	return &Service{
+	s := &Service{
 		cfg:      cfg,
 		conn:     conn,
 		pub:      pub,
@@ -113,7 +115,9 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 		dirtyDS:  map[string]bool{},
 		dirtyPDB: map[string]bool{},
 		dirtyGC:  map[string]bool{},
-	}, nil
+	}
+	s.session = s.watch
+	return s, nil
 }
 
 func hasBucket(kinds []bus.KindBucket, b string) bool {
@@ -131,8 +135,31 @@ type change struct {
 	entry jetstream.KeyValueEntry
 }
 
-// Run watches every bucket and drives the controllers until ctx ends.
+// Run watches every bucket and drives the controllers until ctx ends. A bucket's watch that ends while
+// running (its ordered consumer given up by the client, as when a reset meets a reconnect) is opened
+// again with fresh state, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
+	for {
+		err := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, errWatchEnded) {
+			return err
+		}
+		s.log.Warn("a watch ended; watching again", "err", err)
+		s.cache = newCache()
+		s.dirtyDS, s.dirtyPDB, s.dirtyGC = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// watch watches every bucket and drives the controllers until ctx ends or a watch does.
+func (s *Service) watch(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes := make(chan change, 1024)
