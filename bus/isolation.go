@@ -74,10 +74,9 @@ type isolationWatch struct {
 	confirm int
 	holdOff time.Duration
 
-	lone      int       // lone probes in a row
-	lastMove  time.Time // zero: never moved
-	lastAddr  string
-	lastLones []string
+	lone     int       // lone probes in a row
+	lastMove time.Time // zero: never moved
+	lastAddr string
 }
 
 // observe takes one probe of the server at addr, made at now, and reports whether to move off it.
@@ -92,7 +91,6 @@ func (w *isolationWatch) observe(ctx context.Context, addr string, now time.Time
 		return false
 	}
 	w.lone++
-	w.lastLones = urls
 	if w.lone < w.confirm || (!w.lastMove.IsZero() && now.Sub(w.lastMove) < w.holdOff) {
 		return false
 	}
@@ -122,7 +120,7 @@ func watchIsolation(ctx context.Context, nc *nats.Conn, name string) {
 			if !w.observe(ctx, addr, now) {
 				continue
 			}
-			slog.Warn("nats server cut off from its cluster: moving to another", "connection", name, "server", addr, "connect_urls", w.lastLones)
+			slog.Warn("nats server cut off from its cluster: moving to another", "connection", name, "server", addr)
 			if err := nc.ForceReconnect(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				slog.Warn("nats: move", "connection", name, "err", err)
 			}

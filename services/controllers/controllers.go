@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
+	"github.com/podbus/podbus/internal/ctxtime"
 	"github.com/podbus/podbus/internal/events"
 )
 
@@ -105,17 +106,14 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	actor := "controllers/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)
 	s := &Service{
-		cfg:      cfg,
-		conn:     conn,
-		pub:      pub,
-		dsRec:    events.NewRecorder(pub, "daemonset-controller", cfg.ID),
-		log:      cfg.Logger.With("actor", actor),
-		kv:       map[string]jetstream.KeyValue{},
-		cache:    newCache(),
-		dirtyDS:  map[string]bool{},
-		dirtyPDB: map[string]bool{},
-		dirtyGC:  map[string]bool{},
+		cfg:   cfg,
+		conn:  conn,
+		pub:   pub,
+		dsRec: events.NewRecorder(pub, "daemonset-controller", cfg.ID),
+		log:   cfg.Logger.With("actor", actor),
+		kv:    map[string]jetstream.KeyValue{},
 	}
+	s.reset()
 	s.session = s.watch
 	return s, nil
 }
@@ -148,14 +146,17 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 		s.log.Warn("a watch ended; watching again", "err", err)
-		s.cache = newCache()
-		s.dirtyDS, s.dirtyPDB, s.dirtyGC = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		select {
-		case <-ctx.Done():
+		s.reset()
+		if !ctxtime.Sleep(ctx, time.Second) {
 			return nil
-		case <-time.After(time.Second):
 		}
 	}
+}
+
+// reset empties the caches and the dirty sets: the state a session starts from.
+func (s *Service) reset() {
+	s.cache = newCache()
+	s.dirtyDS, s.dirtyPDB, s.dirtyGC = map[string]bool{}, map[string]bool{}, map[string]bool{}
 }
 
 // watch watches every bucket and drives the controllers until ctx ends or a watch does.
