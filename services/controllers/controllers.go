@@ -24,7 +24,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/ctxtime"
 	"github.com/podbus/podbus/internal/events"
 )
 
@@ -54,9 +53,6 @@ type Config struct {
 
 // ErrConfig is returned by New for an unusable configuration.
 var ErrConfig = errors.New("controllers: invalid config")
-
-// errWatchEnded: a bucket's watch stopped; Run returns it.
-var errWatchEnded = errors.New("controllers: watch ended")
 
 // defaultKinds are the kinds the controllers need besides the collector's.
 var defaultKinds = []bus.KindBucket{
@@ -137,20 +133,7 @@ type change struct {
 // running (its ordered consumer given up by the client, as when a reset meets a reconnect) is opened
 // again with fresh state, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
-	for {
-		err := s.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !errors.Is(err, errWatchEnded) {
-			return err
-		}
-		s.log.Warn("a watch ended; watching again", "err", err)
-		s.reset()
-		if !ctxtime.Sleep(ctx, time.Second) {
-			return nil
-		}
-	}
+	return bus.Relist(ctx, s.log, s.session, s.reset)
 }
 
 // reset empties the caches and the dirty sets: the state a session starts from.
@@ -237,7 +220,7 @@ func forward(ctx context.Context, w jetstream.KeyWatcher, kb *bus.KindBucket, ou
 				if ctx.Err() != nil {
 					return // stopped: the watch closes with the context
 				}
-				ended <- fmt.Errorf("%w: %s", errWatchEnded, kb.Bucket)
+				ended <- fmt.Errorf("controllers: %w: %s", bus.ErrWatchEnded, kb.Bucket)
 				return
 			}
 			select {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
 )
 
@@ -20,8 +21,8 @@ func TestRunRelistsWhenAWatchEnds(t *testing.T) {
 		sessions []error // what each session returns; after the last, it waits for the stop
 		want     error
 	}{
-		{"ended twice, then stopped", []error{fmt.Errorf("%w: pods", errWatchEnded), fmt.Errorf("%w: nodes", errWatchEnded)}, nil},
-		{"another error", []error{fmt.Errorf("%w: pods", errWatchEnded), errOther}, errOther},
+		{"ended twice, then stopped", []error{fmt.Errorf("%w: pods", bus.ErrWatchEnded), fmt.Errorf("%w: nodes", bus.ErrWatchEnded)}, nil},
+		{"another error", []error{fmt.Errorf("%w: pods", bus.ErrWatchEnded), errOther}, errOther},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,6 +83,8 @@ type Service struct {
 	timers  deadlines
 	strs    *intern.Strings                 // namespaces and node names
 	tols    *intern.Table[[]*pb.Toleration] // by their wire form
+
+	session func(context.Context) error // one watch of both buckets: s.watch; tests replace it
 }
 
 type cachedNode struct {
@@ -140,24 +142,39 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}
 	actor := "nodelifecycle/" + cfg.ID
 	pub := bus.NewPublisher(conn.JS, actor)
-	return &Service{
-		cfg:     cfg,
-		conn:    conn,
-		pub:     pub,
-		rec:     events.NewRecorder(pub, "taint-eviction-controller", cfg.ID),
-		log:     cfg.Logger.With("actor", actor),
-		limit:   newTokenBucket(cfg.EvictionRate, cfg.EvictionBurst),
-		nodes:   map[string]*cachedNode{},
-		pods:    map[string]cachedPod{},
-		byNode:  map[string]map[string]bool{},
-		pending: map[string]time.Time{},
-		strs:    intern.NewStrings(intern.DefaultLimit),
-		tols:    intern.NewTable[[]*pb.Toleration](intern.DefaultLimit),
-	}, nil
+	s := &Service{
+		cfg:   cfg,
+		conn:  conn,
+		pub:   pub,
+		rec:   events.NewRecorder(pub, "taint-eviction-controller", cfg.ID),
+		log:   cfg.Logger.With("actor", actor),
+		limit: newTokenBucket(cfg.EvictionRate, cfg.EvictionBurst),
+		strs:  intern.NewStrings(intern.DefaultLimit),
+		tols:  intern.NewTable[[]*pb.Toleration](intern.DefaultLimit),
+	}
+	s.reset()
+	s.session = s.watch
+	return s, nil
 }
 
-// Run taints nodes and evicts pods until ctx ends. All state belongs to this one goroutine.
+// Run taints nodes and evicts pods until ctx ends. All state belongs to this one goroutine. A
+// bucket's watch that ends while running is opened again with fresh state, as an informer relists:
+// the eviction deadlines derive from stored times, so they come back the same.
 func (s *Service) Run(ctx context.Context) error {
+	return bus.Relist(ctx, s.log, s.session, s.reset)
+}
+
+// reset empties the caches and the eviction deadlines: the state a session starts from.
+func (s *Service) reset() {
+	s.nodes = map[string]*cachedNode{}
+	s.pods = map[string]cachedPod{}
+	s.byNode = map[string]map[string]bool{}
+	s.pending = map[string]time.Time{}
+	s.timers = nil
+}
+
+// watch watches both buckets, taints and evicts until ctx ends or a watch does.
+func (s *Service) watch(ctx context.Context) error {
 	var err error
 	if s.nodesK, err = bus.OpenBucket(ctx, s.conn.JS, bus.BucketNodes); err != nil {
 		return fmt.Errorf("nodelifecycle: %w", err)
@@ -189,7 +206,7 @@ func (s *Service) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil // stopped: the watch closes with the context
 				}
-				return fmt.Errorf("nodelifecycle: node watch ended")
+				return fmt.Errorf("nodelifecycle: %w: nodes", bus.ErrWatchEnded)
 			}
 			if e != nil {
 				s.onNode(ctx, e)
@@ -199,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil // stopped: the watch closes with the context
 				}
-				return fmt.Errorf("nodelifecycle: pod watch ended")
+				return fmt.Errorf("nodelifecycle: %w: pods", bus.ErrWatchEnded)
 			}
 			if e != nil {
 				s.onPod(e)

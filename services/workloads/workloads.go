@@ -152,28 +152,10 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 // Ready is closed once the caches hold every bucket's current state.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// errWatchEnded: a bucket's watch stopped while running; Run returns it.
-var errWatchEnded = errors.New("workloads: watch ended")
-
 // Run runs the controllers until ctx ends. A bucket's watch that ends while running (its ordered
 // consumer given up by the client) is opened again with fresh caches, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
-	for {
-		err := s.run(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !errors.Is(err, errWatchEnded) {
-			return err
-		}
-		s.log.Warn("a watch ended; watching again", "err", err)
-		s.c, s.queue = newCache(), newQueue()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
+	return bus.Relist(ctx, s.log, s.run, func() { s.c, s.queue = newCache(), newQueue() })
 }
 
 func (s *Service) run(ctx context.Context) error {
@@ -240,7 +222,7 @@ func (s *Service) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil // stopped: the watch closes with the context
 				}
-				return fmt.Errorf("%w: pods", errWatchEnded)
+				return fmt.Errorf("workloads: %w: pods", bus.ErrWatchEnded)
 			}
 			if e == nil {
 				loaded++
@@ -254,7 +236,7 @@ func (s *Service) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil // stopped: the watch closes with the context
 				}
-				return fmt.Errorf("%w: replicasets", errWatchEnded)
+				return fmt.Errorf("workloads: %w: replicasets", bus.ErrWatchEnded)
 			}
 			if e == nil {
 				loaded++
@@ -268,7 +250,7 @@ func (s *Service) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil // stopped: the watch closes with the context
 				}
-				return fmt.Errorf("%w: deployments", errWatchEnded)
+				return fmt.Errorf("workloads: %w: deployments", bus.ErrWatchEnded)
 			}
 			if e == nil {
 				loaded++
