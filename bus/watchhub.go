@@ -113,7 +113,13 @@ func (b *sharedBucket) join(w *hubWatcher) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", b.name, err)
 		}
-		sw, err := kv.WatchAll(b.hub.ctx, jetstream.UpdatesOnly())
+		// The shared watch resumes when its consumer is given up, from the bucket's revision before it
+		// opened if it had no update yet, so its watchers miss nothing.
+		floor, err := StoreRevision(b.hub.ctx, kv)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", b.name, err)
+		}
+		sw, err := resumeWatch(b.hub.ctx, b.name, floor, kv.WatchAll, []jetstream.WatchOpt{jetstream.UpdatesOnly()})
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", b.name, err)
 		}
@@ -131,8 +137,8 @@ func (b *sharedBucket) leave(w *hubWatcher) {
 }
 
 // pump hands every shared update to every watcher. When the shared watch ends (the hub's context, a
-// closed connection), so do its watchers, as a watch of their own would; the next watcher starts it
-// again.
+// closed connection: it resumes otherwise), so do its watchers, as a watch of their own would; the
+// next watcher starts it again.
 func (b *sharedBucket) pump(sw jetstream.KeyWatcher) {
 	for e := range sw.Updates() {
 		if e == nil {

@@ -1,0 +1,215 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// cutWatcher passes on n entries of a real watch, then ends as a watch does when nats.go gives its
+// ordered consumer up: it stops the watch and closes its updates.
+type cutWatcher struct {
+	updates chan jetstream.KeyValueEntry
+	stop    context.CancelFunc
+}
+
+func (c *cutWatcher) Updates() <-chan jetstream.KeyValueEntry { return c.updates }
+func (c *cutWatcher) Stop() error                             { c.stop(); return nil }
+
+func cut(ctx context.Context, kw jetstream.KeyWatcher, n int) *cutWatcher {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &cutWatcher{updates: make(chan jetstream.KeyValueEntry), stop: cancel}
+	go func() {
+		defer close(c.updates)
+		defer func() { _ = kw.Stop() }()
+		for i := 0; i < n; i++ {
+			select {
+			case e, ok := <-kw.Updates():
+				if !ok {
+					return
+				}
+				select {
+				case c.updates <- e:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return c
+}
+
+// describe is an entry as the tests expect it: "nil", "key", or "-key" for a delete.
+func describe(e jetstream.KeyValueEntry) string {
+	switch {
+	case e == nil:
+		return "nil"
+	case e.Operation() != jetstream.KeyValuePut:
+		return "-" + e.Key()
+	}
+	return e.Key()
+}
+
+// A watch whose consumer is given up resumes after the last entry it passed on: the caller sees what
+// one unbroken watch opened at the resumption would show, its nil once and no entry twice, and the
+// changes made while no watch ran.
+func TestWatchResumesWhereItEnded(t *testing.T) {
+	tests := []struct {
+		name        string
+		updatesOnly bool
+		cutAfter    int      // entries the first watch passes on before it ends
+		before      []string // what the caller sees of the first watch
+		after       []string // then, of the resumed one (the gap's writes: put c, delete a)
+	}{
+		{"after the initial values", false, 3, []string{"a", "b", "nil"}, []string{"c", "-a"}},
+		{"during the initial values", false, 1, []string{"a"}, []string{"b", "c", "-a", "nil"}},
+		{"before any entry", false, 0, nil, []string{"b", "c", "-a", "nil"}},
+		{"updates only, before any", true, 0, nil, []string{"c", "-a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHubTest(t, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, k := range []string{"a", "b"} {
+				if _, err := h.kv.Put(ctx, k, []byte(k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var opts []jetstream.WatchOpt
+			var floor uint64
+			if tt.updatesOnly {
+				opts = []jetstream.WatchOpt{jetstream.UpdatesOnly()}
+				var err error
+				if floor, err = StoreRevision(ctx, h.kv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gap := make(chan struct{})
+			opens := 0
+			open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+				opens++
+				if opens == 2 {
+					<-gap // the test writes while no watch runs
+				}
+				kw, err := h.kv.WatchAll(ctx, opts...)
+				if err != nil || opens > 1 {
+					return kw, err
+				}
+				return cut(ctx, kw, tt.cutAfter), nil
+			}
+			w, err := resumeWatch(ctx, "w", floor, open, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.Stop() }()
+			next := func() string {
+				select {
+				case e, ok := <-w.Updates():
+					if !ok {
+						t.Fatal("updates closed")
+					}
+					return describe(e)
+				case <-ctx.Done():
+					t.Fatal("no entry in time")
+				}
+				return ""
+			}
+			var got []string
+			for range tt.before {
+				got = append(got, next())
+			}
+			if !slices.Equal(got, tt.before) {
+				t.Fatalf("first watch: %v, want %v", got, tt.before)
+			}
+			if _, err := h.kv.Put(ctx, "c", []byte("c")); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.kv.Delete(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			close(gap)
+			got = nil
+			for range tt.after {
+				got = append(got, next())
+			}
+			if !slices.Equal(got, tt.after) {
+				t.Fatalf("resumed watch: %v, want %v", got, tt.after)
+			}
+			if _, err := h.kv.Put(ctx, "d", []byte("d")); err != nil {
+				t.Fatal(err)
+			}
+			if e := next(); e != "d" {
+				t.Errorf("live change: %s, want d", e)
+			}
+			if opens != 2 {
+				t.Errorf("%d watches opened, want 2", opens)
+			}
+		})
+	}
+}
+
+// Stop ends a resuming watch: its updates close, and it opens no other.
+func TestResumingWatchStops(t *testing.T) {
+	h := newHubTest(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opens := 0
+	open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+		opens++
+		return h.kv.WatchAll(ctx, opts...)
+	}
+	w, err := resumeWatch(ctx, "w", 0, open, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := <-w.Updates(); e != nil {
+		t.Fatalf("first entry of an empty bucket: %s, want nil", describe(e))
+	}
+	_ = w.Stop()
+	for e := range w.Updates() {
+		t.Errorf("entry after Stop: %s", describe(e))
+	}
+	if opens != 1 {
+		t.Errorf("%d watches opened, want 1", opens)
+	}
+}
+
+// A resuming watch asks again while its next watch cannot be opened, and ends when the connection
+// is closed.
+func TestResumingWatchEndsWithTheConnection(t *testing.T) {
+	h := newHubTest(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opens := 0
+	open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+		opens++
+		switch opens {
+		case 1:
+			kw, err := h.kv.WatchAll(ctx, opts...)
+			return cut(ctx, kw, 1), err
+		case 2:
+			return nil, fmt.Errorf("consumer create: %w", jetstream.ErrJetStreamNotEnabled)
+		}
+		h.c.NC.Close()
+		return h.kv.WatchAll(ctx, opts...)
+	}
+	w, err := resumeWatch(ctx, "w", 0, open, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range w.Updates() {
+	}
+	if ctx.Err() != nil {
+		t.Fatal("updates did not close")
+	}
+	if opens != 3 {
+		t.Errorf("%d opens, want 3", opens)
+	}
+}
