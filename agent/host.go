@@ -222,7 +222,10 @@ func (h *Host) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case e := <-w.Updates():
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("watch pods: %w", bus.ErrWatchEnded) // a partial list is no list
+			}
 			if e == nil {
 				return out, nil
 			}

@@ -520,7 +520,10 @@ func waitNodesReady(ctx context.Context, conn *bus.Conn, want int, agents *child
 			return n, fmt.Errorf("agent process exited: %v (log: %s)", agents.err, agents.tail())
 		case <-tick.C:
 			fmt.Fprintf(log, "nodes Ready %d of %d\n", n, want)
-		case e := <-watcher.Updates():
+		case e, ok := <-watcher.Updates():
+			if !ok {
+				return n, fmt.Errorf("watch %s: %w", bus.BucketNodes, bus.ErrWatchEnded)
+			}
 			if e == nil {
 				continue
 			}

@@ -141,7 +141,10 @@ func eachValue(ctx context.Context, js jetstream.JetStream, bucket string, mk fu
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case e := <-w.Updates():
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("read %s: %w", bucket, bus.ErrWatchEnded) // a partial read is no read
+			}
 			if e == nil { // the initial values are all delivered
 				return nil
 			}

@@ -67,7 +67,10 @@ func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtim
 		select {
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
-		case e := <-w.Updates():
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, 0, fmt.Errorf("list %s: %w", s.kv.Bucket(), bus.ErrWatchEnded) // a partial list is no list
+			}
 			if e == nil {
 				return out, rv, nil
 			}

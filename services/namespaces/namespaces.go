@@ -129,12 +129,22 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case e := <-nsw.Updates():
+		case e, ok := <-nsw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopped: the watch closes with the context
+				}
+				return fmt.Errorf("namespaces: %w: namespaces", bus.ErrWatchEnded)
+			}
 			if e != nil {
 				s.onNamespace(e)
 			}
 			s.followPods(ctx, &pods)
-		case e := <-pods.updates():
+		case e, ok := <-pods.updates():
+			if !ok {
+				pods.stop() // watched again at the next resync
+				continue
+			}
 			if e == nil {
 				continue
 			}
