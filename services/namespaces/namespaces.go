@@ -101,11 +101,28 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 	}, nil
 }
 
-// Run finalizes terminating namespaces until ctx ends.
+// Run finalizes terminating namespaces until ctx ends. A namespaces watch that ends while running is
+// opened again with fresh state, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.open(ctx); err != nil {
 		return err
 	}
+	return bus.Relist(ctx, s.log, s.watch, s.reset)
+}
+
+// reset forgets the terminating namespaces: the state a session starts from.
+func (s *Service) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.terminating, s.queued = map[string]bool{}, map[string]bool{}
+}
+
+// watch follows the namespaces and the pods of terminating ones, and finalizes them, until ctx ends
+// or the namespaces watch does.
+func (s *Service) watch(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // the worker ends with ctx
 	nsw, err := s.namespaces.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("namespaces: watch namespaces: %w", err)
@@ -113,16 +130,11 @@ func (s *Service) Run(ctx context.Context) error {
 	defer func() { _ = nsw.Stop() }()
 	var pods podWatch
 	defer pods.stop()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		s.work(ctx)
 	}()
-	defer wg.Wait()
 	resync := time.NewTicker(s.cfg.Resync)
 	defer resync.Stop()
 	for {
