@@ -224,6 +224,9 @@ func (h *Host) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
 				return nil, fmt.Errorf("watch pods: %w", bus.ErrWatchEnded) // a partial list is no list
 			}
 			if e == nil {

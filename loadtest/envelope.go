@@ -522,6 +522,9 @@ func waitNodesReady(ctx context.Context, conn *bus.Conn, want int, agents *child
 			fmt.Fprintf(log, "nodes Ready %d of %d\n", n, want)
 		case e, ok := <-watcher.Updates():
 			if !ok {
+				if err := ctx.Err(); err != nil {
+					return n, err
+				}
 				return n, fmt.Errorf("watch %s: %w", bus.BucketNodes, bus.ErrWatchEnded)
 			}
 			if e == nil {

@@ -143,6 +143,9 @@ func eachValue(ctx context.Context, js jetstream.JetStream, bucket string, mk fu
 			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				return fmt.Errorf("read %s: %w", bucket, bus.ErrWatchEnded) // a partial read is no read
 			}
 			if e == nil { // the initial values are all delivered

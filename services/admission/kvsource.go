@@ -69,6 +69,9 @@ func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtim
 			return nil, 0, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
+				if err := ctx.Err(); err != nil {
+					return nil, 0, err
+				}
 				return nil, 0, fmt.Errorf("list %s: %w", s.kv.Bucket(), bus.ErrWatchEnded) // a partial list is no list
 			}
 			if e == nil {
