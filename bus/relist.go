@@ -9,8 +9,9 @@ import (
 	"github.com/podbus/podbus/internal/ctxtime"
 )
 
-// ErrWatchEnded is what a watching session returns when a bucket's watch stopped while running: its
-// ordered consumer given up by the client, as when a reset meets a reconnect.
+// ErrWatchEnded is what a watching session returns when a bucket's watch stopped while running. A
+// watch of a Bucket resumes when nats.go gives its consumer up (resume.go); one still ends with a
+// closed connection, or as a hub watcher that could not catch up.
 var ErrWatchEnded = errors.New("watch ended")
 
 // RelistPause is how long Relist waits before watching again, so a server that refuses every new

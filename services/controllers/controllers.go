@@ -130,8 +130,7 @@ type change struct {
 }
 
 // Run watches every bucket and drives the controllers until ctx ends. A bucket's watch that ends while
-// running (its ordered consumer given up by the client, as when a reset meets a reconnect) is opened
-// again with fresh state, as an informer relists.
+// running (see bus.ErrWatchEnded) is opened again with fresh state, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
 	return bus.Relist(ctx, s.log, s.session, s.reset)
 }

@@ -152,8 +152,8 @@ func New(cfg Config, conn *bus.Conn) (*Service, error) {
 // Ready is closed once the caches hold every bucket's current state.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Run runs the controllers until ctx ends. A bucket's watch that ends while running (its ordered
-// consumer given up by the client) is opened again with fresh caches, as an informer relists.
+// Run runs the controllers until ctx ends. A bucket's watch that ends while running (see
+// bus.ErrWatchEnded) is opened again with fresh caches, as an informer relists.
 func (s *Service) Run(ctx context.Context) error {
 	return bus.Relist(ctx, s.log, s.run, func() { s.c, s.queue = newCache(), newQueue() })
 }
