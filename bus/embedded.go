@@ -21,14 +21,22 @@ type ServerConfig struct {
 	Routes        []string
 	// ClusterAdvertise is the route address this node tells the others (default: ClusterListen).
 	ClusterAdvertise string
-	HTTPPort         int    // monitoring; 0 off
-	HTTPHost         string // monitoring host (default Host)
+	// RoutePingInterval is how often a member pings each route (0: DefaultRoutePingInterval).
+	RoutePingInterval time.Duration
+	HTTPPort          int    // monitoring; 0 off
+	HTTPHost          string // monitoring host (default Host)
 	// Logger receives the server's log (nil: the server logs nothing). Its debug level turns on the
 	// server's debug log; the protocol trace stays off.
 	Logger *slog.Logger
 	// Configure, when set, changes the options last (authorization, TLS).
 	Configure func(*server.Options) error
 }
+
+// DefaultRoutePingInterval is how often a cluster member pings each of its routes. A member drops a
+// route after two pings go unanswered, and only then stops listing that peer to its clients, which is
+// what moves them off a member cut off by a silent partition (isolation.go). nats-server's own
+// interval for routes is 30 s, so such a cut would go unseen for a minute or more.
+const DefaultRoutePingInterval = 5 * time.Second
 
 // RunServer starts an embedded nats-server with JetStream and waits until it accepts clients.
 func RunServer(cfg ServerConfig) (*server.Server, error) {
@@ -58,6 +66,10 @@ func RunServer(cfg ServerConfig) (*server.Server, error) {
 		opts.Cluster.Host, opts.Cluster.Port = host, port
 		opts.Routes = server.RoutesFromStr(joinComma(cfg.Routes))
 		opts.Cluster.Advertise = cfg.ClusterAdvertise
+		opts.Cluster.PingInterval = cfg.RoutePingInterval
+		if opts.Cluster.PingInterval <= 0 {
+			opts.Cluster.PingInterval = DefaultRoutePingInterval
+		}
 	}
 	if cfg.Configure != nil {
 		if err := cfg.Configure(opts); err != nil {

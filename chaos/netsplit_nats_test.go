@@ -142,3 +142,33 @@ func TestConnectionLeavesIsolatedServer(t *testing.T) {
 	}, "the connection stayed on the isolated server %s", first)
 	rn.heal()
 }
+
+// A silent partition (every byte held, nothing refused) isolates a member too: its routes' pings go
+// unanswered, it drops them, and the connection leaves it while the partition lasts, as it leaves a
+// member whose routes were reset.
+func TestConnectionLeavesSilentlyIsolatedServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rn, srvs := routedCluster(ctx, t)
+	peers, meshed := routeCounts(srvs)
+	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "the cluster never meshed")
+	c, err := bus.Connect(ctx, srvs[0].ClientURL()+","+srvs[1].ClientURL()+","+srvs[2].ClientURL(), t.Name(), nats.DontRandomize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first := srvs[0].Addr().String()
+
+	rn.isolate(0, linkBlackhole)
+	// Two unanswered pings and two lone answers to the connection's probes; nats-server's own route
+	// pings would take a minute before the first step.
+	bustest.Eventually(t, 4*bus.DefaultRoutePingInterval+10*time.Second, func() bool {
+		got := c.NC.ConnectedAddr()
+		return c.NC.IsConnected() && got != "" && got != first
+	}, "the connection stayed on the silently isolated server %s (its routes: %d)", first, peers(0))
+	if n := peers(0); n != 0 {
+		t.Errorf("the isolated member still has routes to %d peers", n)
+	}
+	rn.heal()
+	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
+}

@@ -521,6 +521,7 @@ func runNATS(ctx context.Context, args []string) error {
 	listen := fs.String("cluster-listen", "0.0.0.0:6222", "route listen address in a cluster")
 	routes := fs.String("routes", "", "routes to the other cluster members, comma separated (nats://n2:6222,...)")
 	advertise := fs.String("cluster-advertise", "", "route address told to the other members, which they may connect to besides --routes (default: --cluster-listen)")
+	routePing := fs.Duration("cluster-ping-interval", bus.DefaultRoutePingInterval, "how often a member pings each route; a route whose second ping goes unanswered is dropped, which is how a silent partition is noticed")
 	httpPort := fs.Int("http-port", 0, "monitoring port (/healthz: ready once JetStream reaches its meta leader) or 0")
 	var sec natsauth.ServerSecurity
 	fs.StringVar(&sec.Auth, "auth", "", "authorization file (podbus natsauth init's nats-auth.conf): every client must hold one of its credentials; monitoring then listens on loopback only")
@@ -537,7 +538,7 @@ func runNATS(ctx context.Context, args []string) error {
 	}
 	cfg := bus.ServerConfig{Host: *host, Port: *port, StoreDir: *store, Name: *name, HTTPPort: *httpPort, Logger: slog.Default(), Configure: sec.Configure}
 	if *cluster != "" {
-		cfg.ClusterName, cfg.ClusterListen, cfg.ClusterAdvertise = *cluster, *listen, *advertise
+		cfg.ClusterName, cfg.ClusterListen, cfg.ClusterAdvertise, cfg.RoutePingInterval = *cluster, *listen, *advertise, *routePing
 		for _, r := range strings.Split(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Routes = append(cfg.Routes, r)
