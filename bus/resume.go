@@ -34,6 +34,28 @@ func (b *Bucket) WatchFiltered(ctx context.Context, keys []string, opts ...jetst
 	}, opts)
 }
 
+// WatchUpdates watches the changes after the call (jetstream.UpdatesOnly) of the keys matching any of
+// keys. On a bucket opened by OpenBucket the watch resumes, and it reads the bucket's revision before it
+// opens: a watch that ends before its first update resumes from there, not from the present.
+func WatchUpdates(ctx context.Context, kv jetstream.KeyValue, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	b := bucketOf(kv)
+	if b == nil {
+		return kv.WatchFiltered(ctx, keys, append(slices.Clip(opts), jetstream.UpdatesOnly())...)
+	}
+	return resumeUpdates(ctx, b.KeyValue, func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+		return b.KeyValue.WatchFiltered(ctx, keys, opts...)
+	}, opts)
+}
+
+// resumeUpdates is resumeWatch of updates only, from kv's revision before the watch opens.
+func resumeUpdates(ctx context.Context, kv jetstream.KeyValue, open openWatch, opts []jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	floor, err := StoreRevision(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	return resumeWatch(ctx, kv.Bucket(), floor, open, append(slices.Clip(opts), jetstream.UpdatesOnly()))
+}
+
 // openWatch opens one watch of a bucket with the options given.
 type openWatch func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
 

@@ -82,15 +82,6 @@ func TestWatchResumesWhereItEnded(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var opts []jetstream.WatchOpt
-			var floor uint64
-			if tt.updatesOnly {
-				opts = []jetstream.WatchOpt{jetstream.UpdatesOnly()}
-				var err error
-				if floor, err = StoreRevision(ctx, h.kv); err != nil {
-					t.Fatal(err)
-				}
-			}
 			gap := make(chan struct{})
 			opens := 0
 			open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
@@ -104,7 +95,13 @@ func TestWatchResumesWhereItEnded(t *testing.T) {
 				}
 				return cut(ctx, kw, tt.cutAfter), nil
 			}
-			w, err := resumeWatch(ctx, "w", floor, open, opts)
+			var w jetstream.KeyWatcher
+			var err error
+			if tt.updatesOnly {
+				w, err = resumeUpdates(ctx, h.kv, open, nil)
+			} else {
+				w, err = resumeWatch(ctx, "w", 0, open, nil)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -115,11 +115,7 @@ func (b *sharedBucket) join(w *hubWatcher) error {
 		}
 		// The shared watch resumes when its consumer is given up, from the bucket's revision before it
 		// opened if it had no update yet, so its watchers miss nothing.
-		floor, err := StoreRevision(b.hub.ctx, kv)
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", b.name, err)
-		}
-		sw, err := resumeWatch(b.hub.ctx, b.name, floor, kv.WatchAll, []jetstream.WatchOpt{jetstream.UpdatesOnly()})
+		sw, err := resumeUpdates(b.hub.ctx, kv, kv.WatchAll, nil)
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", b.name, err)
 		}

@@ -230,7 +230,7 @@ func (s *Service) followPods(ctx context.Context, p *podWatch) {
 		filters[i] = bus.PodKeyPrefix(ns)
 	}
 	// Only changes matter (a pod of a terminating namespace updated or gone); keys and operations suffice.
-	w, err := s.pods.WatchFiltered(ctx, filters, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	w, err := bus.WatchUpdates(ctx, s.pods, filters, jetstream.MetaOnly())
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("watch the terminating namespaces' pods; retrying at the next resync", "err", err)
