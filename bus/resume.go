@@ -89,11 +89,14 @@ func (w *resumingWatcher) Stop() error {
 // watch of updates only that ends before its first entry resumes from there rather than from the
 // present; 0 for a watch that starts with the bucket's values.
 func resumeWatch(ctx context.Context, bucket string, floor uint64, open openWatch, opts []jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	// Every watch under it runs on the context whose end it checks: a first watch on the caller's could
+	// close while the cancel is still on its way to this one, which would then open another.
+	ctx, cancel := context.WithCancel(ctx)
 	first, err := open(ctx, opts...)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	w := &resumingWatcher{updates: make(chan jetstream.KeyValueEntry, 256), cancel: cancel}
 	r := &resumer{w: w, bucket: bucket, open: open, opts: slices.Clip(opts), last: floor}
 	go r.run(ctx, first)

@@ -152,14 +152,18 @@ func TestWatchResumesWhereItEnded(t *testing.T) {
 	}
 }
 
-// Stop ends a resuming watch: its updates close, and it opens no other.
+// Stop ends a resuming watch: its updates close, it opens no other, and the watch under it ran on a
+// context that Stop ended (one that ends later, the caller's, would let the watch under it close
+// before the resuming watch sees its own end, and open another).
 func TestResumingWatchStops(t *testing.T) {
 	h := newHubTest(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	opens := 0
+	var under context.Context
 	open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 		opens++
+		under = ctx
 		return h.kv.WatchAll(ctx, opts...)
 	}
 	w, err := resumeWatch(ctx, "w", 0, open, nil)
@@ -175,6 +179,9 @@ func TestResumingWatchStops(t *testing.T) {
 	}
 	if opens != 1 {
 		t.Errorf("%d watches opened, want 1", opens)
+	}
+	if under.Err() == nil {
+		t.Error("the watch under it still runs on a live context")
 	}
 }
 
