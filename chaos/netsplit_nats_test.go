@@ -99,15 +99,21 @@ func routeCounts(srvs []*server.Server) (peers func(int) int, meshed func(want .
 	return peers, meshed
 }
 
-// A service's connection leaves a server cut off from the rest of its cluster for another of its
-// pool, and stays on one that lost a single route: that server still reaches a quorum.
-func TestConnectionLeavesIsolatedServer(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// clusterClient is a routed cluster that has meshed, and a service's connection to it, made to member 0
+// first.
+type clusterClient struct {
+	rn     *routeNet
+	peers  func(int) int
+	meshed func(want ...int) func() bool
+	c      *bus.Conn
+	first  string // member 0's client address
+}
+
+func newClusterClient(ctx context.Context, t *testing.T) *clusterClient {
+	t.Helper()
 	rn, srvs := routedCluster(ctx, t)
 	peers, meshed := routeCounts(srvs)
 	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "the cluster never meshed")
-
 	urls := make([]string, len(srvs))
 	for i, s := range srvs {
 		urls[i] = s.ClientURL()
@@ -116,59 +122,64 @@ func TestConnectionLeavesIsolatedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	first := srvs[0].Addr().String()
-	if got := c.NC.ConnectedAddr(); got != first {
-		t.Fatalf("connected to %s, want the first of the list, %s", got, first)
+	t.Cleanup(c.Close)
+	cc := &clusterClient{rn: rn, peers: peers, meshed: meshed, c: c, first: srvs[0].Addr().String()}
+	if got := c.NC.ConnectedAddr(); got != cc.first {
+		t.Fatalf("connected to %s, want the first of the list, %s", got, cc.first)
 	}
+	return cc
+}
 
-	rn.cut(0, 1, linkReset)
-	bustest.Eventually(t, time.Minute, meshed(1, 1, 2), "link 0-1 cut: routes %d %d %d", peers(0), peers(1), peers(2))
+// left says whether the connection is on another member than the first.
+func (cc *clusterClient) left() bool {
+	got := cc.c.NC.ConnectedAddr()
+	return cc.c.NC.IsConnected() && got != "" && got != cc.first
+}
+
+// A service's connection stays on a server that lost a single route: that server still reaches a
+// quorum.
+func TestConnectionStaysOnServerWithARoute(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cc := newClusterClient(ctx, t)
+	cc.rn.cut(0, 1, linkReset)
+	bustest.Eventually(t, time.Minute, cc.meshed(1, 1, 2), "link 0-1 cut: routes %d %d %d", cc.peers(0), cc.peers(1), cc.peers(2))
 	// Several probes' worth: a move would come within two.
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
-		if got := c.NC.ConnectedAddr(); got != first {
-			t.Fatalf("moved to %s while its server still had a route", got)
+		if cc.left() {
+			t.Fatalf("moved to %s while its server still had a route", cc.c.NC.ConnectedAddr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	rn.heal()
-	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
-
-	rn.isolate(0, linkReset)
-	bustest.Eventually(t, 30*time.Second, func() bool {
-		got := c.NC.ConnectedAddr()
-		return c.NC.IsConnected() && got != "" && got != first
-	}, "the connection stayed on the isolated server %s", first)
-	rn.heal()
 }
 
-// A silent partition (every byte held, nothing refused) isolates a member too: its routes' pings go
-// unanswered, it drops them, and the connection leaves it while the partition lasts, as it leaves a
-// member whose routes were reset.
-func TestConnectionLeavesSilentlyIsolatedServer(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rn, srvs := routedCluster(ctx, t)
-	peers, meshed := routeCounts(srvs)
-	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "the cluster never meshed")
-	c, err := bus.Connect(ctx, srvs[0].ClientURL()+","+srvs[1].ClientURL()+","+srvs[2].ClientURL(), t.Name(), nats.DontRandomize())
-	if err != nil {
-		t.Fatal(err)
+// A service's connection leaves a server cut off from the rest of its cluster for another of its
+// pool, whether the partition resets the routes or holds their bytes silently: then the member's
+// routes' pings go unanswered and it drops them.
+func TestConnectionLeavesIsolatedServer(t *testing.T) {
+	tests := []struct {
+		name   string
+		mode   int
+		within time.Duration
+	}{
+		{"routes reset", linkReset, 30 * time.Second},
+		// Two unanswered pings and two lone answers to the connection's probes; nats-server's own
+		// route pings would take a minute before the first step.
+		{"silent partition", linkBlackhole, 4*bus.DefaultRoutePingInterval + 10*time.Second},
 	}
-	defer c.Close()
-	first := srvs[0].Addr().String()
-
-	rn.isolate(0, linkBlackhole)
-	// Two unanswered pings and two lone answers to the connection's probes; nats-server's own route
-	// pings would take a minute before the first step.
-	bustest.Eventually(t, 4*bus.DefaultRoutePingInterval+10*time.Second, func() bool {
-		got := c.NC.ConnectedAddr()
-		return c.NC.IsConnected() && got != "" && got != first
-	}, "the connection stayed on the silently isolated server %s (its routes: %d)", first, peers(0))
-	if n := peers(0); n != 0 {
-		t.Errorf("the isolated member still has routes to %d peers", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cc := newClusterClient(ctx, t)
+			cc.rn.isolate(0, tt.mode)
+			bustest.Eventually(t, tt.within, cc.left, "the connection stayed on the isolated server %s", cc.first)
+			if n := cc.peers(0); n != 0 {
+				t.Errorf("the isolated member still has routes to %d peers", n)
+			}
+			cc.rn.heal()
+			bustest.Eventually(t, time.Minute, cc.meshed(2, 2, 2), "healed: routes %d %d %d", cc.peers(0), cc.peers(1), cc.peers(2))
+		})
 	}
-	rn.heal()
-	bustest.Eventually(t, time.Minute, meshed(2, 2, 2), "healed: routes %d %d %d", peers(0), peers(1), peers(2))
 }
