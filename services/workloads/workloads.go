@@ -159,6 +159,10 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
+	// The watches run on the context the loop below checks when one of them closes: one opened on the
+	// caller's could close while the cancel is still on its way to this one.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var err error
 	for _, b := range []struct {
 		name string
@@ -185,8 +189,6 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	defer func() { _ = dw.Stop() }()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
