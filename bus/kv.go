@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/podbus/podbus/internal/metrics"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/podbus/podbus/internal/ctxtime"
+	"github.com/podbus/podbus/internal/metrics"
 )
 
 // ErrExists is returned by Create when the key is already there.
@@ -115,8 +118,13 @@ func StoreRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 
 // Delete removes key only if its revision is still rev; ErrConflict otherwise.
 func Delete(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64) error {
-	err := kv.Delete(ctx, key, jetstream.LastRevision(rev))
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	var err error
+	if b := bucketOf(kv); b != nil {
+		err = b.delete(ctx, key, rev)
+	} else {
+		err = kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	}
+	if isWrongLastSeq(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%s/%s at %d: %w", kv.Bucket(), key, rev, ErrConflict)
 	}
 	if err != nil {
@@ -223,11 +231,68 @@ func (b *Bucket) write(ctx context.Context, key string, data []byte, rev uint64)
 		return 0, jetstream.ErrInvalidKey
 	}
 	m := &nats.Msg{Subject: b.prefix + key, Data: data, Header: nats.Header{hdrExpectedLastSubjSeq: {strconv.FormatUint(rev, 10)}}}
-	ack, err := publishAck(ctx, b.nc, m)
-	if err != nil {
-		return 0, err
+	return b.cas(ctx, m, rev, b.send)
+}
+
+// delete marks key deleted if its last revision is still rev, as kv.Delete with LastRevision does.
+func (b *Bucket) delete(ctx context.Context, key string, rev uint64) error {
+	if !keyValid(key) {
+		return jetstream.ErrInvalidKey
 	}
-	return ack.Sequence, nil
+	m := &nats.Msg{Subject: b.prefix + key, Header: nats.Header{hdrKVOperation: {kvOpDelete}, hdrExpectedLastSubjSeq: {strconv.FormatUint(rev, 10)}}}
+	_, err := b.cas(ctx, m, rev, b.send)
+	return err
+}
+
+func (b *Bucket) send(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	return publishAck(ctx, b.nc, m)
+}
+
+// casSends bounds how often cas sends one write.
+const casSends = 4
+
+// cas sends m, a compare-and-set of its key at rev (0: none), through send. When the connection drops
+// the answer (nats.ErrDisconnected: it moved off a server cut off from its cluster), m may have been
+// stored, and sent again it would then be refused. The key's last message tells: one after rev that
+// holds what m writes (its data, or a delete marker) is m's effect; the key still at rev means m was not
+// stored, and it is sent again. Anything else leaves m's fate unknown, and the error stands.
+func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(context.Context, *nats.Msg) (*jetstream.PubAck, error)) (uint64, error) {
+	lost := false
+	for i := 1; ; i++ {
+		ack, err := send(ctx, m)
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		// A copy sent again after a lost answer is refused when the first was stored after all.
+		if !errors.Is(err, nats.ErrDisconnected) && !(lost && isWrongLastSeq(err)) {
+			return 0, err
+		}
+		lost = true
+		last, gerr := retryRead(ctx, func(ctx context.Context) (lastMsg, error) {
+			return getLast(ctx, b.nc, b.stream, m.Subject, b.direct)
+		})
+		switch {
+		case gerr == nil && last.seq > rev && writes(m, last):
+			metrics.Count("kv.lost_answer.stored", 1)
+			return last.seq, nil
+		case errors.Is(err, nats.ErrDisconnected) && i < casSends &&
+			((gerr == nil && last.seq == rev) || (rev == 0 && errors.Is(gerr, errNoMsg))):
+			metrics.Count("kv.lost_answer.resent", 1)
+			if !ctxtime.Sleep(ctx, pubRetryWait) {
+				return 0, err
+			}
+		default:
+			return 0, err
+		}
+	}
+}
+
+// writes says whether last is what m writes: a delete marker for a delete, m's data for a put.
+func writes(m *nats.Msg, last lastMsg) bool {
+	if m.Header.Get(hdrKVOperation) == kvOpDelete {
+		return last.deleted
+	}
+	return !last.deleted && bytes.Equal(last.data, m.Data)
 }
 
 // create is kv.Create: a key whose last revision is a delete or purge marker may be created again.

@@ -1,0 +1,102 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A compare-and-set whose answer the connection dropped is settled by the key's last message: stored
+// before the answer was lost, it succeeds at its revision; not stored, it is sent again; stored late,
+// after its copy was sent again, the copy's refusal is taken for the first's success; another writer's
+// change in between leaves the error.
+func TestCASWithALostAnswer(t *testing.T) {
+	tests := []struct {
+		name       string
+		del        bool
+		storeFirst bool // the first send stores m, then its answer is lost
+		storeLate  bool // m is stored just before the second send
+		meddle     bool // another writer changes the key after the first send
+		wantErr    bool
+		wantSends  int
+	}{
+		{name: "put stored, answer lost", storeFirst: true, wantSends: 1},
+		{name: "put not stored", wantSends: 2},
+		{name: "put stored late", storeLate: true, wantSends: 2},
+		{name: "delete stored, answer lost", del: true, storeFirst: true, wantSends: 1},
+		{name: "delete not stored", del: true, wantSends: 2},
+		{name: "another writer in between", meddle: true, wantErr: true, wantSends: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHubTest(t, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := newBucket(ctx, h.c.JS, h.kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev, err := h.kv.Put(ctx, "k", []byte("old"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &nats.Msg{Subject: b.prefix + "k", Data: []byte("new"), Header: nats.Header{hdrExpectedLastSubjSeq: {strconv.FormatUint(rev, 10)}}}
+			if tt.del {
+				m.Data = nil
+				m.Header.Set(hdrKVOperation, kvOpDelete)
+			}
+			sends := 0
+			send := func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+				sends++
+				if sends == 1 {
+					if tt.storeFirst {
+						if _, err := b.send(ctx, m); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if tt.meddle {
+						if _, err := h.kv.Put(ctx, "k", []byte("theirs")); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return nil, nats.ErrDisconnected
+				}
+				if sends == 2 && tt.storeLate {
+					if _, err := b.send(ctx, m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return b.send(ctx, m)
+			}
+			got, err := b.cas(ctx, m, rev, send)
+			if tt.wantErr {
+				if !errors.Is(err, nats.ErrDisconnected) {
+					t.Fatalf("cas = %d, %v; want the lost answer's error", got, err)
+				}
+			} else if err != nil {
+				t.Fatalf("cas: %v", err)
+			}
+			if sends != tt.wantSends {
+				t.Errorf("%d sends, want %d", sends, tt.wantSends)
+			}
+			if tt.wantErr {
+				return
+			}
+			last, err := getLast(ctx, b.nc, b.stream, m.Subject, b.direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != last.seq || !writes(m, last) {
+				t.Errorf("cas = %d; the key's last message is %d (deleted %v, %q)", got, last.seq, last.deleted, last.data)
+			}
+			if last.seq != rev+1 {
+				t.Errorf("the key's last revision is %d, want %d: written once", last.seq, rev+1)
+			}
+		})
+	}
+}
