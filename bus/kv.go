@@ -234,12 +234,16 @@ func (b *Bucket) write(ctx context.Context, key string, data []byte, rev uint64)
 	return b.cas(ctx, m, rev, b.send)
 }
 
-// delete marks key deleted if its last revision is still rev, as kv.Delete with LastRevision does.
+// delete marks key deleted if its last revision is still rev, as kv.Delete with LastRevision does
+// (rev 0: whatever it is).
 func (b *Bucket) delete(ctx context.Context, key string, rev uint64) error {
 	if !keyValid(key) {
 		return jetstream.ErrInvalidKey
 	}
-	m := &nats.Msg{Subject: b.prefix + key, Header: nats.Header{hdrKVOperation: {kvOpDelete}, hdrExpectedLastSubjSeq: {strconv.FormatUint(rev, 10)}}}
+	m := &nats.Msg{Subject: b.prefix + key, Header: nats.Header{hdrKVOperation: {kvOpDelete}}}
+	if rev > 0 {
+		m.Header.Set(hdrExpectedLastSubjSeq, strconv.FormatUint(rev, 10))
+	}
 	_, err := b.cas(ctx, m, rev, b.send)
 	return err
 }
