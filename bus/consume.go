@@ -185,9 +185,6 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	err := retry(ctx, func() error {
 		var err error
 		cons, err = js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
-		if errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported) {
-			return err
-		}
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -221,20 +222,58 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 // one batch (WriteAllUnder).
 var atomicBuckets = []string{BucketAlloc}
 
-// retry runs f a few times: concurrent provisioning and a cluster still electing leaders fail transiently.
+// retryTries is how many answered failures retry takes before it gives up.
+const retryTries = 20
+
+// retryLogEvery is how often retry says that it still gets no answer.
+const retryLogEvery = 15 * time.Second
+
+// retry runs f until it succeeds, ctx ends, or it has failed retryTries times with an answer:
+// concurrent provisioning fails transiently. A failure without an answer (a cluster electing leaders,
+// a server cut off or stopped under the connection) is not counted: a service starting in a cluster
+// under faults waits for it, as it would wait for its first messages, rather than exit.
 func retry(ctx context.Context, f func() error) error {
+	return retryPaced(ctx, retryPause, f)
+}
+
+// retryPause is the pause after a failure: growing with the answered ones, and long enough after an
+// unanswered one for a leader to be chosen.
+func retryPause(answered int, unanswered bool) time.Duration {
+	if unanswered {
+		return pubRetryWait
+	}
+	return time.Duration(50*answered) * time.Millisecond
+}
+
+func retryPaced(ctx context.Context, pause func(answered int, unanswered bool) time.Duration, f func() error) error {
 	var err error
-	for attempt := 0; attempt < 20; attempt++ {
+	start, logged := time.Now(), time.Now()
+	for answered := 0; answered < retryTries; {
 		if err = f(); err == nil {
 			return nil
 		}
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		// JetStream turned off answers as a 503, as an election does, but does not pass.
+		unanswered := Unanswered(err) &&
+			!errors.Is(err, jetstream.ErrJetStreamNotEnabled) && !errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+		if !unanswered {
+			answered++
+		} else if time.Since(logged) >= retryLogEvery {
+			// A credential that may not send the request gets no answer either: say what is waited for.
+			logged = time.Now()
+			slog.Warn("no answer from JetStream; still trying", "for", time.Since(start).Round(time.Second), "err", err)
+		}
+		t := time.NewTimer(pause(answered, unanswered))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return errors.Join(err, ctx.Err())
-		case <-time.After(time.Duration(50*(attempt+1)) * time.Millisecond):
+		case <-t.C:
 		}
 	}
 	return err
