@@ -187,7 +187,7 @@ func bucketOf(kv jetstream.KeyValue) *Bucket {
 }
 
 func newBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*Bucket, error) {
-	st, err := kv.Status(ctx)
+	st, err := Retry(ctx, 0, func(ctx context.Context) (jetstream.KeyValueStatus, error) { return kv.Status(ctx) })
 	if err != nil {
 		return nil, fmt.Errorf("status of bucket %s: %w", kv.Bucket(), err)
 	}

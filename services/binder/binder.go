@@ -175,7 +175,7 @@ func (s *Service) open(ctx context.Context) error {
 		return fmt.Errorf("binder: %w", err)
 	}
 	s.b = s.cfg.SharedWatches.WrapBuckets(b)
-	st, err := s.conn.JS.Stream(ctx, bus.KVStream(bus.BucketAlloc))
+	st, err := bus.Stream(ctx, s.conn.JS, bus.KVStream(bus.BucketAlloc))
 	if err != nil {
 		return fmt.Errorf("binder: %w", err)
 	}
