@@ -11,11 +11,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A compare-and-set whose answer the connection dropped is settled by the key's last message: stored
-// before the answer was lost, it succeeds at its revision; not stored, it is sent again; stored late,
-// after its copy was sent again, the copy's refusal is taken for the first's success; another writer's
-// change in between leaves the error.
+// A compare-and-set whose answer was lost (the connection dropped it, or none came in time) is settled
+// by the key's last message: stored before the answer was lost, it succeeds at its revision; not stored,
+// it is sent again; stored late, after its copy was sent again, the copy's refusal is taken for the
+// first's success; another writer's change in between leaves the error.
 func TestCASWithALostAnswer(t *testing.T) {
+	for _, lost := range []error{nats.ErrDisconnected, nats.ErrTimeout} {
+		t.Run(lost.Error(), func(t *testing.T) { testCASWithALostAnswer(t, lost) })
+	}
+}
+
+func testCASWithALostAnswer(t *testing.T, lost error) {
 	tests := []struct {
 		name       string
 		del        bool
@@ -64,7 +70,7 @@ func TestCASWithALostAnswer(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					return nil, nats.ErrDisconnected
+					return nil, lost
 				}
 				if sends == 2 && tt.storeLate {
 					if _, err := b.send(ctx, m); err != nil {
@@ -75,7 +81,7 @@ func TestCASWithALostAnswer(t *testing.T) {
 			}
 			got, err := b.cas(ctx, m, rev, send)
 			if tt.wantErr {
-				if !errors.Is(err, nats.ErrDisconnected) {
+				if !errors.Is(err, lost) {
 					t.Fatalf("cas = %d, %v; want the lost answer's error", got, err)
 				}
 			} else if err != nil {

@@ -255,11 +255,13 @@ func (b *Bucket) send(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, erro
 // casSends bounds how often cas sends one write.
 const casSends = 4
 
-// cas sends m, a compare-and-set of its key at rev (0: none), through send. When the connection drops
-// the answer (nats.ErrDisconnected: it moved off a server cut off from its cluster), m may have been
-// stored, and sent again it would then be refused. The key's last message tells: one after rev that
-// holds what m writes (its data, or a delete marker) is m's effect; the key still at rev means m was not
-// stored, and it is sent again. Anything else leaves m's fate unknown, and the error stands.
+// cas sends m, a compare-and-set of its key at rev (0: none), through send. When the answer is lost
+// (nats.ErrDisconnected: the connection moved off a server cut off from its cluster; nats.ErrTimeout:
+// none came, as when a stream's leader is being chosen), m may have been stored, or may still be, and
+// sent again it would then be refused. The key's last message tells: one after rev that holds what m
+// writes (its data, or a delete marker) is m's effect; the key still at rev means m is not stored yet,
+// and it is sent again: if the first copy is stored after all, the second is refused, and that refusal
+// is checked the same way. Anything else leaves m's fate unknown, and the error stands.
 func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(context.Context, *nats.Msg) (*jetstream.PubAck, error)) (uint64, error) {
 	lost := false
 	for i := 1; ; i++ {
@@ -268,7 +270,7 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 			return ack.Sequence, nil
 		}
 		// A copy sent again after a lost answer is refused when the first was stored after all.
-		if !errors.Is(err, nats.ErrDisconnected) && !(lost && isWrongLastSeq(err)) {
+		if (!answerLost(err) && !(lost && isWrongLastSeq(err))) || ctx.Err() != nil {
 			return 0, err
 		}
 		lost = true
@@ -279,7 +281,7 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 		case gerr == nil && last.seq > rev && writes(m, last):
 			metrics.Count("kv.lost_answer.stored", 1)
 			return last.seq, nil
-		case errors.Is(err, nats.ErrDisconnected) && i < casSends &&
+		case answerLost(err) && i < casSends &&
 			((gerr == nil && last.seq == rev) || (rev == 0 && errors.Is(gerr, errNoMsg))):
 			metrics.Count("kv.lost_answer.resent", 1)
 			if !ctxtime.Sleep(ctx, pubRetryWait) {
@@ -289,6 +291,11 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 			return 0, err
 		}
 	}
+}
+
+// answerLost says whether err means a write's answer was lost: it may have been stored.
+func answerLost(err error) bool {
+	return errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrTimeout)
 }
 
 // writes says whether last is what m writes: a delete marker for a delete, m's data for a put.
