@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/podbus/podbus/bus"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
@@ -39,10 +40,17 @@ func writeJSONType(w http.ResponseWriter, code int, contentType string, obj any)
 	_, _ = w.Write(append(data, '\n'))
 }
 
-// statusOf turns any error into a Kubernetes Status: StatusErrors as they are, others as 500.
+// statusOf turns any error into a Kubernetes Status: StatusErrors as they are, a request NATS gave no
+// answer to as 504 (as kube-apiserver answers an etcd request that timed out: a write may still be
+// carried out), others as 500.
 func statusOf(err error) metav1.Status {
 	var se apierrors.APIStatus
-	if !errors.As(err, &se) {
+	switch {
+	case errors.As(err, &se):
+	case bus.Unanswered(err):
+		se = apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within requested timeout - %v; "+
+			"a change it makes may still be carried out", err), 0)
+	default:
 		se = apierrors.NewInternalError(err)
 	}
 	st := se.Status()
