@@ -160,7 +160,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		return nil
 	}
 	for _, cfg := range StreamConfigs(o) {
-		if err := retry(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
+		if err := retry(ctx, "stream "+cfg.Name, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -172,7 +172,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	// Last: the streams it sources, buckets included, must exist first.
 	for _, cfg := range []jetstream.StreamConfig{AuditConfig(o), AuditSealConfig(o)} {
-		if err := retry(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
+		if err := retry(ctx, "stream "+cfg.Name, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -211,7 +211,7 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 		scfg := kvStreamConfig(cfg)
 		// One server has no follower to lag behind: its direct gets see every acknowledged write.
 		scfg.AllowDirect = o.replicas() == 1
-		if err := retry(ctx, func() error { return ensureStream(ctx, js, scfg) }); err != nil {
+		if err := retry(ctx, "bucket "+cfg.Bucket, func() error { return ensureStream(ctx, js, scfg) }); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -228,12 +228,13 @@ const retryTries = 20
 // retryLogEvery is how often retry says that it still gets no answer.
 const retryLogEvery = 15 * time.Second
 
-// retry runs f until it succeeds, ctx ends, or it has failed retryTries times with an answer:
-// concurrent provisioning fails transiently. A failure without an answer (a cluster electing leaders,
-// a server cut off or stopped under the connection) is not counted: a service starting in a cluster
-// under faults waits for it, as it would wait for its first messages, rather than exit.
-func retry(ctx context.Context, f func() error) error {
-	return retryPaced(ctx, retryPause, f)
+// retry runs f, which creates or opens what, until it succeeds, ctx ends, or it has failed retryTries
+// times with an answer: concurrent provisioning fails transiently. A failure without an answer (a
+// cluster electing leaders, a server cut off or stopped under the connection) is not counted: a service
+// starting in a cluster under faults waits for it, as it would wait for its first messages, rather
+// than exit.
+func retry(ctx context.Context, what string, f func() error) error {
+	return retryPaced(ctx, what, retryPause, f)
 }
 
 // retryPause is the pause after a failure: growing with the answered ones, and long enough after an
@@ -245,7 +246,7 @@ func retryPause(answered int, unanswered bool) time.Duration {
 	return time.Duration(50*answered) * time.Millisecond
 }
 
-func retryPaced(ctx context.Context, pause func(answered int, unanswered bool) time.Duration, f func() error) error {
+func retryPaced(ctx context.Context, what string, pause func(answered int, unanswered bool) time.Duration, f func() error) error {
 	var err error
 	start, logged := time.Now(), time.Now()
 	for answered := 0; answered < retryTries; {
@@ -266,7 +267,7 @@ func retryPaced(ctx context.Context, pause func(answered int, unanswered bool) t
 		} else if time.Since(logged) >= retryLogEvery {
 			// A credential that may not send the request gets no answer either: say what is waited for.
 			logged = time.Now()
-			slog.Warn("no answer from JetStream; still trying", "for", time.Since(start).Round(time.Second), "err", err)
+			slog.Warn("no answer from JetStream; still trying", "what", what, "for", time.Since(start).Round(time.Second), "err", err)
 		}
 		t := time.NewTimer(pause(answered, unanswered))
 		select {
@@ -303,7 +304,7 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 // OpenBucket opens one provisioned bucket, retrying a little while its provisioning may be under way.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
-	err := retry(ctx, func() error {
+	err := retry(ctx, "bucket "+name, func() error {
 		var err error
 		kv, err = js.KeyValue(ctx, name)
 		return err

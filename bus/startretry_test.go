@@ -36,7 +36,7 @@ func TestRetryCountsOnlyAnsweredFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
-			err := retryPaced(context.Background(), func(int, bool) time.Duration { return 0 }, func() error {
+			err := retryPaced(context.Background(), "test", func(int, bool) time.Duration { return 0 }, func() error {
 				calls++
 				if calls <= len(tc.errs) {
 					return tc.errs[calls-1]
@@ -60,7 +60,7 @@ func TestRetryCountsOnlyAnsweredFailures(t *testing.T) {
 func TestRetryEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	err := retryPaced(ctx, func(int, bool) time.Duration { return 0 }, func() error {
+	err := retryPaced(ctx, "test", func(int, bool) time.Duration { return 0 }, func() error {
 		if calls++; calls == 100 {
 			cancel()
 		}
