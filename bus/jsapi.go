@@ -294,6 +294,23 @@ func getLast(ctx context.Context, nc *nats.Conn, stream, subject string, direct 
 	return readMsgGet(resp.Data)
 }
 
+// getNext reads the first message on subject of stream at or after seq, from the stream leader's
+// message API (a follower's direct get may not have it yet).
+func getNext(ctx context.Context, nc *nats.Conn, stream, subject string, seq uint64) (lastMsg, error) {
+	req, err := json.Marshal(struct {
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return lastMsg{}, err
+	}
+	resp, err := request(ctx, nc, &nats.Msg{Subject: "$JS.API.STREAM.MSG.GET." + stream, Data: req})
+	if err != nil {
+		return lastMsg{}, err
+	}
+	return readMsgGet(resp.Data)
+}
+
 // readDirect reads a direct get's answer: the message itself, with its sequence in a header, or a
 // status without a body.
 func readDirect(m *nats.Msg) (lastMsg, error) {

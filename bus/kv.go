@@ -261,7 +261,9 @@ const casSends = 4
 // sent again it would then be refused. The key's last message tells: one after rev that holds what m
 // writes (its data, or a delete marker) is m's effect; the key still at rev means m is not stored yet,
 // and it is sent again: if the first copy is stored after all, the second is refused, and that refusal
-// is checked the same way. Anything else leaves m's fate unknown, and the error stands.
+// is checked the same way. A later revision of another write leaves m stored right after rev or never:
+// the message after rev tells, while the bucket's history holds rev (then m's refusal is a conflict).
+// Anything else leaves m's fate unknown, and the error stands.
 func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(context.Context, *nats.Msg) (*jetstream.PubAck, error)) (uint64, error) {
 	lost := false
 	for i := 1; ; i++ {
@@ -281,6 +283,20 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 		case gerr == nil && last.seq > rev && writes(m, last):
 			metrics.Count("kv.lost_answer.stored", 1)
 			return last.seq, nil
+		case gerr == nil && last.seq > rev && rev > 0:
+			// Another write came after rev. m could only be stored right after rev, so the key's
+			// message after rev tells, while the bucket's history still holds rev.
+			next, ok := b.successor(ctx, m.Subject, rev)
+			switch {
+			case !ok:
+				return 0, err
+			case writes(m, next):
+				metrics.Count("kv.lost_answer.stored", 1)
+				return next.seq, nil
+			}
+			metrics.Count("kv.lost_answer.refused", 1)
+			return 0, errSettledRefusal
+
 		case answerLost(err) && i < casSends &&
 			((gerr == nil && last.seq == rev) || (rev == 0 && errors.Is(gerr, errNoMsg))):
 			metrics.Count("kv.lost_answer.resent", 1)
@@ -291,6 +307,22 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 			return 0, err
 		}
 	}
+}
+
+// errSettledRefusal is a compare-and-set whose answer was lost and which the key shows was not stored
+// and can no longer be: another write followed its revision. It reads as JetStream's refusal.
+var errSettledRefusal = &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence,
+	Description: "wrong last sequence (another write followed the revision while the answer was lost)"}
+
+// successor reads the message on subject right after revision rev, if the stream still holds rev's:
+// a subject's history drops its oldest messages first, so then every later one is held too.
+func (b *Bucket) successor(ctx context.Context, subject string, rev uint64) (lastMsg, bool) {
+	at, err := retryRead(ctx, func(ctx context.Context) (lastMsg, error) { return getNext(ctx, b.nc, b.stream, subject, rev) })
+	if err != nil || at.seq != rev {
+		return lastMsg{}, false
+	}
+	next, err := retryRead(ctx, func(ctx context.Context) (lastMsg, error) { return getNext(ctx, b.nc, b.stream, subject, rev+1) })
+	return next, err == nil
 }
 
 // answerLost says whether err means a write's answer was lost: it may have been stored.
