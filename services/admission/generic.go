@@ -359,7 +359,10 @@ func conflictError(k *kind, name string) error {
 	return apierrors.NewConflict(k.gr(), name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
-// deleteObject removes an object (CAS), or hands it to the kind's delete hook (a graceful deletion).
+// deleteObject removes an object (CAS), or hands it to the kind's delete hook (a graceful deletion). As
+// kube-apiserver's storage does, a delete that loses its compare-and-set to another write (a
+// controller's status update) reads the object again and deletes it anew: the client's preconditions
+// are checked against each read, so only they turn another writer's change into a Conflict.
 func (s *Service) deleteObject(w http.ResponseWriter, r *http.Request, req request) {
 	k := req.kind
 	opts, err := s.deleteOptions(w, r)
@@ -367,48 +370,62 @@ func (s *Service) deleteObject(w http.ResponseWriter, r *http.Request, req reque
 		writeStatus(w, err)
 		return
 	}
-	obj, rev, err := s.getEntry(r.Context(), k, req.ns, req.name)
-	if err != nil {
-		writeStatus(w, err)
+	for attempt := 1; ; attempt++ {
+		uid, left, err := s.deleteOnce(r.Context(), req, opts)
+		if errors.Is(err, bus.ErrConflict) {
+			if attempt < updateAttemptsKV {
+				metrics.Count("admission.delete.retries", 1)
+				continue
+			}
+			err = conflictError(k, req.name)
+		}
+		switch {
+		case err != nil:
+			writeStatus(w, err)
+		case left != nil:
+			writeObject(w, http.StatusOK, req, k, left)
+		default:
+			writeJSON(w, http.StatusOK, metav1.Status{
+				TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status:   metav1.StatusSuccess,
+				Details:  &metav1.StatusDetails{Name: req.name, Group: k.group, Kind: k.resource, UID: uid},
+			})
+		}
 		return
+	}
+}
+
+// deleteOnce reads the object, checks the delete's preconditions and deletes it at the revision read:
+// its uid, and the object left when the deletion is graceful. bus.ErrConflict when another write came
+// first.
+func (s *Service) deleteOnce(ctx context.Context, req request, opts metav1.DeleteOptions) (types.UID, runtime.Object, error) {
+	k := req.kind
+	obj, rev, err := s.getEntry(ctx, k, req.ns, req.name)
+	if err != nil {
+		return "", nil, err
 	}
 	uid := objectMeta(obj).UID
 	if pre := opts.Preconditions; pre != nil {
 		if pre.UID != nil && *pre.UID != uid {
 			//lint:ignore ST1005 Kubernetes' exact message
-			writeStatus(w, apierrors.NewConflict(k.gr(), req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, uid)))
-			return
+			return "", nil, apierrors.NewConflict(k.gr(), req.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *pre.UID, uid))
 		}
 		if pre.ResourceVersion != nil && *pre.ResourceVersion != strconv.FormatUint(rev, 10) {
 			//lint:ignore ST1005 Kubernetes' exact message
-			writeStatus(w, apierrors.NewConflict(k.gr(), req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev)))
-			return
+			return "", nil, apierrors.NewConflict(k.gr(), req.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *pre.ResourceVersion, rev))
 		}
 	}
-	if !dryRun(req) && len(opts.DryRun) == 0 {
-		var left runtime.Object
-		if f := k.strategy.delete; f != nil {
-			left, err = f(r.Context(), s, req, obj, rev)
-		} else if policy, perr := propagationPolicy(opts); perr != nil {
-			err = perr
-		} else {
-			left, err = s.deleteGeneric(r.Context(), k, obj, rev, policy)
-		}
-		if errors.Is(err, bus.ErrConflict) {
-			err = conflictError(k, req.name)
-		}
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		if left != nil {
-			writeObject(w, http.StatusOK, req, k, left)
-			return
-		}
+	if dryRun(req) || len(opts.DryRun) > 0 {
+		return uid, nil, nil
 	}
-	writeJSON(w, http.StatusOK, metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusSuccess,
-		Details:  &metav1.StatusDetails{Name: req.name, Group: k.group, Kind: k.resource, UID: uid},
-	})
+	if f := k.strategy.delete; f != nil {
+		left, err := f(ctx, s, req, obj, rev)
+		return uid, left, err
+	}
+	policy, err := propagationPolicy(opts)
+	if err != nil {
+		return "", nil, err
+	}
+	left, err := s.deleteGeneric(ctx, k, obj, rev, policy)
+	return uid, left, err
 }
