@@ -296,7 +296,6 @@ func (b *Bucket) cas(ctx context.Context, m *nats.Msg, rev uint64, send func(con
 			}
 			metrics.Count("kv.lost_answer.refused", 1)
 			return 0, errSettledRefusal
-
 		case answerLost(err) && i < casSends &&
 			((gerr == nil && last.seq == rev) || (rev == 0 && errors.Is(gerr, errNoMsg))):
 			metrics.Count("kv.lost_answer.resent", 1)
