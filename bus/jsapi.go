@@ -287,11 +287,7 @@ func getLast(ctx context.Context, nc *nats.Conn, stream, subject string, direct 
 	}
 	req := make([]byte, 0, len(`{"last_by_subj":""}`)+len(subject))
 	req = append(append(append(req, `{"last_by_subj":"`...), subject...), `"}`...)
-	resp, err := request(ctx, nc, &nats.Msg{Subject: "$JS.API.STREAM.MSG.GET." + stream, Data: req})
-	if err != nil {
-		return lastMsg{}, err
-	}
-	return readMsgGet(resp.Data)
+	return msgGet(ctx, nc, stream, req)
 }
 
 // getNext reads the first message on subject of stream at or after seq, from the stream leader's
@@ -304,6 +300,11 @@ func getNext(ctx context.Context, nc *nats.Conn, stream, subject string, seq uin
 	if err != nil {
 		return lastMsg{}, err
 	}
+	return msgGet(ctx, nc, stream, req)
+}
+
+// msgGet asks the stream leader's message API for the message req names.
+func msgGet(ctx context.Context, nc *nats.Conn, stream string, req []byte) (lastMsg, error) {
 	resp, err := request(ctx, nc, &nats.Msg{Subject: "$JS.API.STREAM.MSG.GET." + stream, Data: req})
 	if err != nil {
 		return lastMsg{}, err
