@@ -259,9 +259,7 @@ func retryPaced(ctx context.Context, what string, pause func(answered int, unans
 		if ctx.Err() != nil {
 			return errors.Join(err, ctx.Err())
 		}
-		// JetStream turned off answers as a 503, as an election does, but does not pass.
-		unanswered := Unanswered(err) &&
-			!errors.Is(err, jetstream.ErrJetStreamNotEnabled) && !errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+		unanswered := Unanswered(err)
 		if !unanswered {
 			answered++
 		} else if time.Since(logged) >= retryLogEvery {

@@ -44,12 +44,18 @@ func Retry[T any](ctx context.Context, d time.Duration, do func(context.Context)
 }
 
 // Unanswered says whether err means the request got no answer from a server able to give one, so
-// that sending it again may get one.
+// that sending it again may get one. JetStream turned off answers 503, as an election does, but does
+// not pass: it is an answer.
 func Unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
+		(errors.As(err, &apiErr) && apiErr.Code == 503 && !JetStreamOff(err))
+}
+
+// JetStreamOff says whether err is a server's or an account's JetStream being off.
+func JetStreamOff(err error) bool {
+	return errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
 // Stream looks the stream up with its current info (Stream.CachedInfo), through Retry.

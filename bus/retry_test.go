@@ -31,6 +31,7 @@ func TestRetry(t *testing.T) {
 		{name: "nats timeout", first: nats.ErrTimeout, wantCalls: 2},
 		{name: "no stream answered", first: jetstream.ErrNoStreamResponse, wantCalls: 2},
 		{name: "JetStream unavailable", first: unavailable, wantCalls: 2},
+		{name: "JetStream off", first: &jetstream.APIError{Code: 503, ErrorCode: 10039, Description: "jetstream not enabled for account"}, wantCalls: 1, wantErr: jetstream.ErrJetStreamNotEnabledForAccount},
 		{name: "an answer that is an error", first: jetstream.ErrStreamNotFound, wantCalls: 1, wantErr: jetstream.ErrStreamNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

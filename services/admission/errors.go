@@ -47,6 +47,9 @@ func statusOf(err error) metav1.Status {
 	var se apierrors.APIStatus
 	switch {
 	case errors.As(err, &se):
+	case bus.JetStreamOff(err):
+		// An operator's to mend, not a request's to wait out.
+		se = apierrors.NewServiceUnavailable(fmt.Sprintf("the store is unavailable: %v", err))
 	case bus.Unanswered(err):
 		se = apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within requested timeout - %v; "+
 			"a change it makes may still be carried out", err), 0)

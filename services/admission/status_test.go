@@ -13,7 +13,8 @@ import (
 )
 
 // A request NATS gave no answer to is a 504 Timeout, as kube-apiserver answers an etcd timeout: the
-// client learns that a change may still be carried out. Other failures are 500; Statuses stay theirs.
+// client learns that a change may still be carried out. JetStream turned off is 503, other failures
+// 500; Statuses stay theirs.
 func TestStatusOf(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -25,6 +26,7 @@ func TestStatusOf(t *testing.T) {
 		{name: "no answer in time", err: fmt.Errorf("update deployments d: %w", nats.ErrTimeout), wantCode: http.StatusGatewayTimeout, wantReason: metav1.StatusReasonTimeout},
 		{name: "answer dropped", err: fmt.Errorf("delete: %w", nats.ErrDisconnected), wantCode: http.StatusGatewayTimeout, wantReason: metav1.StatusReasonTimeout},
 		{name: "leader being chosen", err: &jetstream.APIError{Code: 503, ErrorCode: 10008}, wantCode: http.StatusGatewayTimeout, wantReason: metav1.StatusReasonTimeout},
+		{name: "JetStream off", err: fmt.Errorf("get: %w", &jetstream.APIError{Code: 503, ErrorCode: 10039}), wantCode: http.StatusServiceUnavailable, wantReason: metav1.StatusReasonServiceUnavailable},
 		{name: "anything else", err: errors.New("encode: broken"), wantCode: http.StatusInternalServerError, wantReason: metav1.StatusReasonInternalError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
