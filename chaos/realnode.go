@@ -13,8 +13,6 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -138,41 +136,8 @@ func (n *realNode) close(ctx context.Context) error {
 	for _, sb := range sbs {
 		errs = append(errs, rt.RemoveSandbox(ctx, sb.Sandbox))
 	}
-	errs = append(errs, removeNamespace(ctx, n.client, n.namespace))
+	errs = append(errs, cri.RemoveNamespace(ctx, n.client, n.namespace))
 	_ = exec.CommandContext(ctx, "ip", "link", "del", rt.BridgeName()).Run()
-	return errors.Join(errs...)
-}
-
-// removeNamespace deletes the containerd namespace ns with all it holds: containers and their tasks,
-// leases, images, and so the blobs and snapshots they kept.
-func removeNamespace(ctx context.Context, c *containerd.Client, ns string) error {
-	var errs []error
-	nctx := namespaces.WithNamespace(ctx, ns)
-	cs, err := c.Containers(nctx)
-	errs = append(errs, err)
-	for _, ct := range cs {
-		if task, err := ct.Task(nctx, nil); err == nil {
-			_, _ = task.Delete(nctx, containerd.WithProcessKill)
-		}
-		if err := ct.Delete(nctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
-	// A pull that a kill cut short leaves its lease (24 hours by default), which keeps the pull's blobs
-	// and snapshots from the collector, and containerd refuses to delete a namespace that still holds any.
-	if ls, err := c.LeasesService().List(nctx); err == nil {
-		for _, l := range ls {
-			_ = c.LeasesService().Delete(nctx, l, leases.SynchronousDelete)
-		}
-	}
-	if imgs, err := c.ListImages(nctx); err == nil {
-		for _, im := range imgs {
-			_ = c.ImageService().Delete(nctx, im.Name(), images.SynchronousDelete())
-		}
-	}
-	if err := c.NamespaceService().Delete(ctx, ns); err != nil && !errdefs.IsNotFound(err) {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 

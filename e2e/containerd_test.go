@@ -25,7 +25,6 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/google/uuid"
@@ -150,22 +149,9 @@ func (n realNode) cleanup(t *testing.T) {
 			}
 		}
 	}
-	nctx := namespaces.WithNamespace(ctx, n.ns)
-	client := rt.Client()
-	if cs, err := client.Containers(nctx); err == nil {
-		for _, c := range cs {
-			if task, err := c.Task(nctx, nil); err == nil {
-				_, _ = task.Delete(nctx, containerd.WithProcessKill)
-			}
-			_ = c.Delete(nctx, containerd.WithSnapshotCleanup)
-		}
+	if err := cri.RemoveNamespace(ctx, rt.Client(), n.ns); err != nil {
+		t.Errorf("cleanup %s: containerd namespace %s left: %v", n.name, n.ns, err)
 	}
-	if imgs, err := client.ListImages(nctx); err == nil {
-		for _, im := range imgs {
-			_ = client.ImageService().Delete(nctx, im.Name(), images.SynchronousDelete())
-		}
-	}
-	_ = client.NamespaceService().Delete(ctx, n.ns)
 	_ = exec.Command("ip", "link", "del", rt.BridgeName()).Run()
 }
 

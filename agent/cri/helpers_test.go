@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
-	containerdimages "github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/uuid"
@@ -70,8 +69,15 @@ func startRegistry(t testing.TB) (addr, busybox string) {
 	return reg.Addr(), busybox
 }
 
+// users counts the runtimes of each test namespace: the last to go removes the namespace.
+var users = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
 // newRuntime returns a runtime of node on cidr in a containerd namespace of the test's own; it removes
-// every sandbox, image and the namespace when the test ends. state "" makes a fresh state dir.
+// every sandbox when the test ends, and the last runtime of ns removes the namespace with all it holds.
+// state "" makes a fresh state dir.
 func newRuntime(t testing.TB, node, cidr, ns, state string) *cri.Runtime {
 	t.Helper()
 	if state == "" {
@@ -82,6 +88,9 @@ func newRuntime(t testing.TB, node, cidr, ns, state string) *cri.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	users.Lock()
+	users.n[ns]++
+	users.Unlock()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -94,14 +103,18 @@ func newRuntime(t testing.TB, node, cidr, ns, state string) *cri.Runtime {
 				t.Errorf("cleanup: %v", err)
 			}
 		}
-		nctx := namespaces.WithNamespace(ctx, ns)
-		if imgs, err := r.Client().ListImages(nctx); err == nil {
-			for _, im := range imgs {
-				_ = r.Client().ImageService().Delete(nctx, im.Name(), containerdimages.SynchronousDelete())
+		users.Lock()
+		users.n[ns]--
+		last := users.n[ns] == 0
+		if last {
+			delete(users.n, ns)
+		}
+		users.Unlock()
+		if last {
+			if err := cri.RemoveNamespace(ctx, r.Client(), ns); err != nil {
+				t.Errorf("cleanup: containerd namespace %s left: %v", ns, err)
 			}
 		}
-		// Another runtime of the test may still use the namespace; the last cleanup removes it.
-		_ = r.Client().NamespaceService().Delete(ctx, ns)
 		_ = exec.Command("ip", "link", "del", r.BridgeName()).Run()
 		_ = r.Close()
 	})

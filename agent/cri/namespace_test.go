@@ -1,10 +1,8 @@
-package chaos
+package cri_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 	"testing"
 
@@ -14,25 +12,22 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/podbus/podbus/agent/cri"
 )
 
-// A real node's namespace goes at the end of a run even when a pull that a kill cut short left its
-// lease, and the lease keeps a blob: containerd refuses to delete a namespace that still holds one.
+// A namespace goes even when a pull cut short left its lease, and the lease keeps a blob: containerd
+// refuses to delete a namespace that still holds one.
 func TestRemoveNamespaceWithALease(t *testing.T) {
-	addr := realRuntime(t)
-	if addr == "" {
-		t.Skip("no containerd")
-	}
-	c, err := containerd.New(addr)
+	requireContainerd(t)
+	c, err := containerd.New(address())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := realNamespace("real-" + hex.EncodeToString(b))
+	ns := testNamespace()
 	ctx := namespaces.WithNamespace(context.Background(), ns)
-	defer func() { _ = removeNamespace(context.Background(), c, ns) }()
+	defer func() { _ = cri.RemoveNamespace(context.Background(), c, ns) }()
 
 	l, err := c.LeasesService().Create(ctx, leases.WithRandomID())
 	if err != nil {
@@ -47,7 +42,7 @@ func TestRemoveNamespaceWithALease(t *testing.T) {
 		t.Fatalf("the blob is not stored: %v", err)
 	}
 
-	if err := removeNamespace(context.Background(), c, ns); err != nil {
+	if err := cri.RemoveNamespace(context.Background(), c, ns); err != nil {
 		t.Fatal(err)
 	}
 	all, err := c.NamespaceService().List(context.Background())
@@ -56,5 +51,8 @@ func TestRemoveNamespaceWithALease(t *testing.T) {
 	}
 	if slices.Contains(all, ns) {
 		t.Fatalf("namespace %s is still there", ns)
+	}
+	if err := cri.RemoveNamespace(context.Background(), c, ns); err != nil {
+		t.Errorf("removing a namespace that is gone: %v", err)
 	}
 }
