@@ -182,7 +182,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 		cfg.FilterSubjects = spec.Filters
 	}
 	var cons jetstream.Consumer
-	err := retry(ctx, "consumer "+spec.Durable+" on "+spec.Stream, func() error {
+	err := retry(ctx, "consumer "+spec.Durable+" on "+spec.Stream, func(ctx context.Context) error {
 		var err error
 		cons, err = js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
 		return err

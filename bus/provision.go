@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -160,7 +159,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 		return nil
 	}
 	for _, cfg := range StreamConfigs(o) {
-		if err := retry(ctx, "stream "+cfg.Name, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
+		if err := retry(ctx, "stream "+cfg.Name, func(ctx context.Context) error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -172,7 +171,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	// Last: the streams it sources, buckets included, must exist first.
 	for _, cfg := range []jetstream.StreamConfig{AuditConfig(o), AuditSealConfig(o)} {
-		if err := retry(ctx, "stream "+cfg.Name, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
+		if err := retry(ctx, "stream "+cfg.Name, func(ctx context.Context) error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -211,7 +210,7 @@ func provisionKV(ctx context.Context, js jetstream.JetStream, o Options, cfgs []
 		scfg := kvStreamConfig(cfg)
 		// One server has no follower to lag behind: its direct gets see every acknowledged write.
 		scfg.AllowDirect = o.replicas() == 1
-		if err := retry(ctx, "bucket "+cfg.Bucket, func() error { return ensureStream(ctx, js, scfg) }); err != nil {
+		if err := retry(ctx, "bucket "+cfg.Bucket, func(ctx context.Context) error { return ensureStream(ctx, js, scfg) }); err != nil {
 			return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 		}
 	}
@@ -225,49 +224,42 @@ var atomicBuckets = []string{BucketAlloc}
 // retryTries is how many answered failures retry takes before it gives up.
 const retryTries = 20
 
-// retryLogEvery is how often retry says that it still gets no answer.
-const retryLogEvery = 15 * time.Second
-
 // retry runs f, which creates or opens what, until it succeeds, ctx ends, or it has failed retryTries
-// times with an answer: concurrent provisioning fails transiently. A failure without an answer (a
-// cluster electing leaders, a server cut off or stopped under the connection) is not counted: a service
-// starting in a cluster under faults waits for it, as it would wait for its first messages, rather
-// than exit.
-func retry(ctx context.Context, what string, f func() error) error {
-	return retryPaced(ctx, what, retryPause, f)
+// times with an answer: concurrent provisioning fails transiently. Each try is one of Retry's, so a
+// failure without an answer (a cluster electing leaders, a server cut off or stopped under the
+// connection) is not counted: a service starting in a cluster under faults waits for it, as it would
+// wait for its first messages, rather than exit.
+func retry(ctx context.Context, what string, f func(context.Context) error) error {
+	return retryPaced(ctx, what, startPacing, f)
 }
 
-// retryPause is the pause after a failure: growing with the answered ones, and long enough after an
-// unanswered one for a leader to be chosen.
-func retryPause(answered int, unanswered bool) time.Duration {
-	if unanswered {
-		return pubRetryWait
-	}
-	return time.Duration(50*answered) * time.Millisecond
+// retryPacing is how long retry pauses after a failure.
+type retryPacing struct {
+	unanswered time.Duration             // after an immediate refusal without an answer
+	answered   func(n int) time.Duration // after the nth answered failure
 }
 
-func retryPaced(ctx context.Context, what string, pause func(answered int, unanswered bool) time.Duration, f func() error) error {
-	var err error
-	start, logged := time.Now(), time.Now()
-	for answered := 0; answered < retryTries; {
-		if err = f(); err == nil {
-			return nil
-		}
-		if errors.Is(err, context.Canceled) {
+// startPacing grows with the answered failures, and waits long enough after an unanswered one for a
+// leader to be chosen.
+var startPacing = retryPacing{
+	unanswered: pubRetryWait,
+	answered:   func(n int) time.Duration { return time.Duration(50*n) * time.Millisecond },
+}
+
+func retryPaced(ctx context.Context, what string, p retryPacing, f func(context.Context) error) error {
+	for answered := 1; ; answered++ {
+		_, err := retryUnanswered(ctx, what, 0, p.unanswered, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, f(ctx)
+		})
+		switch {
+		case err == nil, errors.Is(err, context.Canceled):
+			return err
+		case ctx.Err() != nil:
+			return errors.Join(err, ctx.Err())
+		case answered == retryTries:
 			return err
 		}
-		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
-		}
-		unanswered := Unanswered(err)
-		if !unanswered {
-			answered++
-		} else if time.Since(logged) >= retryLogEvery {
-			// A credential that may not send the request gets no answer either: say what is waited for.
-			logged = time.Now()
-			slog.Warn("no answer from JetStream; still trying", "what", what, "for", time.Since(start).Round(time.Second), "err", err)
-		}
-		t := time.NewTimer(pause(answered, unanswered))
+		t := time.NewTimer(p.answered(answered))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -275,7 +267,6 @@ func retryPaced(ctx context.Context, what string, pause func(answered int, unans
 		case <-t.C:
 		}
 	}
-	return err
 }
 
 // Buckets are the opened KV buckets.
@@ -302,7 +293,7 @@ func OpenBuckets(ctx context.Context, js jetstream.JetStream) (Buckets, error) {
 // OpenBucket opens one provisioned bucket, retrying a little while its provisioning may be under way.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
-	err := retry(ctx, "bucket "+name, func() error {
+	err := retry(ctx, "bucket "+name, func(ctx context.Context) error {
 		var err error
 		kv, err = js.KeyValue(ctx, name)
 		return err

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,21 +20,36 @@ const DefaultRequestTimeout = jsAPITimeout
 // again is answered at once. Only requests that may be repeated (reads) belong here: a
 // compare-and-set whose answer was lost would be refused the second time.
 func Retry[T any](ctx context.Context, d time.Duration, do func(context.Context) (T, error)) (T, error) {
+	return retryUnanswered(ctx, "", d, pubRetryWait, do)
+}
+
+// retryLogEvery is how often a retry that names what it waits for says that it still gets no answer.
+const retryLogEvery = 15 * time.Second
+
+// retryUnanswered is Retry, pausing wait after an immediate refusal. When what is set, it says every
+// retryLogEvery that it still gets no answer: a credential that may not send the request gets none
+// either, so the line names what is waited for.
+func retryUnanswered[T any](ctx context.Context, what string, d, wait time.Duration, do func(context.Context) (T, error)) (T, error) {
 	if d <= 0 {
 		d = DefaultRequestTimeout
 	}
+	start, logged := time.Now(), time.Now()
 	for {
-		start := time.Now()
+		try := time.Now()
 		actx, cancel := context.WithTimeout(ctx, d)
 		v, err := do(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !Unanswered(err) {
 			return v, err
 		}
+		if what != "" && time.Since(logged) >= retryLogEvery {
+			logged = time.Now()
+			slog.Warn("no answer from JetStream; still trying", "what", what, "for", time.Since(start).Round(time.Second), "err", err)
+		}
 		// An immediate refusal (no responders, JetStream unavailable) is a leader still being chosen:
 		// wait a little rather than ask again at once.
-		if wait := pubRetryWait - time.Since(start); wait > 0 {
-			t := time.NewTimer(wait)
+		if w := wait - time.Since(try); w > 0 {
+			t := time.NewTimer(w)
 			select {
 			case <-ctx.Done():
 			case <-t.C:

@@ -36,7 +36,7 @@ func TestRetryCountsOnlyAnsweredFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
-			err := retryPaced(context.Background(), "test", func(int, bool) time.Duration { return 0 }, func() error {
+			err := retryPaced(context.Background(), "test", noPause, func(context.Context) error {
 				calls++
 				if calls <= len(tc.errs) {
 					return tc.errs[calls-1]
@@ -60,7 +60,7 @@ func TestRetryCountsOnlyAnsweredFailures(t *testing.T) {
 func TestRetryEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	err := retryPaced(ctx, "test", func(int, bool) time.Duration { return 0 }, func() error {
+	err := retryPaced(ctx, "test", noPause, func(context.Context) error {
 		if calls++; calls == 100 {
 			cancel()
 		}
@@ -70,3 +70,5 @@ func TestRetryEndsWithItsContext(t *testing.T) {
 		t.Errorf("retry: %v after %d calls, want context.Canceled after 100", err, calls)
 	}
 }
+
+var noPause = retryPacing{answered: func(int) time.Duration { return 0 }}
