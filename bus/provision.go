@@ -235,6 +235,7 @@ func retry(ctx context.Context, what string, f func(context.Context) error) erro
 
 // retryPacing is how long retry pauses after a failure.
 type retryPacing struct {
+	try        time.Duration             // how long one try waits for its answer (0: DefaultRequestTimeout)
 	unanswered time.Duration             // after an immediate refusal without an answer
 	answered   func(n int) time.Duration // after the nth answered failure
 }
@@ -248,7 +249,7 @@ var startPacing = retryPacing{
 
 func retryPaced(ctx context.Context, what string, p retryPacing, f func(context.Context) error) error {
 	for answered := 1; ; answered++ {
-		_, err := retryUnanswered(ctx, what, 0, p.unanswered, func(ctx context.Context) (struct{}, error) {
+		_, err := retryUnanswered(ctx, what, p.try, p.unanswered, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, f(ctx)
 		})
 		switch {

@@ -72,3 +72,23 @@ func TestRetryEndsWithItsContext(t *testing.T) {
 }
 
 var noPause = retryPacing{answered: func(int) time.Duration { return 0 }}
+
+// A try that gets no answer is cut at its own deadline and sent again, however long the caller's
+// context lasts.
+func TestRetryCutsATryWithoutAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	calls := 0
+	p := noPause
+	p.try = 50 * time.Millisecond
+	err := retryPaced(ctx, "test", p, func(ctx context.Context) error {
+		if calls++; calls < 3 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("retry: %v after %d calls, want success after 3", err, calls)
+	}
+}
