@@ -2,7 +2,6 @@ package admission
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/internal/convert"
-	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/workload"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -406,22 +404,14 @@ func (s *Service) serveScale(w http.ResponseWriter, r *http.Request, req request
 		writeStatus(w, err)
 		return
 	}
-	for attempt := 1; ; attempt++ {
-		out, err := s.scaleOnce(r, req, apply)
-		if errors.Is(err, bus.ErrConflict) {
-			if !precondition && attempt < updateAttemptsKV {
-				metrics.Count("admission.update.retries", 1)
-				continue
-			}
-			err = conflictError(k, req.name)
-		}
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
+	out, err := retryConflicts(k, req.name, precondition, "admission.update.retries", func() (*autoscalingv1.Scale, error) {
+		return s.scaleOnce(r, req, apply)
+	})
+	if err != nil {
+		writeStatus(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Service) scaleOnce(r *http.Request, req request, apply func([]byte) ([]byte, error)) (*autoscalingv1.Scale, error) {

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/podbus/podbus/bus"
-	"github.com/podbus/podbus/internal/metrics"
 	"github.com/podbus/podbus/internal/podutil"
 	pb "github.com/podbus/podbus/proto/podbusv1"
 )
@@ -39,14 +37,10 @@ func (s *Service) checkDisruption(ctx context.Context, req request, pod *pb.Pod)
 	if md.GetDeletionTimestamp() != nil || podutil.IsTerminal(pod) || pod.GetStatus().GetPhase() == "Pending" {
 		return nil
 	}
-	for attempt := 0; attempt < updateAttemptsKV; attempt++ {
-		err := s.spendDisruption(ctx, req, pod)
-		if !errors.Is(err, bus.ErrConflict) {
-			return err
-		}
-		metrics.Count("admission.eviction.retries", 1)
-	}
-	return conflictError(pdbKind, md.GetName())
+	_, err := retryConflicts(pdbKind, md.GetName(), false, "admission.eviction.retries", func() (struct{}, error) {
+		return struct{}{}, s.spendDisruption(ctx, req, pod)
+	})
+	return err
 }
 
 // spendDisruption is one attempt of checkDisruption; bus.ErrConflict: the budget changed meanwhile.

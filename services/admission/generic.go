@@ -28,6 +28,23 @@ import (
 // updateAttemptsKV bounds the re-read-and-retry loop of an update that lost a compare-and-set.
 const updateAttemptsKV = 16
 
+// retryConflicts runs once, which reads an object and writes it back at the revision read, again while
+// another write comes first (bus.ErrConflict), up to updateAttemptsKV times, as kube-apiserver's
+// GuaranteedUpdate does; then, or at once when the client gave a precondition, the answer is k's
+// Conflict. retries names the metric counting the attempts after the first.
+func retryConflicts[T any](k *kind, name string, precondition bool, retries string, once func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := once()
+		if !errors.Is(err, bus.ErrConflict) {
+			return v, err
+		}
+		if precondition || attempt >= updateAttemptsKV {
+			return v, conflictError(k, name)
+		}
+		metrics.Count(retries, 1)
+	}
+}
+
 // verbOf is the API verb of a request.
 func verbOf(r *http.Request, req request) string {
 	switch r.Method {
@@ -233,23 +250,17 @@ func (s *Service) updateObject(w http.ResponseWriter, r *http.Request, req reque
 		writeStatus(w, err)
 		return
 	}
-	for attempt := 1; ; attempt++ {
-		out, warnings, err := s.updateStored(r.Context(), req, mode, apply)
-		if errors.Is(err, bus.ErrConflict) {
-			if !precondition && attempt < updateAttemptsKV {
-				metrics.Count("admission.update.retries", 1)
-				continue
-			}
-			err = conflictError(k, req.name)
-		}
-		if err != nil {
-			writeStatus(w, err)
-			return
-		}
-		addWarnings(w, warnings)
-		writeObject(w, http.StatusOK, req, k, out)
+	var warnings []string
+	out, err := retryConflicts(k, req.name, precondition, "admission.update.retries", func() (out runtime.Object, err error) {
+		out, warnings, err = s.updateStored(r.Context(), req, mode, apply)
+		return out, err
+	})
+	if err != nil {
+		writeStatus(w, err)
 		return
 	}
+	addWarnings(w, warnings)
+	writeObject(w, http.StatusOK, req, k, out)
 }
 
 // getEntry reads one stored object; a 404 Status when absent.
@@ -370,28 +381,22 @@ func (s *Service) deleteObject(w http.ResponseWriter, r *http.Request, req reque
 		writeStatus(w, err)
 		return
 	}
-	for attempt := 1; ; attempt++ {
-		uid, left, err := s.deleteOnce(r.Context(), req, opts)
-		if errors.Is(err, bus.ErrConflict) {
-			if attempt < updateAttemptsKV {
-				metrics.Count("admission.delete.retries", 1)
-				continue
-			}
-			err = conflictError(k, req.name)
-		}
-		switch {
-		case err != nil:
-			writeStatus(w, err)
-		case left != nil:
-			writeObject(w, http.StatusOK, req, k, left)
-		default:
-			writeJSON(w, http.StatusOK, metav1.Status{
-				TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-				Status:   metav1.StatusSuccess,
-				Details:  &metav1.StatusDetails{Name: req.name, Group: k.group, Kind: k.resource, UID: uid},
-			})
-		}
-		return
+	var uid types.UID
+	left, err := retryConflicts(k, req.name, false, "admission.delete.retries", func() (left runtime.Object, err error) {
+		uid, left, err = s.deleteOnce(r.Context(), req, opts)
+		return left, err
+	})
+	switch {
+	case err != nil:
+		writeStatus(w, err)
+	case left != nil:
+		writeObject(w, http.StatusOK, req, k, left)
+	default:
+		writeJSON(w, http.StatusOK, metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusSuccess,
+			Details:  &metav1.StatusDetails{Name: req.name, Group: k.group, Kind: k.resource, UID: uid},
+		})
 	}
 }
 
