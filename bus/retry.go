@@ -33,9 +33,9 @@ func retryUnanswered[T any](ctx context.Context, what string, d, wait time.Durat
 	if d <= 0 {
 		d = DefaultRequestTimeout
 	}
-	start, logged := time.Now(), time.Now()
-	for {
-		try := time.Now()
+	start := time.Now()
+	logged := start
+	for try := start; ; try = time.Now() {
 		actx, cancel := context.WithTimeout(ctx, d)
 		v, err := do(actx)
 		cancel()
