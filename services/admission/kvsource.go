@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/podbus/podbus/bus"
@@ -49,7 +50,9 @@ func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, u
 	return o, rev, nil
 }
 
-// list reads the current values under filter (a key pattern) that match m.
+// list reads the current values under filter (a key pattern) that match m, as of the revision it returns.
+// A key written while the watch reads the initial values comes twice, its value then and its change:
+// the later one stands, so a list holds each key once.
 func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtime.Object, uint64, error) {
 	s.count()
 	last, err := bus.StoreRevision(ctx, s.kv)
@@ -63,6 +66,17 @@ func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtim
 	defer func() { _ = w.Stop() }()
 	rv := last
 	var out []runtime.Object
+	at := map[string]int{} // key → its object's index in out
+	set := func(key string, o runtime.Object) {
+		i, ok := at[key]
+		switch {
+		case ok:
+			out[i] = o
+		case o != nil:
+			at[key] = len(out)
+			out = append(out, o)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,20 +89,23 @@ func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtim
 				return nil, 0, fmt.Errorf("list %s: %w", s.kv.Bucket(), bus.ErrWatchEnded) // a partial list is no list
 			}
 			if e == nil {
-				return out, rv, nil
+				return slices.DeleteFunc(out, func(o runtime.Object) bool { return o == nil }), rv, nil
 			}
 			rv = max(rv, e.Revision())
 			if e.Operation() != jetstream.KeyValuePut {
+				set(e.Key(), nil)
 				continue
 			}
 			o, err := s.decode(e.Key(), e.Value(), e.Revision())
 			if err != nil {
 				metrics.Count("admission.list.malformed", 1)
+				set(e.Key(), nil)
 				continue
 			}
-			if m.matches(s.ki, o) {
-				out = append(out, o)
+			if !m.matches(s.ki, o) {
+				o = nil
 			}
+			set(e.Key(), o)
 		}
 	}
 }

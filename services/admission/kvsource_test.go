@@ -2,11 +2,16 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
@@ -85,6 +90,96 @@ func TestListOfAnEndedWatchFails(t *testing.T) {
 			objs, _, err := src.list(ctx, pdbKind.keyFilter("default"), everything())
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("list = %d objects, %v; want %v", len(objs), err, tt.want)
+			}
+		})
+	}
+}
+
+// scriptedKV is a bucket whose watches deliver entries, then the end of the initial values.
+type scriptedKV struct {
+	jetstream.KeyValue
+	entries []jetstream.KeyValueEntry
+}
+
+func (k scriptedKV) Watch(context.Context, string, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w := endedWatcher{updates: make(chan jetstream.KeyValueEntry, len(k.entries)+1)}
+	for _, e := range k.entries {
+		w.updates <- e
+	}
+	w.updates <- nil
+	return w, nil
+}
+
+type entry struct {
+	key   string
+	value []byte
+	rev   uint64
+	op    jetstream.KeyValueOp
+}
+
+func (e entry) Bucket() string                  { return "" }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return e.value }
+func (e entry) Revision() uint64                { return e.rev }
+func (e entry) Created() time.Time              { return time.Time{} }
+func (e entry) Delta() uint64                   { return 0 }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+// A key written while a list reads the initial values comes twice, its old value and the change; the
+// list holds it once, as of the revision it returns. An eviction that saw both found "more than one
+// PodDisruptionBudget" where there was one.
+func TestListHoldsEachKeyOnce(t *testing.T) {
+	_, conn := bustest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.ProvisionBuckets(ctx, conn.JS, bus.Options{}, pdbKind.storage.spec); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenBucket(ctx, conn.JS, pdbKind.storage.spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(name string, allowed int32, rev uint64) jetstream.KeyValueEntry {
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
+		b, err := json.Marshal(pdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entry{key: pdbKind.key("default", name), value: b, rev: rev, op: jetstream.KeyValuePut}
+	}
+	del := func(name string, rev uint64) jetstream.KeyValueEntry {
+		return entry{key: pdbKind.key("default", name), rev: rev, op: jetstream.KeyValueDelete}
+	}
+	bad := func(name string, rev uint64) jetstream.KeyValueEntry {
+		return entry{key: pdbKind.key("default", name), value: []byte("{"), rev: rev, op: jetstream.KeyValuePut}
+	}
+	tests := []struct {
+		name    string
+		entries []jetstream.KeyValueEntry
+		want    []string // name@resourceVersion/disruptionsAllowed, in order
+		wantRV  uint64
+	}{
+		{"no change", []jetstream.KeyValueEntry{put("a", 1, 1), put("b", 1, 2)}, []string{"a@1/1", "b@2/1"}, 2},
+		{"changed", []jetstream.KeyValueEntry{put("a", 1, 1), put("b", 1, 2), put("a", 0, 3)}, []string{"a@3/0", "b@2/1"}, 3},
+		{"deleted", []jetstream.KeyValueEntry{put("a", 1, 1), put("b", 1, 2), del("a", 3)}, []string{"b@2/1"}, 3},
+		{"deleted and made again", []jetstream.KeyValueEntry{put("a", 1, 1), del("a", 2), put("a", 2, 3)}, []string{"a@3/2"}, 3},
+		{"changed to a malformed value", []jetstream.KeyValueEntry{put("a", 1, 1), put("b", 1, 2), bad("a", 3)}, []string{"b@2/1"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &kvSource{kv: scriptedKV{KeyValue: kv, entries: tt.entries}, ki: pdbKind, decode: pdbKind.decodeEntry}
+			objs, rv, err := src.list(ctx, pdbKind.keyFilter("default"), everything())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range objs {
+				p := o.(*policyv1.PodDisruptionBudget)
+				got = append(got, fmt.Sprintf("%s@%s/%d", p.Name, p.ResourceVersion, p.Status.DisruptionsAllowed))
+			}
+			if !slices.Equal(got, tt.want) || rv != tt.wantRV {
+				t.Errorf("list = %v at %d, want %v at %d", got, rv, tt.want, tt.wantRV)
 			}
 		})
 	}
