@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -114,6 +115,25 @@ func StoreRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 		return 0, fmt.Errorf("status of bucket %s: unexpected %T", kv.Bucket(), st)
 	}
 	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// lastEntry is the last entry (a value or a delete) whose key matches filter, a key pattern, from the
+// stream leader; the zero lastMsg when none does.
+func (b *Bucket) lastEntry(ctx context.Context, filter string) (lastMsg, error) {
+	req, err := json.Marshal(struct {
+		Last string `json:"last_by_subj"`
+	}{b.prefix + filter})
+	if err != nil {
+		return lastMsg{}, err
+	}
+	m, err := retryRead(ctx, func(ctx context.Context) (lastMsg, error) { return msgGet(ctx, b.nc, b.stream, req) })
+	if errors.Is(err, errNoMsg) {
+		return lastMsg{}, nil
+	}
+	if err != nil {
+		return lastMsg{}, fmt.Errorf("last entry of %s/%s: %w", b.Bucket(), filter, err)
+	}
+	return m, nil
 }
 
 // Delete removes key only if its revision is still rev; ErrConflict otherwise.

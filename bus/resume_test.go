@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -100,7 +101,7 @@ func TestWatchResumesWhereItEnded(t *testing.T) {
 			if tt.updatesOnly {
 				w, err = resumeUpdates(ctx, h.kv, open, nil)
 			} else {
-				w, err = resumeWatch(ctx, "w", 0, open, nil)
+				w, err = resumeWatch(ctx, "w", 0, nil, open, nil)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -166,7 +167,7 @@ func TestResumingWatchStops(t *testing.T) {
 		under = ctx
 		return h.kv.WatchAll(ctx, opts...)
 	}
-	w, err := resumeWatch(ctx, "w", 0, open, nil)
+	w, err := resumeWatch(ctx, "w", 0, nil, open, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestResumingWatchEndsWithTheConnection(t *testing.T) {
 		h.c.NC.Close()
 		return h.kv.WatchAll(ctx, opts...)
 	}
-	w, err := resumeWatch(ctx, "w", 0, open, nil)
+	w, err := resumeWatch(ctx, "w", 0, nil, open, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +216,97 @@ func TestResumingWatchEndsWithTheConnection(t *testing.T) {
 	}
 	if opens != 3 {
 		t.Errorf("%d opens, want 3", opens)
+	}
+}
+
+// scriptWatcher delivers entries, then nothing.
+type scriptWatcher struct{ updates chan jetstream.KeyValueEntry }
+
+func (w scriptWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
+func (w scriptWatcher) Stop() error                             { return nil }
+
+type scriptEntry struct {
+	key string
+	rev uint64
+	op  jetstream.KeyValueOp
+}
+
+func (e scriptEntry) Bucket() string                  { return "w" }
+func (e scriptEntry) Key() string                     { return e.key }
+func (e scriptEntry) Value() []byte                   { return nil }
+func (e scriptEntry) Revision() uint64                { return e.rev }
+func (e scriptEntry) Created() time.Time              { return time.Time{} }
+func (e scriptEntry) Delta() uint64                   { return 0 }
+func (e scriptEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// A watch passes on its nil entry once it has passed on its fence, the last entry under its keys read
+// after nats.go's nil entry, wherever nats.go placed that: before the last values, it is held for them.
+// A fence read again only lowers it (its entry removed by its age); a fence that is a delete the watch
+// does not pass on (jetstream.IgnoreDeletes) is given up; a fence that cannot be read leaves nats.go's
+// nil entry where it was.
+func TestWatchMarksAtItsFence(t *testing.T) {
+	put := func(k string, rev uint64) jetstream.KeyValueEntry { return scriptEntry{k, rev, jetstream.KeyValuePut} }
+	type fenceRead struct {
+		seq     uint64
+		deleted bool
+		err     error
+	}
+	tests := []struct {
+		name    string
+		entries []jetstream.KeyValueEntry
+		fences  []fenceRead // one per read, the last repeated
+		want    []string
+	}{
+		{"in place", []jetstream.KeyValueEntry{put("a", 1), put("b", 2), nil, put("c", 3)}, []fenceRead{{seq: 2}},
+			[]string{"a", "b", "nil", "c"}},
+		{"before the last values", []jetstream.KeyValueEntry{put("a", 1), nil, put("b", 2), put("c", 3)}, []fenceRead{{seq: 2}},
+			[]string{"a", "b", "nil", "c"}},
+		{"before a delete", []jetstream.KeyValueEntry{put("a", 1), nil, scriptEntry{"a", 2, jetstream.KeyValueDelete}}, []fenceRead{{seq: 2, deleted: true}},
+			[]string{"a", "-a", "nil"}},
+		{"an empty bucket", []jetstream.KeyValueEntry{nil, put("a", 1)}, []fenceRead{{}}, []string{"nil", "a"}},
+		{"the fenced entry removed", []jetstream.KeyValueEntry{put("a", 1), nil}, []fenceRead{{seq: 5}, {seq: 9}, {seq: 1}},
+			[]string{"a", "nil"}},
+		{"a delete not passed on", []jetstream.KeyValueEntry{put("a", 1), nil}, []fenceRead{{seq: 2, deleted: true}},
+			[]string{"a", "nil"}},
+		{"no fence", []jetstream.KeyValueEntry{put("a", 1), nil, put("b", 2)}, []fenceRead{{err: errors.New("permissions violation")}},
+			[]string{"a", "nil", "b"}},
+	}
+	defer func(r, g time.Duration) { fenceRecheck, fenceGiveUp = r, g }(fenceRecheck, fenceGiveUp)
+	fenceRecheck, fenceGiveUp = 20*time.Millisecond, 200*time.Millisecond
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			open := func(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+				w := scriptWatcher{updates: make(chan jetstream.KeyValueEntry, len(tt.entries))}
+				for _, e := range tt.entries {
+					w.updates <- e
+				}
+				return w, nil
+			}
+			reads := 0
+			fence := func(context.Context) (lastMsg, error) {
+				f := tt.fences[min(reads, len(tt.fences)-1)]
+				reads++
+				return lastMsg{seq: f.seq, deleted: f.deleted}, f.err
+			}
+			w, err := resumeWatch(ctx, "w", 0, fence, open, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.Stop() }()
+			var got []string
+			for range tt.want {
+				select {
+				case e := <-w.Updates():
+					got = append(got, describe(e))
+				case <-ctx.Done():
+					t.Fatalf("got %v, then nothing; want %v", got, tt.want)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
