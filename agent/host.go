@@ -210,14 +210,15 @@ func (h *Host) handle(ctx context.Context, m *bus.Msg) error {
 }
 
 // boundPods reads the pods the store has on the host's nodes, by node name then uid: one watch over the
-// bucket's current values for all of them.
+// bucket's current values for all of them. A key may come more than once (a write made while the watch
+// reads); its last entry stands.
 func (h *Host) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string]map[string]*pb.Pod, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("watch pods: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	out := map[string]map[string]*pb.Pod{}
+	byKey := map[string]*pb.Pod{} // the host's pods
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,21 +231,28 @@ func (h *Host) boundPods(ctx context.Context, kv jetstream.KeyValue) (map[string
 				return nil, fmt.Errorf("watch pods: %w", bus.ErrWatchEnded) // a partial list is no list
 			}
 			if e == nil {
+				out := map[string]map[string]*pb.Pod{}
+				for _, p := range byKey {
+					node := p.GetSpec().GetNodeName()
+					if out[node] == nil {
+						out[node] = map[string]*pb.Pod{}
+					}
+					out[node][p.GetMetadata().GetUid()] = p
+				}
 				return out, nil
 			}
-			var p pb.Pod
-			if err := proto.Unmarshal(e.Value(), &p); err != nil {
+			delete(byKey, e.Key())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			p := &pb.Pod{}
+			if err := proto.Unmarshal(e.Value(), p); err != nil {
 				h.log.Warn("undecodable pod in store", "key", e.Key(), "err", err)
 				continue
 			}
-			node := p.GetSpec().GetNodeName()
-			if node == "" || h.byNode[bus.Token(node)] == nil {
-				continue
+			if node := p.GetSpec().GetNodeName(); node != "" && h.byNode[bus.Token(node)] != nil {
+				byKey[e.Key()] = p
 			}
-			if out[node] == nil {
-				out[node] = map[string]*pb.Pod{}
-			}
-			out[node][p.GetMetadata().GetUid()] = &p
 		}
 	}
 }

@@ -101,7 +101,7 @@ func verifyOnce(ctx context.Context, js jetstream.JetStream, stream string) (Ver
 
 // readBucket reads every live entry of a bucket: key -> value.
 func readBucket(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}
@@ -117,6 +117,10 @@ func readBucket(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, 
 			}
 			if e == nil {
 				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(out, e.Key()) // a delete read after the value it ends
+				continue
 			}
 			out[e.Key()] = e.Value()
 		}
