@@ -51,8 +51,10 @@ func (s *kvSource) get(ctx context.Context, key, name string) (runtime.Object, u
 }
 
 // list reads the current values under filter (a key pattern) that match m, as of the revision it returns.
-// A key written while the watch reads the initial values comes twice, its value then and its change:
-// the later one stands, so a list holds each key once.
+// A key written while the watch reads the initial values may come twice, its value then and its change
+// (nats.go places the end of the initial values from pending counts that writes move): the later entry
+// stands, so a list holds each key once. The bucket's watch holds that end until its fence has come
+// (see bus.Bucket.Watch), so no value is missing.
 func (s *kvSource) list(ctx context.Context, filter string, m matcher) ([]runtime.Object, uint64, error) {
 	s.count()
 	last, err := bus.StoreRevision(ctx, s.kv)

@@ -125,9 +125,9 @@ func (e entry) Created() time.Time              { return time.Time{} }
 func (e entry) Delta() uint64                   { return 0 }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 
-// A key written while a list reads the initial values comes twice, its old value and the change; the
-// list holds it once, as of the revision it returns. An eviction that saw both found "more than one
-// PodDisruptionBudget" where there was one.
+// A key written while a list reads the initial values may come twice before the end of them, its old
+// value and the change; the list holds it once, as of the revision it returns. An eviction that saw
+// both found "more than one PodDisruptionBudget" where there was one.
 func TestListHoldsEachKeyOnce(t *testing.T) {
 	_, conn := bustest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
