@@ -118,7 +118,9 @@ func StoreRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 }
 
 // lastEntry is the last entry (a value or a delete) whose key matches filter, a key pattern, from the
-// stream leader; the zero lastMsg when none does.
+// stream leader; the zero lastMsg when none does. It waits out missing answers until ctx ends, saying
+// so as the start does: a watch's fence (resume.go) is read on the watch's own context, which has no
+// deadline.
 func (b *Bucket) lastEntry(ctx context.Context, filter string) (lastMsg, error) {
 	req, err := json.Marshal(struct {
 		Last string `json:"last_by_subj"`
@@ -126,7 +128,8 @@ func (b *Bucket) lastEntry(ctx context.Context, filter string) (lastMsg, error) 
 	if err != nil {
 		return lastMsg{}, err
 	}
-	m, err := retryRead(ctx, func(ctx context.Context) (lastMsg, error) { return msgGet(ctx, b.nc, b.stream, req) })
+	m, err := retryUnanswered(ctx, "the last entry of "+b.stream+" under "+filter, jsAPITimeout, pubRetryWait,
+		func(ctx context.Context) (lastMsg, error) { return msgGet(ctx, b.nc, b.stream, req) })
 	if errors.Is(err, errNoMsg) {
 		return lastMsg{}, nil
 	}

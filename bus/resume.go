@@ -60,7 +60,7 @@ func resumeUpdates(ctx context.Context, kv jetstream.KeyValue, open openWatch, o
 }
 
 // fenceFunc reads a watch's fence: the last entry under its keys, from the stream leader (revision 0
-// when there is none).
+// when there is none), waiting out missing answers until ctx ends.
 type fenceFunc func(ctx context.Context) (lastMsg, error)
 
 // fence is the fenceFunc of a watch of keys (patterns) on b.
@@ -225,7 +225,8 @@ func (r *resumer) forward(ctx context.Context, kw jetstream.KeyWatcher) {
 // come before the last values. Entries come in revision order, so the keys' values are then all in, as of
 // the fence or later. Until then, mark holds the nil entry (holding), and is called again each
 // fenceRecheck (again true): a fence read again only lowers it, so a watch does not chase new writes.
-// If the fence cannot be read, the nil entry goes on as nats.go placed it. false: ctx ended.
+// The fence is asked for again while no server answers; if it is refused, the nil entry goes on as
+// nats.go placed it. false: ctx ended.
 func (r *resumer) mark(ctx context.Context, again bool) bool {
 	if r.fence == nil {
 		return r.pass(ctx)
