@@ -127,7 +127,7 @@ func resumeWatch(ctx context.Context, bucket string, floor uint64, fence fenceFu
 	// Every watch under it runs on the context whose end it checks: a first watch on the caller's could
 	// close while the cancel is still on its way to this one, which would then open another.
 	ctx, cancel := context.WithCancel(ctx)
-	first, err := open(ctx, opts...)
+	first, err := openFirst(ctx, bucket, open, opts)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -136,6 +136,29 @@ func resumeWatch(ctx context.Context, bucket string, floor uint64, fence fenceFu
 	r := &resumer{w: w, bucket: bucket, open: open, opts: slices.Clip(opts), last: floor, fence: fence}
 	go r.run(ctx, first)
 	return w, nil
+}
+
+// openFirst opens a resuming watch's first watch, asking again every ResumePause while JetStream gives
+// no answer (a leader being chosen, a server cut off from its cluster), as a start does: a service whose
+// first watch got none would otherwise exit, to be restarted into the same wait. It says every
+// retryLogEvery that it still gets none. An answered error, or ctx's end, is returned.
+func openFirst(ctx context.Context, bucket string, open openWatch, opts []jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	start := time.Now()
+	logged := start
+	for {
+		kw, err := open(ctx, opts...)
+		if err == nil || ctx.Err() != nil || !Unanswered(err) {
+			return kw, err
+		}
+		if time.Since(logged) >= retryLogEvery {
+			logged = time.Now()
+			slog.Warn("no answer from JetStream; still trying", "what", "a watch of bucket "+bucket,
+				"for", time.Since(start).Round(time.Second), "err", err)
+		}
+		if !ctxtime.Sleep(ctx, ResumePause) {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // resumer is a resumingWatcher's goroutine state.

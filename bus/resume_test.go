@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -306,6 +307,47 @@ func TestWatchMarksAtItsFence(t *testing.T) {
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A watch's first open waits out JetStream giving no answer, as a start does, and returns an answered
+// error at once.
+func TestWatchOpenWaitsOutNoAnswer(t *testing.T) {
+	tests := []struct {
+		name  string
+		errs  []error // the opens' errors before one succeeds
+		want  error
+		opens int
+	}{
+		{"no answer twice", []error{nats.ErrTimeout, &jetstream.APIError{Code: 503, ErrorCode: 10008}}, nil, 3},
+		{"refused", []error{jetstream.ErrBucketNotFound}, jetstream.ErrBucketNotFound, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			opens := 0
+			open := func(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+				opens++
+				if opens <= len(tt.errs) {
+					return nil, tt.errs[opens-1]
+				}
+				w := scriptWatcher{updates: make(chan jetstream.KeyValueEntry, 1)}
+				w.updates <- nil
+				return w, nil
+			}
+			w, err := resumeWatch(ctx, "w", 0, nil, open, nil)
+			if !errors.Is(err, tt.want) || opens != tt.opens {
+				t.Fatalf("open = %v after %d opens, want %v after %d", err, opens, tt.want, tt.opens)
+			}
+			if err != nil {
+				return
+			}
+			defer func() { _ = w.Stop() }()
+			if e := <-w.Updates(); e != nil {
+				t.Errorf("first entry %v, want the end of the initial values", describe(e))
 			}
 		})
 	}
