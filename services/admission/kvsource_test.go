@@ -53,11 +53,10 @@ func endAfter(ctx context.Context, w jetstream.KeyWatcher, n int) jetstream.KeyW
 	return out
 }
 
-// A list whose watch ends before the end of the bucket's values is an error, not a shorter list.
-func TestListOfAnEndedWatchFails(t *testing.T) {
+// pdbBucket is the budgets' bucket on a server of the test's own.
+func pdbBucket(ctx context.Context, t *testing.T) jetstream.KeyValue {
+	t.Helper()
 	_, conn := bustest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := bus.ProvisionBuckets(ctx, conn.JS, bus.Options{}, pdbKind.storage.spec); err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +64,14 @@ func TestListOfAnEndedWatchFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return kv
+}
+
+// A list whose watch ends before the end of the bucket's values is an error, not a shorter list.
+func TestListOfAnEndedWatchFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv := pdbBucket(ctx, t)
 	// Two deleted objects: entries the list reads and skips, so no value needs decoding.
 	for _, name := range []string{"a", "b"} {
 		key := pdbKind.key("default", name)
@@ -129,16 +136,9 @@ func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 // value and the change; the list holds it once, as of the revision it returns. An eviction that saw
 // both found "more than one PodDisruptionBudget" where there was one.
 func TestListHoldsEachKeyOnce(t *testing.T) {
-	_, conn := bustest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.ProvisionBuckets(ctx, conn.JS, bus.Options{}, pdbKind.storage.spec); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.OpenBucket(ctx, conn.JS, pdbKind.storage.spec.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := pdbBucket(ctx, t)
 	put := func(name string, allowed int32, rev uint64) jetstream.KeyValueEntry {
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
