@@ -15,6 +15,7 @@ import (
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/podtest"
 )
 
 // endingKV is a bucket whose watches end after n entries, as a watch does when its consumer is given
@@ -117,21 +118,6 @@ func (k scriptedKV) Watch(context.Context, string, ...jetstream.WatchOpt) (jetst
 	return w, nil
 }
 
-type entry struct {
-	key   string
-	value []byte
-	rev   uint64
-	op    jetstream.KeyValueOp
-}
-
-func (e entry) Bucket() string                  { return "" }
-func (e entry) Key() string                     { return e.key }
-func (e entry) Value() []byte                   { return e.value }
-func (e entry) Revision() uint64                { return e.rev }
-func (e entry) Created() time.Time              { return time.Time{} }
-func (e entry) Delta() uint64                   { return 0 }
-func (e entry) Operation() jetstream.KeyValueOp { return e.op }
-
 // A key written while a list reads the initial values may come twice before the end of them, its old
 // value and the change; the list holds it once, as of the revision it returns. An eviction that saw
 // both found "more than one PodDisruptionBudget" where there was one.
@@ -146,13 +132,13 @@ func TestListHoldsEachKeyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return entry{key: pdbKind.key("default", name), value: b, rev: rev, op: jetstream.KeyValuePut}
+		return &podtest.Entry{K: pdbKind.key("default", name), V: b, Rev: rev, Op: jetstream.KeyValuePut}
 	}
 	del := func(name string, rev uint64) jetstream.KeyValueEntry {
-		return entry{key: pdbKind.key("default", name), rev: rev, op: jetstream.KeyValueDelete}
+		return &podtest.Entry{K: pdbKind.key("default", name), Rev: rev, Op: jetstream.KeyValueDelete}
 	}
 	bad := func(name string, rev uint64) jetstream.KeyValueEntry {
-		return entry{key: pdbKind.key("default", name), value: []byte("{"), rev: rev, op: jetstream.KeyValuePut}
+		return &podtest.Entry{K: pdbKind.key("default", name), V: []byte("{"), Rev: rev, Op: jetstream.KeyValuePut}
 	}
 	tests := []struct {
 		name    string
