@@ -138,27 +138,15 @@ func resumeWatch(ctx context.Context, bucket string, floor uint64, fence fenceFu
 	return w, nil
 }
 
-// openFirst opens a resuming watch's first watch, asking again every ResumePause while JetStream gives
-// no answer (a leader being chosen, a server cut off from its cluster), as a start does: a service whose
-// first watch got none would otherwise exit, to be restarted into the same wait. It says every
-// retryLogEvery that it still gets none. An answered error, or ctx's end, is returned.
+// openFirst opens a resuming watch's first watch, asking again while JetStream gives no answer (a
+// leader being chosen, a server cut off from its cluster), as a start does: a service whose first
+// watch got none would otherwise exit, to be restarted into the same wait. An answered error, or ctx's
+// end, is returned. The watch runs on ctx itself, not on the try's context, which ends with the try:
+// nats.go bounds the open's own requests.
 func openFirst(ctx context.Context, bucket string, open openWatch, opts []jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	start := time.Now()
-	logged := start
-	for {
-		kw, err := open(ctx, opts...)
-		if err == nil || ctx.Err() != nil || !Unanswered(err) {
-			return kw, err
-		}
-		if time.Since(logged) >= retryLogEvery {
-			logged = time.Now()
-			slog.Warn("no answer from JetStream; still trying", "what", "a watch of bucket "+bucket,
-				"for", time.Since(start).Round(time.Second), "err", err)
-		}
-		if !ctxtime.Sleep(ctx, ResumePause) {
-			return nil, ctx.Err()
-		}
-	}
+	return retryUnanswered(ctx, "a watch of bucket "+bucket, 0, ResumePause, func(context.Context) (jetstream.KeyWatcher, error) {
+		return open(ctx, opts...)
+	})
 }
 
 // resumer is a resumingWatcher's goroutine state.
