@@ -3,14 +3,19 @@ package workloads
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podbus/podbus/bus"
 	"github.com/podbus/podbus/bus/bustest"
+	"github.com/podbus/podbus/internal/workload"
+	pb "github.com/podbus/podbus/proto/podbusv1"
 )
 
 // unstartedReplica is a workloads replica with its buckets but no watches: a test feeds its cache.
@@ -153,5 +158,108 @@ func TestNoRollbackFromAStaleDeployment(t *testing.T) {
 	}
 	if got := revisions(); got["app:1"] != 1 || got["app:2"] != 2 {
 		t.Errorf("revisions %v after the stale sync, want app:1 at 1 and app:2 at 2", got)
+	}
+}
+
+// The interleaving behind a chaos run's surge verdict: two replicas decide on one Deployment from two
+// templates. Replica A reads it at app:2 and counts its ReplicaSets; replica B, at app:3, creates
+// app:3's ReplicaSet with the room maxSurge leaves; then A's creation of app:2's ReplicaSet with that
+// same room arrives (late: a write held on a cut route arrives after the route heals). Each write is a
+// compare-and-set of its own key, so both were stored: 6 pods for replicas 4 + maxSurge 1. A write
+// that adds pods now stands only while the Deployment's ReplicaSets are those its decision counted; a
+// write of another Deployment's ReplicaSet in the namespace meanwhile does not stop it.
+func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		other       string // the ReplicaSet written between A's count and its write: "app:3" (B's), or another Deployment's
+		wantRequeue bool
+		wantImages  []string // web's ReplicaSets' after A's write
+	}{
+		{"the same Deployment's new ReplicaSet", "app:3", true, []string{"app:1", "app:3"}},
+		{"another Deployment's ReplicaSet", "other", false, []string{"app:1", "app:2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := unstartedReplica(t)
+			ctx := context.Background()
+			kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seeAll := func() {
+				for _, k := range replicaSetNames(t, c) {
+					e, err := kv.Get(ctx, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.onReplicaSet(e)
+				}
+			}
+			putDeployment(t, c, func(d *appsv1.Deployment) {
+				webDeployment(4, "app:1", appsv1.RollingUpdateDeploymentStrategyType)(d)
+				// No old pod is taken down before a new one is available: the new ReplicaSets' room is
+				// all there is to decide.
+				none, one := intstr.FromInt32(0), intstr.FromInt32(1)
+				d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxUnavailable: &none, MaxSurge: &one}
+			})
+			if err := s.syncDeployment(ctx, "default", "web"); err != nil {
+				t.Fatalf("first sync: %v", err)
+			}
+			seeAll()
+
+			// A reads the Deployment at app:2 and counts its ReplicaSets: app:1's, with 4.
+			putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:2" })
+			a, err := s.getDeployment(ctx, "default", "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &dsync{s: s, d: a.obj, dt: a.template, drev: a.rev, fresh: true}
+			if err := x.classify(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			switch tc.other {
+			case "app:3": // B rolls on and syncs from a fresh count.
+				putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:3" })
+				if err := s.syncDeployment(ctx, "default", "web"); err != nil {
+					t.Fatalf("B's sync: %v", err)
+				}
+			default:
+				n := int32(2)
+				rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "default", UID: "other-uid",
+					Labels: map[string]string{"app": "other"}}, Spec: appsv1.ReplicaSetSpec{Replicas: &n,
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}}}
+				data, err := workload.Encode(rs, &pb.Pod{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := bus.CreateEncoded(ctx, kv, bus.ObjectKey("default", "other"), data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seeAll()
+
+			// A's creation arrives.
+			err = x.ensureNewRS(ctx)
+			if got := errors.Is(err, errRequeue); got != tc.wantRequeue || (err != nil && !got) {
+				t.Fatalf("A's creation: %v, want requeue %v", err, tc.wantRequeue)
+			}
+			var images []string
+			var pods int32
+			for _, k := range replicaSetNames(t, c) {
+				ns, name, _ := bus.SplitPodKey(k)
+				r, err := s.getRS(ctx, ns, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.obj.Labels["app"] == "web" {
+					images = append(images, r.obj.Spec.Template.Spec.Containers[0].Image)
+					pods += replicas(r)
+				}
+			}
+			slices.Sort(images)
+			if !slices.Equal(images, tc.wantImages) || pods != 5 {
+				t.Errorf("web's ReplicaSets of %v with %d replicas, want %v with 5 (replicas 4 + maxSurge 1)", images, pods, tc.wantImages)
+			}
+		})
 	}
 }

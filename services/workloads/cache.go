@@ -40,12 +40,15 @@ type cache struct {
 	deploys map[string]*dEntry  // ns/name
 	// podsRev is the highest pods-bucket revision the cache has applied.
 	podsRev uint64
-	// rsRev is the highest replicasets-bucket revision the cache has seen, malformed records included.
+	// rsRev is the highest replicasets-bucket revision the cache has seen, malformed records included;
+	// rsNS the same for each namespace's keys.
 	rsRev uint64
+	rsNS  map[string]uint64
 }
 
 func newCache() *cache {
-	return &cache{pods: map[string]map[string]*cachedPod{}, byOwner: map[string]map[string]*cachedPod{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{}}
+	return &cache{pods: map[string]map[string]*cachedPod{}, byOwner: map[string]map[string]*cachedPod{}, rs: map[string]*rsEntry{}, deploys: map[string]*dEntry{},
+		rsNS: map[string]uint64{}}
 }
 
 // setPod records a pod read at revision rev (nil: deleted), not cached yet, and returns the pod it
@@ -121,11 +124,15 @@ func (c *cache) hasPod(ns, name string) bool {
 	return ok
 }
 
-// sawRS records that the replicasets watch has delivered revision rev.
-func (c *cache) sawRS(rev uint64) {
+// sawRS records that the replicasets watch has delivered revision rev, a key of ns ("": a key that
+// names none).
+func (c *cache) sawRS(ns string, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rsRev = max(c.rsRev, rev)
+	if ns != "" {
+		c.rsNS[ns] = max(c.rsNS[ns], rev)
+	}
 }
 
 func (c *cache) rsRevision() uint64 {
@@ -156,14 +163,27 @@ func (c *cache) setDeployment(key string, d *dEntry) {
 	}
 }
 
-// replicaSetsOf returns the ReplicaSets of ns.
-func (c *cache) replicaSetsOf(ns string) []*rsEntry {
+// replicaSetsOf returns the ReplicaSets of ns, and the last revision of ns's keys the cache has seen.
+func (c *cache) replicaSetsOf(ns string) ([]*rsEntry, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*rsEntry
 	for _, r := range c.rs {
 		if r.obj.Namespace == ns {
 			out = append(out, r)
+		}
+	}
+	return out, c.rsNS[ns]
+}
+
+// revisionsOf returns the revisions of the ReplicaSets of ns that counts says count, by name.
+func (c *cache) revisionsOf(ns string, counts func(*appsv1.ReplicaSet) bool) map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]uint64{}
+	for _, r := range c.rs {
+		if r.obj.Namespace == ns && counts(r.obj) {
+			out[r.obj.Name] = r.rev
 		}
 	}
 	return out

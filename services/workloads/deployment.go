@@ -71,6 +71,10 @@ type dsync struct {
 	created, progressed bool
 	// fresh: the cache was read after a barrier (see syncDeployment); only then may pods be added.
 	fresh bool
+	// owned are the revisions of the Deployment's ReplicaSets this sync decides from, by name, and
+	// nsSeq the last revision of its namespace's ReplicaSets it knows of (see addingWrite).
+	owned map[string]uint64
+	nsSeq uint64
 }
 
 func revision(o metav1.Object) int64 {
@@ -100,6 +104,11 @@ func (s *Service) replicaSetsBarrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.waitRS(ctx, last)
+}
+
+// waitRS waits until the cache has applied the replicasets bucket's revision last.
+func (s *Service) waitRS(ctx context.Context, last uint64) error {
 	deadline := time.Now().Add(s.cfg.barrierWait)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -162,11 +171,13 @@ func (s *Service) syncDeploymentFrom(ctx context.Context, ns, name string, fresh
 // classify finds the Deployment's ReplicaSets (adopting orphans its selector selects) and its new one.
 func (x *dsync) classify(ctx context.Context) error {
 	d := x.d
-	for _, r := range x.s.c.replicaSetsOf(d.Namespace) {
-		ref := metav1.GetControllerOfNoCopy(r.obj)
+	rsets, nsSeq := x.s.c.replicaSetsOf(d.Namespace)
+	x.nsSeq, x.owned = nsSeq, map[string]uint64{}
+	for _, r := range rsets {
+		ours, orphan := belongs(d, r.obj)
 		switch {
-		case ref != nil && ref.UID == d.UID:
-		case ref == nil && r.obj.DeletionTimestamp == nil && selects(d.Spec.Selector, r.obj.Labels):
+		case ours:
+		case orphan:
 			rs := r.obj.DeepCopy()
 			t := true
 			rs.OwnerReferences = append(rs.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment",
@@ -179,6 +190,7 @@ func (x *dsync) classify(ctx context.Context) error {
 		default:
 			continue
 		}
+		x.owned[r.obj.Name] = r.rev
 		if x.newRS == nil && workload.EqualIgnoreHash(&r.obj.Spec.Template, &d.Spec.Template) {
 			x.newRS = r
 			continue
@@ -188,6 +200,53 @@ func (x *dsync) classify(ctx context.Context) error {
 	slices.SortFunc(x.old, func(a, b *rsEntry) int { return a.obj.CreationTimestamp.Compare(b.obj.CreationTimestamp.Time) })
 	return nil
 }
+
+// belongs says whether rs is d's ReplicaSet (ours) or an orphan d adopts.
+func belongs(d *appsv1.Deployment, rs *appsv1.ReplicaSet) (ours, orphan bool) {
+	ref := metav1.GetControllerOfNoCopy(rs)
+	if ref != nil {
+		return ref.UID == d.UID, false
+	}
+	return false, rs.DeletionTimestamp == nil && selects(d.Spec.Selector, rs.Labels)
+}
+
+// addingWrite stores data under key (a ReplicaSet of the Deployment: a new one, or one scaled up) only
+// while the Deployment's ReplicaSets are those this sync counted. A decision that adds pods rests on
+// all of them, and a compare-and-set of the one it writes cannot vouch for the others: another replica
+// may scale another one up meanwhile, and a write held on a cut route may arrive seconds later, after
+// the other replicas have moved on. So the write is conditional on the last revision of every
+// ReplicaSet key of the namespace (one message, nats-server's check over a subject filter). When
+// another key of the namespace was written after nsSeq, the cache catches up to it and the write is
+// sent again over it if none of the Deployment's ReplicaSets (or orphans it adopts) changed.
+func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint64, error) {
+	ns := x.d.Namespace
+	for try := 1; ; try++ {
+		rev, err := bus.WriteUnder(ctx, x.s.conn.JS, x.s.rsKV, key, data, false, bus.PodKeyPrefix(ns), x.nsSeq)
+		if err == nil {
+			x.nsSeq = rev
+			return rev, nil
+		}
+		var ce *bus.ConflictError
+		if !errors.As(err, &ce) || try == addingTries {
+			return 0, err
+		}
+		metrics.Count("workloads.adding.moved", 1)
+		if err := x.s.waitRS(ctx, ce.Rev); err != nil {
+			return 0, err
+		}
+		now := x.s.c.revisionsOf(ns, func(rs *appsv1.ReplicaSet) bool {
+			ours, orphan := belongs(x.d, rs)
+			return ours || orphan
+		})
+		if !maps.Equal(now, x.owned) {
+			return 0, errRequeue
+		}
+		x.nsSeq = ce.Rev
+	}
+}
+
+// addingTries bounds the sends of one addingWrite while other ReplicaSets of the namespace change.
+const addingTries = 4
 
 func (x *dsync) maxOldRevision() int64 {
 	var m int64
@@ -321,14 +380,22 @@ func (x *dsync) ensureNewRS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rev2, err := bus.CreateEncoded(ctx, x.s.rsKV, bus.ObjectKey(rs.Namespace, rs.Name), data)
-	if errors.Is(err, bus.ErrExists) {
+	key := bus.ObjectKey(rs.Namespace, rs.Name)
+	var rev2 uint64
+	if n > 0 {
+		// The name is free in what this sync counted; the write stands only while that is so.
+		rev2, err = x.addingWrite(ctx, key, data)
+	} else {
+		rev2, err = bus.CreateEncoded(ctx, x.s.rsKV, key, data)
+	}
+	if errors.Is(err, bus.ErrExists) || errors.Is(err, bus.ErrConflict) {
 		return errRequeue // another replica made it (or a collision): the next sync finds it
 	}
 	if err != nil {
 		return fmt.Errorf("create replicaset %s/%s: %w", rs.Namespace, rs.Name, err)
 	}
 	x.newRS = &rsEntry{obj: rs, template: pt, rev: rev2}
+	x.owned[rs.Name] = rev2
 	x.created, x.progressed = true, true
 	if n > 0 {
 		x.event(rs.Name, 0, n)
@@ -355,9 +422,20 @@ func rsAnnotations(d *appsv1.Deployment, rev int64) map[string]string {
 	return out
 }
 
-// writeRS writes a changed ReplicaSet over the revision its entry was read at.
+// writeRS writes a changed ReplicaSet over the revision its entry was read at; one that adds pods
+// (more replicas) through addingWrite.
 func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) error {
-	rev, err := x.s.writeRS(ctx, rs, e.template, e.rev)
+	var rev uint64
+	var err error
+	if replicas(&rsEntry{obj: rs}) > replicas(e) {
+		var data []byte
+		if data, err = workload.Encode(rs, e.template); err != nil {
+			return err
+		}
+		rev, err = x.addingWrite(ctx, bus.ObjectKey(rs.Namespace, rs.Name), data)
+	} else {
+		rev, err = x.s.writeRS(ctx, rs, e.template, e.rev)
+	}
 	if err != nil {
 		return err
 	}
@@ -365,6 +443,7 @@ func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) 
 	x.s.c.mu.Lock()
 	e.obj, e.rev = rs, rev
 	x.s.c.mu.Unlock()
+	x.owned[rs.Name] = rev
 	return nil
 }
 

@@ -366,8 +366,8 @@ func (s *Service) podOwners(ns string, pods ...*cachedPod) []string {
 }
 
 func (s *Service) onReplicaSet(e jetstream.KeyValueEntry) {
-	defer s.c.sawRS(e.Revision())
 	ns, name, ok := bus.SplitPodKey(e.Key())
+	defer s.c.sawRS(ns, e.Revision())
 	if !ok {
 		return
 	}
