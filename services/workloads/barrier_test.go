@@ -96,6 +96,22 @@ func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
 	}
 }
 
+// seeReplicaSets feeds s's cache every ReplicaSet in the bucket, as its watch would.
+func seeReplicaSets(t *testing.T, c *bus.Conn, s *Service) {
+	t.Helper()
+	kv, err := c.JS.KeyValue(context.Background(), bus.BucketReplicaSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range replicaSetNames(t, c) {
+		e, err := kv.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.onReplicaSet(e)
+	}
+}
+
 // The interleaving behind a flaky revision count: a replica read the Deployment at app:1, another
 // replica then rolled it to app:2, and the first one's ReplicaSets cache already held app:2's
 // ReplicaSet (revision 2) when it went on. Its app:1 ReplicaSet then looked like the target of a
@@ -104,20 +120,6 @@ func TestRollWaitsForAnUnseenReplicaSet(t *testing.T) {
 func TestNoRollbackFromAStaleDeployment(t *testing.T) {
 	c, s := unstartedReplica(t)
 	ctx := context.Background()
-	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// seeAll feeds the cache every ReplicaSet in the bucket, as its watch would.
-	seeAll := func() {
-		for _, k := range replicaSetNames(t, c) {
-			e, err := kv.Get(ctx, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.onReplicaSet(e)
-		}
-	}
 	revisions := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, k := range replicaSetNames(t, c) {
@@ -135,7 +137,7 @@ func TestNoRollbackFromAStaleDeployment(t *testing.T) {
 	if err := s.syncDeployment(ctx, "default", "web"); err != nil && !errors.Is(err, errRequeue) {
 		t.Fatalf("first sync: %v", err)
 	}
-	seeAll()
+	seeReplicaSets(t, c, s)
 	stale, err := s.getDeployment(ctx, "default", "web") // this sync's read, at app:1
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func TestNoRollbackFromAStaleDeployment(t *testing.T) {
 	if err := s.syncDeployment(ctx, "default", "web"); err != nil && !errors.Is(err, errRequeue) { // the other replica's, at app:2
 		t.Fatalf("sync at app:2: %v", err)
 	}
-	seeAll()
+	seeReplicaSets(t, c, s)
 	if got := revisions(); got["app:1"] != 1 || got["app:2"] != 2 {
 		t.Fatalf("revisions %v after the roll, want app:1 at 1 and app:2 at 2", got)
 	}
@@ -185,15 +187,6 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seeAll := func() {
-				for _, k := range replicaSetNames(t, c) {
-					e, err := kv.Get(ctx, k)
-					if err != nil {
-						t.Fatal(err)
-					}
-					s.onReplicaSet(e)
-				}
-			}
 			putDeployment(t, c, func(d *appsv1.Deployment) {
 				webDeployment(4, "app:1", appsv1.RollingUpdateDeploymentStrategyType)(d)
 				// No old pod is taken down before a new one is available: the new ReplicaSets' room is
@@ -204,7 +197,7 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 			if err := s.syncDeployment(ctx, "default", "web"); err != nil {
 				t.Fatalf("first sync: %v", err)
 			}
-			seeAll()
+			seeReplicaSets(t, c, s)
 
 			// A reads the Deployment at app:2 and counts its ReplicaSets: app:1's, with 4.
 			putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:2" })
@@ -236,7 +229,7 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			seeAll()
+			seeReplicaSets(t, c, s)
 
 			// A's creation arrives.
 			err = x.ensureNewRS(ctx)
