@@ -220,6 +220,7 @@ func belongs(d *appsv1.Deployment, rs *appsv1.ReplicaSet) (ours, orphan bool) {
 // sent again over it if none of the Deployment's ReplicaSets (or orphans it adopts) changed.
 func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint64, error) {
 	ns := x.d.Namespace
+	start := time.Now()
 	for try := 1; ; try++ {
 		rev, err := bus.WriteUnder(ctx, x.s.conn.JS, x.s.rsKV, key, data, false, bus.PodKeyPrefix(ns), x.nsSeq)
 		if err == nil {
@@ -239,6 +240,11 @@ func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint6
 			return ours || orphan
 		})
 		if !maps.Equal(now, x.owned) {
+			// Rare: two replicas deciding at once, or a write that arrived late. Said, so that a run's
+			// logs show when it happened.
+			x.s.log.Info("a write that adds pods was refused: the Deployment's ReplicaSets changed after it counted them",
+				"deployment", ns+"/"+x.d.Name, "key", key, "after", time.Since(start).Round(time.Millisecond))
+			metrics.Count("workloads.adding.refused", 1)
 			return 0, errRequeue
 		}
 		x.nsSeq = ce.Rev
