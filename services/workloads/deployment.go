@@ -240,11 +240,16 @@ func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint6
 			return ours || orphan
 		})
 		if !maps.Equal(now, x.owned) {
-			// Rare: two replicas deciding at once, or a write that arrived late. Said, so that a run's
-			// logs show when it happened.
-			x.s.log.Info("a write that adds pods was refused: the Deployment's ReplicaSets changed after it counted them",
-				"deployment", ns+"/"+x.d.Name, "key", key, "after", time.Since(start).Round(time.Millisecond))
-			metrics.Count("workloads.adding.refused", 1)
+			// The ReplicaSet written moved too (another replica wrote the same decision first): its
+			// own compare-and-set would have been refused as well. Otherwise this is what the filter
+			// adds, a decision that another ReplicaSet of the Deployment moved under: said, so that
+			// a run's logs show when it happened.
+			_, name, _ := bus.SplitPodKey(key)
+			if now[name] == x.owned[name] {
+				x.s.log.Info("a write that adds pods was refused: another ReplicaSet of the Deployment changed after it counted them",
+					"deployment", ns+"/"+x.d.Name, "key", key, "after", time.Since(start).Round(time.Millisecond))
+				metrics.Count("workloads.adding.refused", 1)
+			}
 			return 0, errRequeue
 		}
 		x.nsSeq = ce.Rev
