@@ -163,6 +163,51 @@ func TestNoRollbackFromAStaleDeployment(t *testing.T) {
 	}
 }
 
+// startWeb stores "default/web" at app:1 with maxSurge 1 and maxUnavailable 0 (no old pod goes before a
+// new one is available, so a sync's room is maxSurge's alone), syncs it once and feeds s's cache.
+func startWeb(t *testing.T, c *bus.Conn, s *Service, replicas int32) {
+	t.Helper()
+	putDeployment(t, c, func(d *appsv1.Deployment) {
+		webDeployment(replicas, "app:1", appsv1.RollingUpdateDeploymentStrategyType)(d)
+		none, one := intstr.FromInt32(0), intstr.FromInt32(1)
+		d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxUnavailable: &none, MaxSurge: &one}
+	})
+	if err := s.syncDeployment(context.Background(), "default", "web"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	seeReplicaSets(t, c, s)
+}
+
+// countWeb reads "default/web" and counts its ReplicaSets from s's cache, as a sync after its barrier.
+func countWeb(t *testing.T, s *Service) *dsync {
+	t.Helper()
+	ctx := context.Background()
+	d, err := s.getDeployment(ctx, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &dsync{s: s, d: d.obj, dt: d.template, drev: d.rev, fresh: true}
+	if err := x.classify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// storedReplicaSets reads every ReplicaSet in the bucket.
+func storedReplicaSets(t *testing.T, c *bus.Conn, s *Service) []*rsEntry {
+	t.Helper()
+	var out []*rsEntry
+	for _, k := range replicaSetNames(t, c) {
+		ns, name, _ := bus.SplitPodKey(k)
+		r, err := s.getRS(context.Background(), ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // The interleaving behind a chaos run's surge verdict: two replicas decide on one Deployment from two
 // templates. Replica A reads it at app:2 and counts its ReplicaSets; replica B, at app:3, creates
 // app:3's ReplicaSet with the room maxSurge leaves; then A's creation of app:2's ReplicaSet with that
@@ -187,28 +232,11 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			putDeployment(t, c, func(d *appsv1.Deployment) {
-				webDeployment(4, "app:1", appsv1.RollingUpdateDeploymentStrategyType)(d)
-				// No old pod is taken down before a new one is available: the new ReplicaSets' room is
-				// all there is to decide.
-				none, one := intstr.FromInt32(0), intstr.FromInt32(1)
-				d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxUnavailable: &none, MaxSurge: &one}
-			})
-			if err := s.syncDeployment(ctx, "default", "web"); err != nil {
-				t.Fatalf("first sync: %v", err)
-			}
-			seeReplicaSets(t, c, s)
+			startWeb(t, c, s, 4)
 
 			// A reads the Deployment at app:2 and counts its ReplicaSets: app:1's, with 4.
 			putDeployment(t, c, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "app:2" })
-			a, err := s.getDeployment(ctx, "default", "web")
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := &dsync{s: s, d: a.obj, dt: a.template, drev: a.rev, fresh: true}
-			if err := x.classify(ctx); err != nil {
-				t.Fatal(err)
-			}
+			x := countWeb(t, s)
 
 			switch tc.other {
 			case "app:3": // B rolls on and syncs from a fresh count.
@@ -238,12 +266,7 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 			}
 			var images []string
 			var pods int32
-			for _, k := range replicaSetNames(t, c) {
-				ns, name, _ := bus.SplitPodKey(k)
-				r, err := s.getRS(ctx, ns, name)
-				if err != nil {
-					t.Fatal(err)
-				}
+			for _, r := range storedReplicaSets(t, c, s) {
 				if r.obj.Labels["app"] == "web" {
 					images = append(images, r.obj.Spec.Template.Spec.Containers[0].Image)
 					pods += replicas(r)
@@ -254,5 +277,55 @@ func TestAddingWriteStandsOnWhatItCounted(t *testing.T) {
 				t.Errorf("web's ReplicaSets of %v with %d replicas, want %v with 5 (replicas 4 + maxSurge 1)", images, pods, tc.wantImages)
 			}
 		})
+	}
+}
+
+// A scale-up sent before the Deployment rolled and delivered after another replica gave the roll's
+// new ReplicaSet its room (a write held on a cut route): the ReplicaSet it scales was not written
+// meanwhile, so its own compare-and-set held, and 7 pods were allowed for replicas 4 + maxSurge 1.
+func TestHeldScaleUpIsRefused(t *testing.T) {
+	c, s := unstartedReplica(t)
+	ctx := context.Background()
+	startWeb(t, c, s, 2)
+
+	// This replica reads the Deployment scaled to 4 and scales app:1's ReplicaSet from 2 to 4.
+	putDeployment(t, c, func(d *appsv1.Deployment) { four := int32(4); d.Spec.Replicas = &four })
+	x := countWeb(t, s)
+	if x.newRS == nil || replicas(x.newRS) != 2 {
+		t.Fatalf("the count: new ReplicaSet %v, want app:1's with 2", x.newRS)
+	}
+	scaled := x.newRS.obj.DeepCopy()
+	four := int32(4)
+	scaled.Spec.Replicas = &four
+
+	// Another replica, at the Deployment rolled to app:2, creates its ReplicaSet with the room: 5 - 2.
+	three, yes := int32(3), true
+	next := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-next", Namespace: "default", UID: "next-uid",
+		Labels: map[string]string{"app": "web"}, OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1",
+			Kind: "Deployment", Name: "web", UID: x.d.UID, Controller: &yes}}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &three, Selector: x.d.Spec.Selector}}
+	data, err := workload.Encode(next, &pb.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := c.JS.KeyValue(ctx, bus.BucketReplicaSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.CreateEncoded(ctx, kv, bus.ObjectKey("default", "web-next"), data); err != nil {
+		t.Fatal(err)
+	}
+	seeReplicaSets(t, c, s)
+
+	// This replica's scale-up arrives.
+	if err := x.writeRS(ctx, x.newRS, scaled); !errors.Is(err, errRequeue) {
+		t.Errorf("the held scale-up: %v, want errRequeue", err)
+	}
+	var total int32
+	for _, r := range storedReplicaSets(t, c, s) {
+		total += replicas(r)
+	}
+	if total > 5 {
+		t.Errorf("the ReplicaSets allow %d pods, want at most 5 (replicas 4 + maxSurge 1)", total)
 	}
 }
