@@ -71,9 +71,7 @@ type dsync struct {
 	created, progressed bool
 	// fresh: the cache was read after a barrier (see syncDeployment); only then may pods be added.
 	fresh bool
-	// owned are the revisions of the Deployment's ReplicaSets this sync decides from, by name, and
-	// nsSeq the last revision of its namespace's ReplicaSets it knows of (see addingWrite).
-	owned map[string]uint64
+	// nsSeq is the last revision of the namespace's ReplicaSets this sync knows of (see addingWrite).
 	nsSeq uint64
 }
 
@@ -172,7 +170,7 @@ func (s *Service) syncDeploymentFrom(ctx context.Context, ns, name string, fresh
 func (x *dsync) classify(ctx context.Context) error {
 	d := x.d
 	rsets, nsSeq := x.s.c.replicaSetsOf(d.Namespace)
-	x.nsSeq, x.owned = nsSeq, map[string]uint64{}
+	x.nsSeq = nsSeq
 	for _, r := range rsets {
 		ours, orphan := belongs(d, r.obj)
 		switch {
@@ -190,7 +188,6 @@ func (x *dsync) classify(ctx context.Context) error {
 		default:
 			continue
 		}
-		x.owned[r.obj.Name] = r.rev
 		if x.newRS == nil && workload.EqualIgnoreHash(&r.obj.Spec.Template, &d.Spec.Template) {
 			x.newRS = r
 			continue
@@ -239,13 +236,14 @@ func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint6
 			ours, orphan := belongs(x.d, rs)
 			return ours || orphan
 		})
-		if !maps.Equal(now, x.owned) {
+		counted := x.counted()
+		if !maps.Equal(now, counted) {
 			// The ReplicaSet written moved too (another replica wrote the same decision first): its
 			// own compare-and-set would have been refused as well. Otherwise this is what the filter
 			// adds, a decision that another ReplicaSet of the Deployment moved under: said, so that
 			// a run's logs show when it happened.
 			_, name, _ := bus.SplitPodKey(key)
-			if now[name] == x.owned[name] {
+			if now[name] == counted[name] {
 				x.s.log.Info("a write that adds pods was refused: another ReplicaSet of the Deployment changed after it counted them",
 					"deployment", ns+"/"+x.d.Name, "key", key, "after", time.Since(start).Round(time.Millisecond))
 				metrics.Count("workloads.adding.refused", 1)
@@ -254,6 +252,18 @@ func (x *dsync) addingWrite(ctx context.Context, key string, data []byte) (uint6
 		}
 		x.nsSeq = ce.Rev
 	}
+}
+
+// counted are the revisions of the Deployment's ReplicaSets this sync decides from, by name: those it
+// read, as it has written them since.
+func (x *dsync) counted() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, r := range append([]*rsEntry{x.newRS}, x.old...) {
+		if r != nil {
+			out[r.obj.Name] = r.rev
+		}
+	}
+	return out
 }
 
 // addingTries bounds the sends of one addingWrite while other ReplicaSets of the namespace change.
@@ -406,7 +416,6 @@ func (x *dsync) ensureNewRS(ctx context.Context) error {
 		return fmt.Errorf("create replicaset %s/%s: %w", rs.Namespace, rs.Name, err)
 	}
 	x.newRS = &rsEntry{obj: rs, template: pt, rev: rev2}
-	x.owned[rs.Name] = rev2
 	x.created, x.progressed = true, true
 	if n > 0 {
 		x.event(rs.Name, 0, n)
@@ -438,7 +447,7 @@ func rsAnnotations(d *appsv1.Deployment, rev int64) map[string]string {
 func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) error {
 	var rev uint64
 	var err error
-	if replicas(&rsEntry{obj: rs}) > replicas(e) {
+	if ptrOr(rs.Spec.Replicas, 1) > replicas(e) {
 		var data []byte
 		if data, err = workload.Encode(rs, e.template); err != nil {
 			return err
@@ -454,7 +463,6 @@ func (x *dsync) writeRS(ctx context.Context, e *rsEntry, rs *appsv1.ReplicaSet) 
 	x.s.c.mu.Lock()
 	e.obj, e.rev = rs, rev
 	x.s.c.mu.Unlock()
-	x.owned[rs.Name] = rev
 	return nil
 }
 
