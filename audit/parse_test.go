@@ -127,6 +127,20 @@ func TestPhases(t *testing.T) {
 	}
 }
 
+// AUDIT copies its sources at different moments: an admission copied 30 ms after the pod's records
+// comes first in causal order with the latest time. The total spans from the earliest step.
+func TestPhasesOfACopyLate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	in := Incarnation{Steps: []Step{
+		{Time: ms(30), Kind: "admitted"}, {Time: ms(0), Kind: "stored"}, {Time: ms(30), Kind: "queued"},
+		{Time: ms(30), Kind: "scheduled"}, {Time: ms(4), Kind: "bound"}, {Time: ms(6), Kind: "ready"},
+	}}
+	if got := PhasesOf(in).Total; got != 6*time.Millisecond {
+		t.Errorf("total %v, want 6ms (stored to ready)", got)
+	}
+}
+
 func TestCausalOrder(t *testing.T) {
 	steps := []Step{{Kind: "stored"}, {Kind: "admitted"}, {Kind: "event"}, {Kind: "queued"}, {Kind: "scheduled"},
 		{Kind: "handed"}, {Kind: "bound"}, {Kind: "queued"}, {Kind: "ready"}}

@@ -250,7 +250,16 @@ func PhasesOf(in Incarnation) Phases {
 		if t, ok := first["ready"]; ok {
 			end = t
 		}
-		p.Total = end.Sub(in.Steps[0].Time)
+		// From the earliest step, not the first: steps are in causal order, and their times are when
+		// AUDIT copied them, which its sources do at different moments (an admission copied after
+		// the pod's records would otherwise make the total negative).
+		start := in.Steps[0].Time
+		for _, s := range in.Steps {
+			if s.Time.Before(start) {
+				start = s.Time
+			}
+		}
+		p.Total = end.Sub(start)
 	}
 	p.Admission = between("admitted", "stored")
 	p.Scheduling = between("stored", "scheduled")
