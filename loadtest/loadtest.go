@@ -76,6 +76,9 @@ type Config struct {
 	Replicas string // scheduling-basic: scheduler replica counts to measure, comma separated
 	// NoWarmup: scheduling-basic measures from a fresh process, without the unmeasured run first.
 	NoWarmup bool
+	// WarmupPods: the pipeline against an embedded cluster first runs this many pods, unmeasured, on a
+	// cluster of their own in the same process (0: none); see warmUp.
+	WarmupPods int
 	// NodePools shapes the embedded cluster's nodes instead of Nodes/NodeCPU/NodeMemory/MaxPods.
 	NodePools *nodepool.Pools
 	// Runtime "containerd" runs the real-node benchmark instead (runContainerd): Pods real pods (default
@@ -137,6 +140,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&c.InitPods, "init-pods", 1000, "scheduling-basic: pods already placed")
 	fs.StringVar(&c.Replicas, "replicas", "1,3", "scheduling-basic: scheduler replica counts, comma separated; deployments: replicas of each Deployment (default 50)")
 	fs.BoolVar(&c.NoWarmup, "no-warmup", false, "scheduling-basic: no unmeasured run before the measured ones (the first then also pays for growing the process's heap)")
+	fs.IntVar(&c.WarmupPods, "warmup-pods", 0, "pipeline, embedded cluster: pods of an unmeasured run first, on a cluster of their own that is then stopped, so that the measured run finds the process's heap grown (0: none; the run then also pays for growing it)")
 	fs.IntVar(&c.Deployments, "deployments", deploymentsDefault, "deployments: Deployments to create and roll")
 	fs.StringVar(&c.Runtime, "runtime", "fake", "fake: simulated nodes; containerd: real pods on one real node against the bare containerd runtime (root)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", "", "containerd socket (--runtime containerd; default podbus's)")
@@ -236,6 +240,12 @@ func ParseFlags(args []string) (Config, error) {
 	default:
 		return c, fmt.Errorf("--runtime %q: fake or containerd", c.Runtime)
 	}
+	if c.WarmupPods < 0 {
+		return c, fmt.Errorf("--warmup-pods %d: a count of pods, 0 for none", c.WarmupPods)
+	}
+	if c.WarmupPods > 0 && (c.Scenario != ScenarioPipeline || c.Runtime != "fake" || c.API != "") {
+		return c, fmt.Errorf("--warmup-pods: only the pipeline scenario on an embedded cluster of simulated nodes warms up")
+	}
 	if c.Out != "" && (c.Scenario != ScenarioPipeline || c.Runtime != "fake") {
 		return c, fmt.Errorf("--out: only the pipeline scenario with simulated nodes writes pods and plots")
 	}
@@ -297,6 +307,9 @@ type Result struct {
 	// GC is the garbage collector the binary was built with ("greentea" or "classic"), which the cost
 	// depends on; only with the embedded cluster.
 	GC string `json:"garbage_collector,omitempty"`
+	// WarmupPods is how many pods an unmeasured run took first, on a cluster of their own in the same
+	// process (--warmup-pods).
+	WarmupPods int `json:"warmup_pods,omitempty"`
 
 	start    time.Time    // the first POST
 	lastSent time.Time    // the last POST answered
@@ -373,6 +386,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			// The cluster's info lines (the NATS server's banner among them) would bury the result.
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
+		if cfg.WarmupPods > 0 {
+			if err := warmUp(ctx, cfg, log); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
 		stop, err := startEmbedded(ctx, &cfg, "podbus-loadtest-", log)
 		if err != nil {
 			return err
@@ -381,6 +399,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	before := selfSpent()
 	res, err := run(ctx, cfg)
+	if res != nil {
+		res.WarmupPods = cfg.WarmupPods
+	}
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
 		res.THP, res.GC, res.HugePages = hostTHP(), builtGC(), hugepages.Backed(0)
@@ -406,6 +427,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	fmt.Fprintf(w, "pods %d%s: %d ready, %d unschedulable, %d failed requests in %.2fs\n",
 		res.Pods, where, res.Ready, res.Unschedulable, res.Failed, res.Seconds)
 	fmt.Fprintf(w, "submit %.0f pods/s, created→ready throughput %.0f pods/s\n", res.SubmitRate, res.Throughput)
+	if res.WarmupPods > 0 {
+		fmt.Fprintf(w, "after an unmeasured run of %d pods on a cluster of their own (--warmup-pods)\n", res.WarmupPods)
+	}
 	if cfg.Rate > 0 {
 		fmt.Fprintf(w, "latencies from each pod's intended start at %.0f pods/s\n", cfg.Rate)
 	}
@@ -710,6 +734,30 @@ func dataDir(parent, prefix string) (string, error) {
 // startEmbedded starts a cluster of simulated nodes shaped by cfg, its storage in a new dataDir, and
 // points cfg's API, NATS and kubeconfig at it; stop stops it and removes the directory. log nil: the
 // cluster's default logger.
+// warmUp runs cfg's pipeline with WarmupPods pods, unmeasured, on an embedded cluster of its own, then
+// stops it. The first cluster of a fresh process grows the Go heap to its working size, and the kernel
+// zeroes each page of it on its first touch: a control plane that has been running does not pay that
+// for its next pods. The measured run that follows starts a fresh cluster (no pods, no history) in a
+// process whose heap has grown, as scheduling-basic's unmeasured run gives its measured ones.
+func warmUp(ctx context.Context, cfg Config, log *slog.Logger) error {
+	warm := cfg
+	warm.Pods, warm.WarmupPods, warm.Rate = cfg.WarmupPods, 0, 0
+	warm.CPUProfile, warm.MemProfile, warm.Out, warm.Quiet = "", "", "", true
+	stop, err := startEmbedded(ctx, &warm, "podbus-loadtest-warmup-", log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	res, err := run(ctx, warm)
+	if err != nil {
+		return err
+	}
+	if res.Ready < warm.Pods {
+		return fmt.Errorf("%d of %d pods ready (%d unschedulable, %d requests failed)", res.Ready, warm.Pods, res.Unschedulable, res.Failed)
+	}
+	return nil
+}
+
 func startEmbedded(ctx context.Context, cfg *Config, prefix string, log *slog.Logger) (stop func(), err error) {
 	dir, err := dataDir(cfg.DataDir, prefix)
 	if err != nil {
