@@ -102,7 +102,8 @@ VERSION_LDFLAGS := -X main.buildVersion=$(shell git describe --tags --always --d
 build:
 	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/podbus ./cmd/podbus
 
-## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible), scheduling-basic
+## bench: the pipeline load test (100 simulated nodes, 5000 pods, as fast as possible; then 20,000 pods as fast
+## as possible and at 1,000/s, each after 20,000 unmeasured ones, as a control plane that has been running sees them), scheduling-basic
 ## (5,000 nodes, 1,000 placed, 10,000 measured created→bound, 1 and 3 replicas, raw ceiling), the real-node
 ## one (20 containerd pods against the bare runtime; skipped with a line without root and containerd), Kubernetes'
 ## scale envelope (5,000 nodes, 150,000 pods, control plane and agents in two processes), the workload
@@ -110,6 +111,8 @@ build:
 ## and the compose deployment's rate (compose-bench)
 bench: build
 	$(BIN)/podbus loadtest --nodes 100 --pods 5000
+	$(BIN)/podbus loadtest --nodes 100 --pods 20000 --warmup-pods 20000 --quiet
+	$(BIN)/podbus loadtest --nodes 100 --pods 20000 --rate 1000 --warmup-pods 20000 --quiet
 	$(BIN)/podbus loadtest --scenario envelope --quiet   # 5,000 nodes, 150,000 pods, slices of 10,000
 	$(BIN)/podbus loadtest --scenario scheduling-basic --replicas 1,3 --quiet   # scheduler_perf SchedulingBasic shape
 	$(BIN)/podbus loadtest --runtime containerd
