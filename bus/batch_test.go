@@ -497,3 +497,73 @@ func TestBatchMsgID(t *testing.T) {
 		t.Error("the subject is not part of the id")
 	}
 }
+
+// A group waits for company only when its batcher stored another a moment ago: a message of an idle
+// batcher goes at once, and one that follows a store waits for the messages behind it.
+func TestBatcherLingersOnlyWhenBusy(t *testing.T) {
+	tests := []struct {
+		name   string
+		linger time.Duration
+		// stores is how many stored messages hold the two that follow the first one.
+		stores int
+	}{
+		{"lingering", 2 * time.Second, 1},
+		{"no linger", 0, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, c := bustest.Start(t)
+			b := bus.NewBatcher(c.JS, "test/1", bus.WithLinger(tc.linger))
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			// Idle: the first message does not wait, even for a linger longer than ctx allows.
+			if err := b.Publish(ctx, bus.SubjPodDeleted, &pb.PodDeleted{Uid: "first"}, bus.Meta{PodUID: "first"}); err != nil {
+				t.Fatalf("the first message of an idle batcher: %v", err)
+			}
+			second, err := b.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: "second"}, bus.Meta{PodUID: "second"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.linger == 0 {
+				// Without a linger the second goes on its own: wait for it, so the third cannot join it.
+				if err := bus.Wait(ctx, second); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				time.Sleep(20 * time.Millisecond) // well within the linger
+			}
+			third, err := b.PublishAsync(bus.SubjPodDeleted, &pb.PodDeleted{Uid: "third"}, bus.Meta{PodUID: "third"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), tc.linger+10*time.Second)
+			defer wcancel()
+			pending := []jetstream.PubAckFuture{third}
+			if tc.linger > 0 {
+				pending = append(pending, second)
+			}
+			if err := bus.Wait(wctx, pending...); err != nil {
+				t.Fatal(err)
+			}
+
+			st, err := c.JS.Stream(context.Background(), bus.StreamPods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(bus.SubjPodDeleted))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int(info.State.Subjects[bus.SubjPodDeleted]) - 1; got != tc.stores {
+				t.Errorf("the second and third messages were stored as %d messages, want %d", got, tc.stores)
+			}
+			var uids []string
+			for _, m := range bustest.Messages(t, c, bus.StreamPods, bus.SubjPodDeleted) {
+				uids = append(uids, bustest.Decode(t, m, &pb.PodDeleted{}).GetUid())
+			}
+			if want := "first second third"; strings.Join(uids, " ") != want {
+				t.Errorf("stored %v, want %s in order", uids, want)
+			}
+		})
+	}
+}

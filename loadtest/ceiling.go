@@ -20,11 +20,13 @@ import (
 // startCeiling runs stand-ins for store, scheduler and binder that do what one pod costs in JetStream
 // and nothing else: the store's KV create and pod.pending, a decision on pod.scheduled (node picked by a
 // hash of the uid), the binder's alloc and pod compare-and-sets, pod.bound and the Scheduled event, each
-// stage acking its message after its effect, with the services' consumers, worker counts and keys.
+// stage acking its message after its effect, with the services' consumers, worker counts and keys. Its
+// batchers do not linger (bus.WithLinger): a stand-in waits for each publish in a few workers, where the
+// services keep many in flight, so a linger would measure the wait instead of JetStream.
 func startCeiling(start func(string, func(context.Context, *bus.Conn) error) error, b bus.Buckets) error {
 	var pods sync.Map // uid -> *pb.Pod as created (the binder stand-in skips the read the real one does)
 	if err := start("ceiling-store", func(ctx context.Context, c *bus.Conn) error {
-		pub := bus.NewBatcher(c.JS, "store/ceiling")
+		pub := bus.NewBatcher(c.JS, "store/ceiling", bus.WithLinger(0))
 		return bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerStore,
 			Filters: []string{bus.SubjPodCommands}, Workers: 32, Key: func(m *bus.Msg) string { return m.Meta.Key }},
 			func(ctx context.Context, m *bus.Msg) error {
@@ -46,7 +48,7 @@ func startCeiling(start func(string, func(context.Context, *bus.Conn) error) err
 		return err
 	}
 	if err := start("ceiling-scheduler", func(ctx context.Context, c *bus.Conn) error {
-		pub := bus.NewBatcher(c.JS, "scheduler/ceiling")
+		pub := bus.NewBatcher(c.JS, "scheduler/ceiling", bus.WithLinger(0))
 		keys, err := b.Nodes.ListKeys(ctx)
 		if err != nil {
 			return err
@@ -75,7 +77,7 @@ func startCeiling(start func(string, func(context.Context, *bus.Conn) error) err
 	}
 	return start("ceiling-binder", func(ctx context.Context, c *bus.Conn) error {
 		pub := bus.NewPublisher(c.JS, "binder/ceiling")
-		h := binderStandIn(b, &pods, pub, events.NewRecorder(bus.NewBatcher(c.JS, "binder/ceiling"), "default-scheduler", "binder/ceiling"))
+		h := binderStandIn(b, &pods, pub, events.NewRecorder(bus.NewBatcher(c.JS, "binder/ceiling", bus.WithLinger(0)), "default-scheduler", "binder/ceiling"))
 		return bus.Consume(ctx, c.JS, bus.ConsumerSpec{Stream: bus.StreamPods, Durable: bus.ConsumerBinder,
 			Filters: []string{bus.SubjPodScheduled}, Workers: 32, Key: decisionNode}, h)
 	})
