@@ -240,12 +240,6 @@ func ParseFlags(args []string) (Config, error) {
 	default:
 		return c, fmt.Errorf("--runtime %q: fake or containerd", c.Runtime)
 	}
-	if c.WarmupPods < 0 {
-		return c, fmt.Errorf("--warmup-pods %d: a count of pods, 0 for none", c.WarmupPods)
-	}
-	if c.WarmupPods > 0 && (c.Scenario != ScenarioPipeline || c.Runtime != "fake" || c.API != "") {
-		return c, fmt.Errorf("--warmup-pods: only the pipeline scenario on an embedded cluster of simulated nodes warms up")
-	}
 	if c.Out != "" && (c.Scenario != ScenarioPipeline || c.Runtime != "fake") {
 		return c, fmt.Errorf("--out: only the pipeline scenario with simulated nodes writes pods and plots")
 	}
@@ -258,6 +252,13 @@ func ParseFlags(args []string) (Config, error) {
 	}
 	if c.API != "" && c.NATS == "" {
 		return c, fmt.Errorf("--api needs --nats to observe the pipeline")
+	}
+	// After --kubeconfig, which may name the target cluster too.
+	if c.WarmupPods < 0 {
+		return c, fmt.Errorf("--warmup-pods %d: a count of pods, 0 for none", c.WarmupPods)
+	}
+	if c.WarmupPods > 0 && (c.Scenario != ScenarioPipeline || c.Runtime != "fake" || c.API != "") {
+		return c, fmt.Errorf("--warmup-pods: only the pipeline scenario on an embedded cluster of simulated nodes warms up")
 	}
 	return c, nil
 }

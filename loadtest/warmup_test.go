@@ -4,12 +4,31 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestParseFlagsWarmup(t *testing.T) {
+	// A kubeconfig names the target cluster as --api does.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+users:
+- name: u
+  user: {}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args    []string
 		want    int
@@ -21,6 +40,7 @@ func TestParseFlagsWarmup(t *testing.T) {
 		{[]string{"--warmup-pods", "10", "--scenario", "envelope"}, 0, "only the pipeline"},
 		{[]string{"--warmup-pods", "10", "--api", "https://127.0.0.1:6443", "--nats", "nats://127.0.0.1:4222"}, 0, "only the pipeline"},
 		{[]string{"--warmup-pods", "10", "--runtime", "containerd"}, 0, "only the pipeline"},
+		{[]string{"--warmup-pods", "10", "--kubeconfig", kubeconfig, "--nats", "nats://127.0.0.1:4222"}, 0, "only the pipeline"},
 	}
 	for _, tc := range tests {
 		c, err := ParseFlags(tc.args)
