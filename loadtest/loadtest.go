@@ -308,8 +308,8 @@ type Result struct {
 	// GC is the garbage collector the binary was built with ("greentea" or "classic"), which the cost
 	// depends on; only with the embedded cluster.
 	GC string `json:"garbage_collector,omitempty"`
-	// WarmupPods is how many pods an unmeasured run took first, on a cluster of their own in the same
-	// process (--warmup-pods).
+	// WarmupPods is how many pods an unmeasured run made Ready first, on a cluster of their own in the
+	// same process (--warmup-pods).
 	WarmupPods int `json:"warmup_pods,omitempty"`
 
 	start    time.Time    // the first POST
@@ -379,6 +379,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		return runContainerd(ctx, cfg, w)
 	}
 	embedded := cfg.API == ""
+	warmed := 0
 	if !embedded {
 		cfg.Nodes = 0 // the target cluster's, which --nodes does not set
 	} else {
@@ -388,7 +389,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
 		if cfg.WarmupPods > 0 {
-			if err := warmUp(ctx, cfg, log); err != nil {
+			var err error
+			if warmed, err = warmUp(ctx, cfg, log); err != nil {
 				return fmt.Errorf("warm-up: %w", err)
 			}
 		}
@@ -401,7 +403,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	before := selfSpent()
 	res, err := run(ctx, cfg)
 	if res != nil {
-		res.WarmupPods = cfg.WarmupPods
+		res.WarmupPods = warmed
 	}
 	if res != nil && embedded {
 		res.Cost = costOf(before, selfSpent(), res.Ready)
@@ -732,33 +734,34 @@ func dataDir(parent, prefix string) (string, error) {
 	return os.MkdirTemp(parent, prefix)
 }
 
-// startEmbedded starts a cluster of simulated nodes shaped by cfg, its storage in a new dataDir, and
-// points cfg's API, NATS and kubeconfig at it; stop stops it and removes the directory. log nil: the
-// cluster's default logger.
 // warmUp runs cfg's pipeline with WarmupPods pods, unmeasured, on an embedded cluster of its own, then
 // stops it. The first cluster of a fresh process grows the Go heap to its working size, and the kernel
 // zeroes each page of it on its first touch: a control plane that has been running does not pay that
 // for its next pods. The measured run that follows starts a fresh cluster (no pods, no history) in a
-// process whose heap has grown, as scheduling-basic's unmeasured run gives its measured ones.
-func warmUp(ctx context.Context, cfg Config, log *slog.Logger) error {
+// process whose heap has grown, as scheduling-basic's unmeasured run gives its measured ones. It returns
+// how many pods the warm-up made Ready.
+func warmUp(ctx context.Context, cfg Config, log *slog.Logger) (int, error) {
 	warm := cfg
 	warm.Pods, warm.WarmupPods, warm.Rate = cfg.WarmupPods, 0, 0
 	warm.CPUProfile, warm.MemProfile, warm.Out, warm.Quiet = "", "", "", true
 	stop, err := startEmbedded(ctx, &warm, "podbus-loadtest-warmup-", log)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer stop()
 	res, err := run(ctx, warm)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if res.Ready < warm.Pods {
-		return fmt.Errorf("%d of %d pods ready (%d unschedulable, %d requests failed)", res.Ready, warm.Pods, res.Unschedulable, res.Failed)
+		return 0, fmt.Errorf("%d of %d pods ready (%d unschedulable, %d requests failed)", res.Ready, warm.Pods, res.Unschedulable, res.Failed)
 	}
-	return nil
+	return res.Ready, nil
 }
 
+// startEmbedded starts a cluster of simulated nodes shaped by cfg, its storage in a new dataDir, and
+// points cfg's API, NATS and kubeconfig at it; stop stops it and removes the directory. log nil: the
+// cluster's default logger.
 func startEmbedded(ctx context.Context, cfg *Config, prefix string, log *slog.Logger) (stop func(), err error) {
 	dir, err := dataDir(cfg.DataDir, prefix)
 	if err != nil {
